@@ -1,0 +1,44 @@
+"""xasink: write a PySpark DataFrame into PostgreSQL or MySQL/MariaDB exactly once.
+
+from xasink import write_xa, recover
+result = write_xa(df, "jdbc:postgresql://db:5432/app", "events", user="app", password=pw)
+"""
+
+from .api import WriteResult, recover, write_xa
+from .errors import (
+    CommitError,
+    ConfigurationError,
+    DriverNotFoundError,
+    JobAbortedError,
+    LostBranchError,
+    PreflightError,
+    RecoveryError,
+    WriteError,
+    XaError,
+    XasinkError,
+)
+from .recovery import BranchAction, RecoveryReport
+from .xid import FORMAT_ID, BranchId, Xid
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORMAT_ID",
+    "BranchAction",
+    "BranchId",
+    "CommitError",
+    "ConfigurationError",
+    "DriverNotFoundError",
+    "JobAbortedError",
+    "LostBranchError",
+    "PreflightError",
+    "RecoveryError",
+    "RecoveryReport",
+    "WriteError",
+    "WriteResult",
+    "XaError",
+    "XasinkError",
+    "Xid",
+    "recover",
+    "write_xa",
+]

@@ -1,0 +1,375 @@
+"""`write_xa` and `recover`: the orchestration, kept apart from XA, journal and writers."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .commit import BranchOps, Outcome
+from .connect import check_reachable, classpath_for, open_session
+from .dialects import dialect_name_for, get_dialect
+from .errors import (
+    CommitError,
+    ConfigurationError,
+    DecisionUnknownError,
+    JobAbortedError,
+    LostBranchError,
+)
+from .faults import Fault, trigger
+from .journal import ABORTED, COMMITTING, RUNNING, Heartbeat, Journal
+from .preflight import check_spark_conf, match_columns, table_columns
+from .recovery import DEFAULT_GRACE, BranchAction, RecoveryReport, resolve_in_doubt
+from .target import ConnectionSpec, TableRef, properties_tuple
+from .writer import MESSAGE_DDL, WritePlan, write_partition
+from .xa import XaSession
+from .xid import BranchId
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("xasink")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write_xa call did."""
+
+    job_id: str
+    table: str
+    rows: int
+    partitions: int
+    empty_partitions: int
+    prepare_seconds: float
+    commit_seconds: float
+    total_seconds: float
+    rolled_back_attempts: int = 0
+    recovered: list[BranchAction] = field(default_factory=list)
+
+
+def make_spec(
+    url: str,
+    *,
+    user: str | None,
+    password: str | None,
+    properties: Mapping[str, object] | None,
+    dialect: str | None,
+    xa_datasource: str | None,
+    jars: Sequence[str] | None,
+    connect_timeout: int,
+) -> ConnectionSpec:
+    """Validate the connection arguments and resolve the driver jars up front."""
+    if not isinstance(url, str) or not url:
+        raise ConfigurationError("url must be a JDBC URL string, e.g. jdbc:postgresql://host/db")
+    name = dialect_name_for(url, dialect, xa_datasource)
+    spec = ConnectionSpec(
+        url=url,
+        user=user,
+        password=password,
+        properties=properties_tuple(properties),
+        dialect=name,
+        xa_datasource=xa_datasource,
+        jars=tuple(jars or ()),
+        connect_timeout=connect_timeout,
+    )
+    return ConnectionSpec(**{**spec.__dict__, "jars": tuple(classpath_for(spec))})
+
+
+def _open_journal(spec: ConnectionSpec, schema: str | None) -> tuple[XaSession, Journal]:
+    check_reachable(spec)
+    session = open_session(spec)
+    try:
+        return session, Journal.locate(session.connection, spec, schema)
+    except BaseException:
+        session.close()
+        raise
+
+
+def write_xa(
+    df: DataFrame,
+    url: str,
+    table: str | Sequence[str],
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    properties: Mapping[str, object] | None = None,
+    batch_size: int = 10_000,
+    jars: Sequence[str] | None = None,
+    dialect: str | None = None,
+    xa_datasource: str | None = None,
+    journal_schema: str | None = None,
+    connect_timeout: int = 10,
+    commit_retries: int = 5,
+    recover_first: bool = True,
+    grace: float = DEFAULT_GRACE,
+    heartbeat_interval: float = 10.0,
+    _faults: Sequence[Fault] = (),
+) -> WriteResult:
+    """Write every row of `df` into `table` exactly once, or none of them.
+
+    Each partition writes into its own XA branch and PREPAREs it; the driver records the
+    commit decision in the target database, then commits the winning branches. A failure
+    before the decision rolls everything back and re-raises; a crash after it is finished
+    by `xasink recover` (or by the next write_xa on this table).
+    """
+    started = time.monotonic()
+    if batch_size < 1:
+        raise ConfigurationError("batch_size must be at least 1.")
+    spec = make_spec(
+        url,
+        user=user,
+        password=password,
+        properties=properties,
+        dialect=dialect,
+        xa_datasource=xa_datasource,
+        jars=jars,
+        connect_timeout=connect_timeout,
+    )
+    target = TableRef.parse(table)
+    check_spark_conf(dict(df.sparkSession.sparkContext.getConf().getAll()))
+    partitions = df.rdd.getNumPartitions()
+    session, journal = _open_journal(spec, journal_schema)
+    with session, BranchOps(spec, journal, retries=commit_retries) as ops:
+        conn = session.connection
+        the_dialect = get_dialect(spec.dialect)
+        the_dialect.check_server(conn, partitions, user)
+        columns = match_columns(
+            the_dialect, target, df.columns, table_columns(conn, the_dialect, target, spec.redact)
+        )
+        journal.ensure(conn)
+        recovered = (
+            resolve_in_doubt(ops, conn, journal, table=str(target), grace=grace).actions
+            if recover_first
+            else []
+        )
+        job_id = uuid.uuid4().hex
+        plan = WritePlan(spec, target, columns, journal, job_id, batch_size, tuple(_faults))
+        journal.begin_job(conn, job_id, str(target))
+        log.info("xasink job %s: writing %d partitions into %s", job_id, partitions, target)
+        heartbeat = Heartbeat(journal, spec, job_id, heartbeat_interval).start()
+        try:
+            winners, rows, empty = _prepare_all(df, plan, partitions, ops, conn)
+            prepare_seconds = time.monotonic() - started
+            log.info(
+                "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
+                job_id,
+                len(winners),
+                rows,
+                prepare_seconds,
+            )
+            commit_started = time.monotonic()
+            losers = _commit_all(plan, ops, conn, winners)
+            commit_seconds = time.monotonic() - commit_started
+        finally:
+            heartbeat.stop()
+    total = time.monotonic() - started
+    log.info("xasink job %s: committed %d rows in %.1fs", job_id, rows, total)
+    return WriteResult(
+        job_id=job_id,
+        table=str(target),
+        rows=rows,
+        partitions=len(winners),
+        empty_partitions=empty,
+        prepare_seconds=prepare_seconds,
+        commit_seconds=commit_seconds,
+        total_seconds=total,
+        rolled_back_attempts=losers,
+        recovered=recovered,
+    )
+
+
+def _prepare_all(
+    df: DataFrame, plan: WritePlan, partitions: int, ops: BranchOps, conn: Any
+) -> tuple[list[BranchId], int, int]:
+    """Phase 1 and the decision. Any failure before the decision rolls the job back."""
+    try:
+        _describe_job(df, plan)
+        messages = df.mapInArrow(functools.partial(write_partition, plan), MESSAGE_DDL).collect()
+        winners, rows, empty = _winners(plan, messages, partitions)
+        trigger(plan.faults, "before_decision")
+        _decide(plan, conn, winners)
+        return winners, rows, empty
+    except DecisionUnknownError:
+        raise
+    except BaseException:
+        _abort(plan, ops, conn)
+        raise
+
+
+def _describe_job(df: DataFrame, plan: WritePlan) -> None:
+    # Spark Connect has no SparkContext; the description is cosmetic.
+    with contextlib.suppress(Exception):
+        df.sparkSession.sparkContext.setJobDescription(
+            f"xasink write_xa into {plan.table} (job {plan.job_id})"
+        )
+
+
+def _winners(
+    plan: WritePlan, messages: list[Any], partitions: int
+) -> tuple[list[BranchId], int, int]:
+    """Exactly one message per partition: those attempts are the winners."""
+    seen: dict[int, Any] = {}
+    for message in messages:
+        if message.partition in seen:
+            raise CommitError(f"Partition {message.partition} reported twice; refusing to commit.")
+        seen[message.partition] = message
+    if sorted(seen) != list(range(partitions)):
+        missing = sorted(set(range(partitions)) - set(seen))
+        raise CommitError(f"No result from partition(s) {missing[:20]}; refusing to commit.")
+    winners = [
+        BranchId(plan.journal.tag, plan.job_id, m.partition, m.attempt)
+        for m in seen.values()
+        if m.xid
+    ]
+    rows = sum(m.rows for m in seen.values())
+    return winners, rows, partitions - len(winners)
+
+
+def _decide(plan: WritePlan, conn: Any, winners: list[BranchId]) -> None:
+    """Record the commit decision; on an ambiguous failure, read back what happened."""
+    keys = [(w.partition, w.attempt) for w in winners]
+    try:
+        decided = plan.journal.decide_commit(conn, plan.job_id, keys)
+    except Exception as exc:
+        state = _job_state(plan, conn)
+        if state == COMMITTING:
+            return  # the commit went through before the connection failed
+        if state == RUNNING:
+            raise  # it did not happen: abort
+        raise DecisionUnknownError(
+            f"Recording the commit decision for job {plan.job_id} failed and its outcome is "
+            f"unknown ({plan.spec.redact(exc)}). Run `xasink recover` to resolve the prepared "
+            "branches: it commits them if the decision was recorded, else rolls them back."
+        ) from None
+    if not decided:
+        raise JobAbortedError(
+            f"Job {plan.job_id} was aborted by a recovery run before its commit decision (its "
+            "heartbeat looked dead). Nothing was committed; run the write again."
+        )
+
+
+def _job_state(plan: WritePlan, conn: Any) -> str | None:
+    """The job's state, read on the journal connection or, failing that, a fresh one."""
+    try:
+        record = plan.journal.job(conn, plan.job_id)
+        return record.state if record else None
+    except Exception:
+        try:
+            with open_session(plan.spec) as fresh:
+                record = plan.journal.job(fresh.connection, plan.job_id)
+                return record.state if record else None
+        except Exception:
+            return None
+
+
+def _abort(plan: WritePlan, ops: BranchOps, conn: Any) -> None:
+    """Presumed abort, made explicit: mark the job aborted, then roll back its branches.
+
+    Branches are rolled back only once the journal says `aborted`; if that cannot be
+    established, they stay prepared for `xasink recover`, which decides from the journal.
+    """
+    try:
+        if not plan.journal.abort(conn, plan.job_id):
+            state = _job_state(plan, conn)
+            if state != ABORTED:
+                log.error(
+                    "xasink job %s is %s, not aborted: leaving its branches to `xasink recover`",
+                    plan.job_id,
+                    state,
+                )
+                return
+        for branch, _ in ops.prepared():
+            if branch.job_id == plan.job_id:
+                ops.rollback(branch)
+    except Exception as exc:
+        log.error(
+            "xasink job %s: rollback after failure incomplete (%s); `xasink recover` will "
+            "finish it once the job's heartbeat is older than the grace period",
+            plan.job_id,
+            plan.spec.redact(exc),
+        )
+
+
+def _commit_all(plan: WritePlan, ops: BranchOps, conn: Any, winners: list[BranchId]) -> int:
+    """Phase 2: commit the winners, then roll back every other attempt of this job."""
+    lost: list[BranchId] = []
+    last_report = time.monotonic()
+    for done, branch in enumerate(winners, start=1):
+        try:
+            outcome = ops.commit(branch)
+        except Exception as exc:
+            raise CommitError(
+                f"Committing branch {branch.name} failed: {plan.spec.redact(exc)}. The commit "
+                "decision is recorded, so run `xasink recover` to finish the commit."
+            ) from None
+        if outcome is Outcome.LOST:
+            lost.append(branch)
+        if done == 1:
+            trigger(plan.faults, "after_first_commit")
+        if time.monotonic() - last_report > 5:
+            log.info("xasink job %s: committed %d/%d branches", plan.job_id, done, len(winners))
+            last_report = time.monotonic()
+    winner_keys = {(w.partition, w.attempt) for w in winners}
+    losers = 0
+    for branch, _ in ops.prepared():
+        if branch.job_id == plan.job_id and (branch.partition, branch.attempt) not in winner_keys:
+            ops.rollback(branch)
+            losers += 1
+    if lost:
+        names = [b.name for b in lost]
+        raise LostBranchError(
+            f"{len(lost)} winning branch(es) of job {plan.job_id} vanished before commit and "
+            f"their rows are NOT in {plan.table}: {', '.join(names[:10])}. The server rolled "
+            "them back (e.g. an administrator, or a server without durable XA). Re-run the "
+            "write for the missing data.",
+            names,
+        )
+    plan.journal.finish(conn, plan.job_id, winner_keys)
+    return losers
+
+
+def recover(
+    url: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    table: str | Sequence[str] | None = None,
+    grace: float = DEFAULT_GRACE,
+    dry_run: bool = False,
+    properties: Mapping[str, object] | None = None,
+    jars: Sequence[str] | None = None,
+    dialect: str | None = None,
+    xa_datasource: str | None = None,
+    journal_schema: str | None = None,
+    connect_timeout: int = 10,
+) -> RecoveryReport:
+    """Resolve xasink's in-doubt branches in this database; see :mod:`xasink.recovery`."""
+    spec = make_spec(
+        url,
+        user=user,
+        password=password,
+        properties=properties,
+        dialect=dialect,
+        xa_datasource=xa_datasource,
+        jars=jars,
+        connect_timeout=connect_timeout,
+    )
+    session, journal = _open_journal(spec, journal_schema)
+    with session, BranchOps(spec, journal) as ops:
+        exists = journal.exists(session.connection)
+        return resolve_in_doubt(
+            ops,
+            session.connection,
+            journal if exists else None,
+            table=str(TableRef.parse(table)) if table is not None else None,
+            grace=grace,
+            dry_run=dry_run,
+        )
+
+
+__all__ = ["WriteResult", "recover", "write_xa"]

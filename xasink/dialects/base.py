@@ -1,0 +1,92 @@
+"""What differs between databases: quoting, connection setup, preflight, journal DDL."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from ..errors import ConfigurationError
+from ..target import ConnectionSpec, TableRef
+
+_HOST_PORT = re.compile(
+    r"^jdbc:[a-z0-9:]+://(?:[^@/]*@)?\[?([^/\]?;,]+?)\]?(?::(\d+))?(?:[/?;,]|$)"
+)
+
+
+class Dialect:
+    """Base dialect: ANSI quoting and a generic XADataSource configured by setters."""
+
+    name: ClassVar[str] = "generic"
+    jar_kinds: ClassVar[tuple[str, ...]] = ()
+    datasource_classes: ClassVar[tuple[str, ...]] = ()
+    default_port: ClassVar[int | None] = None
+    quote_char: ClassVar[str] = '"'
+    text_type: ClassVar[str] = "VARCHAR(4000)"
+    long_text_type: ClassVar[str] = "CLOB"
+    timestamp_type: ClassVar[str] = "TIMESTAMP"
+    now_sql: ClassVar[str] = "CURRENT_TIMESTAMP"
+
+    # -- identifiers -----------------------------------------------------------------
+    def quote(self, identifier: str) -> str:
+        """Quote one identifier by doubling the quote character; NUL is refused."""
+        if "\x00" in identifier:
+            raise ConfigurationError("Identifiers cannot contain NUL characters.")
+        q = self.quote_char
+        return q + identifier.replace(q, q + q) + q
+
+    def qualified(self, table: TableRef) -> str:
+        if table.schema:
+            return f"{self.quote(table.schema)}.{self.quote(table.name)}"
+        return self.quote(table.name)
+
+    def column_key(self, column: str) -> str:
+        """How the database compares column names (exact, once quoted)."""
+        return column
+
+    # -- connecting ------------------------------------------------------------------
+    def host_port(self, url: str) -> tuple[str, int] | None:
+        """Where the URL points, for a fast reachability check (None if unknown)."""
+        match = _HOST_PORT.match(url)
+        if not match:
+            return None
+        port = match.group(2) or self.default_port
+        return (match.group(1), int(port)) if port else None
+
+    def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
+        """The URL to hand the XADataSource, with connection properties appended."""
+        return spec.url
+
+    def new_datasource(self, spec: ConnectionSpec, datasource_class: str) -> Any:
+        from ..jvm import jclass
+
+        ds = jclass(datasource_class)()
+        url = self.datasource_url(spec, datasource_class)
+        for setter in ("setURL", "setUrl"):
+            if hasattr(ds, setter):
+                getattr(ds, setter)(url)
+                break
+        else:
+            raise ConfigurationError(
+                f"{datasource_class} has no setURL/setUrl; name an XADataSource that takes a URL."
+            )
+        if spec.user is not None:
+            ds.setUser(spec.user)
+        if spec.password is not None:
+            ds.setPassword(spec.password)
+        return ds
+
+    def session_sql(self) -> list[str]:
+        """Statements run on every new connection, before any branch starts."""
+        return []
+
+    # -- preflight -------------------------------------------------------------------
+    def check_server(self, conn: Any, branches: int, user: str | None) -> None:
+        """Raise PreflightError when the server cannot hold `branches` prepared branches."""
+
+    def location_sql(self) -> str | None:
+        """A query naming the database (and schema) the journal lives in; None: use the URL."""
+        return None
+
+    # -- journal DDL -----------------------------------------------------------------
+    def create_table_sql(self, table: str, columns: str) -> str:
+        return f"CREATE TABLE IF NOT EXISTS {table} ({columns})"

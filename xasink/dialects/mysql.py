@@ -1,0 +1,79 @@
+"""MySQL and MariaDB through MariaDB Connector/J (or MySQL Connector/J when supplied)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+from urllib.parse import urlencode
+
+from ..errors import PreflightError
+from ..target import ConnectionSpec
+from .base import Dialect
+
+MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
+MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    numbers = [int(n) for n in re.findall(r"\d+", version.split("-")[0])[:3]]
+    return tuple([*numbers, 0, 0, 0][:3])  # type: ignore[return-value]
+
+
+class MySQLDialect(Dialect):
+    name: ClassVar[str] = "mysql"
+    jar_kinds: ClassVar[tuple[str, ...]] = ("mariadb", "mysql")
+    datasource_classes: ClassVar[tuple[str, ...]] = (MARIADB_DATASOURCE, MYSQL_DATASOURCE)
+    default_port: ClassVar[int | None] = 3306
+    quote_char: ClassVar[str] = "`"
+    text_type: ClassVar[str] = "VARCHAR(512)"
+    long_text_type: ClassVar[str] = "LONGTEXT"
+    timestamp_type: ClassVar[str] = "DATETIME(6)"
+    now_sql: ClassVar[str] = "UTC_TIMESTAMP(6)"
+
+    def column_key(self, column: str) -> str:
+        return column.lower()
+
+    def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
+        url = spec.url
+        if datasource_class == MARIADB_DATASOURCE:
+            # Connector/J 3 accepts jdbc:mysql: only with permitMysqlScheme; 2.x takes both.
+            url = re.sub(r"^jdbc:mysql:", "jdbc:mariadb:", url)
+            props = {"connectTimeout": str(spec.connect_timeout * 1000)}
+        else:
+            props = {
+                "connectTimeout": str(spec.connect_timeout * 1000),
+                "pinGlobalTxToPhysicalConnection": "true",
+            }
+        props.update(dict(spec.properties))
+        sep = "&" if "?" in url else "?"
+        return url + sep + urlencode(props)
+
+    def session_sql(self) -> list[str]:
+        return ["SET time_zone = '+00:00'"]
+
+    def check_server(self, conn: Any, branches: int, user: str | None) -> None:
+        from ..jdbc import query, sql_error_code
+
+        version = str(query(conn, "SELECT VERSION()")[0][0])
+        mariadb = "mariadb" in version.lower()
+        needed = (10, 5, 0) if mariadb else (5, 7, 7)
+        if parse_version(version) < needed:
+            product = "MariaDB" if mariadb else "MySQL"
+            raise PreflightError(
+                f"{product} {version} rolls prepared XA branches back when their connection "
+                f"closes, so exactly-once cannot be guaranteed. Upgrade to {product} "
+                f"{'.'.join(map(str, needed))} or later."
+            )
+        try:
+            query(conn, "XA RECOVER")
+        except Exception as exc:
+            if sql_error_code(exc) in (1227, 1044, 1045, 1142):
+                who = f"'{user}'" if user else "this user"
+                raise PreflightError(
+                    f"{who} may not run XA RECOVER, which xasink needs to find and resolve its "
+                    f"branches. Grant it: GRANT XA_RECOVER_ADMIN ON *.* TO {who}; (MySQL 8)."
+                ) from None
+            raise
+
+    def location_sql(self) -> str:
+        return "SELECT DATABASE()"

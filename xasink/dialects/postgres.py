@@ -1,0 +1,61 @@
+"""PostgreSQL through pgjdbc's PGXADataSource."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+from urllib.parse import urlencode
+
+from ..errors import PreflightError
+from ..target import ConnectionSpec
+from .base import Dialect
+
+
+class PostgresDialect(Dialect):
+    name: ClassVar[str] = "postgres"
+    jar_kinds: ClassVar[tuple[str, ...]] = ("postgres",)
+    datasource_classes: ClassVar[tuple[str, ...]] = ("org.postgresql.xa.PGXADataSource",)
+    default_port: ClassVar[int | None] = 5432
+    text_type: ClassVar[str] = "TEXT"
+    long_text_type: ClassVar[str] = "TEXT"
+    timestamp_type: ClassVar[str] = "TIMESTAMPTZ"
+    now_sql: ClassVar[str] = "clock_timestamp()"
+
+    def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
+        props = {
+            "connectTimeout": str(spec.connect_timeout),
+            "loginTimeout": str(spec.connect_timeout),
+            "tcpKeepAlive": "true",
+            "ApplicationName": "xasink",
+            **dict(spec.properties),
+        }
+        sep = "&" if "?" in spec.url else "?"
+        return spec.url + sep + urlencode(props)
+
+    def session_sql(self) -> list[str]:
+        return ["SET TIME ZONE 'UTC'"]
+
+    def check_server(self, conn: Any, branches: int, user: str | None) -> None:
+        from ..jdbc import query
+
+        limit = int(query(conn, "SELECT current_setting('max_prepared_transactions')")[0][0])
+        in_use = int(query(conn, "SELECT count(*) FROM pg_prepared_xacts")[0][0])
+        fix = (
+            "Raise it in postgresql.conf (max_prepared_transactions = {n}) or with "
+            "ALTER SYSTEM SET max_prepared_transactions = {n}, then restart PostgreSQL."
+        )
+        if limit == 0:
+            raise PreflightError(
+                "PostgreSQL has max_prepared_transactions = 0, so it cannot hold prepared (XA) "
+                f"transactions, and this job needs {branches}. "
+                + fix.format(n=max(branches * 2, 64))
+            )
+        if limit - in_use < branches:
+            raise PreflightError(
+                f"PostgreSQL allows max_prepared_transactions = {limit} and {in_use} are in use, "
+                f"but this job holds up to {branches} prepared at once (one per partition). "
+                "Repartition the DataFrame to fewer partitions, resolve old ones with "
+                "`xasink recover`, or " + fix.format(n=max(branches + in_use, branches * 2))
+            )
+
+    def location_sql(self) -> str:
+        return "SELECT current_database() || '.' || current_schema()"

@@ -1,0 +1,55 @@
+"""One hierarchy for every failure xasink reports.
+
+Each message says what happened and what to do next; none carries a secret (callers pass
+text through :mod:`xasink.masking` first).
+"""
+
+from __future__ import annotations
+
+
+class XasinkError(Exception):
+    """Base class: catch this to handle any xasink failure."""
+
+
+class ConfigurationError(XasinkError):
+    """The call itself is wrong: bad argument, unknown URL scheme, unusable option."""
+
+
+class DriverNotFoundError(ConfigurationError):
+    """No JDBC driver jar could be found for the database."""
+
+
+class PreflightError(XasinkError):
+    """A prerequisite is missing; nothing was written and no branch was opened."""
+
+
+class WriteError(XasinkError):
+    """A partition writer failed; its branch was rolled back."""
+
+
+class CommitError(XasinkError):
+    """Phase 2 could not complete. Run `xasink recover` to finish what is decided."""
+
+
+class LostBranchError(CommitError):
+    """A winning branch vanished without its marker: its rows were not committed."""
+
+    def __init__(self, message: str, branches: list[str]) -> None:
+        super().__init__(message)
+        self.branches = branches
+
+
+class JobAbortedError(CommitError):
+    """Recovery aborted the job before the driver could record its commit decision."""
+
+
+class DecisionUnknownError(CommitError):
+    """The commit decision may or may not be durable; `xasink recover` settles it."""
+
+
+class RecoveryError(XasinkError):
+    """Recovery could not resolve every in-doubt branch."""
+
+
+class XaError(XasinkError):
+    """A classified XA failure (see :class:`xasink.xa.XaFailure`)."""

@@ -1,0 +1,58 @@
+"""Test-only fault injection points, passed to write_xa as `_faults`.
+
+They let the test suite kill or fail a worker or the driver at the exact protocol step that
+matters (after rows, after PREPARE, before the decision, during phase 2). With no faults
+given, `trigger` is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+POINTS = ("after_rows", "after_prepare", "before_decision", "after_first_commit")
+ACTIONS = ("raise", "exit", "hang")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a `raise` fault; a real failure as far as Spark is concerned."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    point: str
+    action: str
+    partition: int | None = None
+    attempt_number: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.point not in POINTS or self.action not in ACTIONS:
+            raise ValueError(f"unknown fault {self.point}/{self.action}")
+
+
+def trigger(
+    faults: tuple[Fault, ...],
+    point: str,
+    partition: int | None = None,
+    attempt_number: int | None = None,
+) -> None:
+    for fault in faults:
+        if fault.point != point:
+            continue
+        if fault.partition is not None and fault.partition != partition:
+            continue
+        if None not in (fault.attempt_number, attempt_number) and (
+            fault.attempt_number != attempt_number
+        ):
+            continue
+        if fault.action == "raise":
+            raise InjectedFault(f"injected fault at {point} (partition {partition})")
+        if fault.action == "exit":
+            os._exit(17)
+        # "hang": announce the point, then wait to be killed from outside.
+        print(f"XASINK-FAULT {point}", flush=True)
+        sys.stdout.flush()
+        while True:
+            time.sleep(3600)

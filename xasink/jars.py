@@ -1,0 +1,99 @@
+"""Find JDBC driver jars: explicit paths, then `jars/`, then system locations."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import DriverNotFoundError
+
+JARS_ENV = "XASINK_JARS"
+SYSTEM_DIRS: tuple[Path, ...] = (Path("/usr/share/java"), Path("/usr/local/share/java"))
+_PROJECT_JARS = Path(__file__).resolve().parent.parent / "jars"
+
+#: Which jar files hold which driver, by file name pattern.
+DRIVER_JAR_PATTERNS: dict[str, tuple[str, ...]] = {
+    "postgres": ("postgresql*.jar",),
+    "mariadb": ("mariadb-java-client*.jar",),
+    "mysql": ("mysql-connector-j*.jar", "mysql-connector-java*.jar"),
+}
+
+#: How to get each driver, for the error message.
+INSTALL_HINTS: dict[str, str] = {
+    "postgres": "apt-get install libpostgresql-jdbc-java, or download postgresql-<version>.jar",
+    "mariadb": "apt-get install libmariadb-java, or download mariadb-java-client-<version>.jar",
+    "mysql": "download mysql-connector-j-<version>.jar",
+}
+
+
+def search_dirs() -> list[Path]:
+    """Folders searched after explicit jars, in order."""
+    dirs = [_PROJECT_JARS, Path.cwd() / "jars", *SYSTEM_DIRS]
+    unique: list[Path] = []
+    for folder in dirs:
+        if folder not in unique:
+            unique.append(folder)
+    return unique
+
+
+def explicit_jars(jars: Sequence[str] | None) -> list[str]:
+    """Jars named by the caller or by `XASINK_JARS`; each must exist."""
+    named = list(jars or [])
+    env = os.environ.get(JARS_ENV, "")
+    named += [p for p in env.split(os.pathsep) if p]
+    missing = [p for p in named if not Path(p).is_file()]
+    if missing:
+        raise DriverNotFoundError(
+            f"JDBC jar(s) not found: {', '.join(missing)}. Check the paths given in jars=[...] "
+            f"or in ${JARS_ENV}."
+        )
+    return [str(Path(p).resolve()) for p in named]
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path.name))
+
+
+def find_driver_jar(kind: str, folders: Sequence[Path] | None = None) -> str | None:
+    """The newest jar for `kind` in the first folder that has one."""
+    for folder in folders if folders is not None else search_dirs():
+        if not folder.is_dir():
+            continue
+        found = {
+            p.resolve()
+            for pattern in DRIVER_JAR_PATTERNS[kind]
+            for p in folder.glob(pattern)
+            if p.is_file()
+        }
+        if found:
+            return str(max(found, key=_version_key))
+    return None
+
+
+def resolve_classpath(kinds: Sequence[str], jars: Sequence[str] | None = None) -> list[str]:
+    """Explicit jars if any were given, else the first driver found for `kinds` (in order).
+
+    Raises DriverNotFoundError naming every place searched.
+    """
+    classpath = explicit_jars(jars)
+    if classpath:
+        return classpath
+    for kind in kinds:
+        jar = find_driver_jar(kind)
+        if jar:
+            return [jar]
+    places = "; ".join([f"jars=[...] and ${JARS_ENV}"] + [str(d) for d in search_dirs()])
+    if not kinds:
+        raise DriverNotFoundError(
+            f"No JDBC driver jar given for this database. Pass write_xa(..., jars=["
+            f"'/path/driver.jar']) or set {JARS_ENV}. Looked in: {places}."
+        )
+    patterns = ", ".join(p for k in kinds for p in DRIVER_JAR_PATTERNS[k])
+    hints = "; ".join(INSTALL_HINTS[k] for k in kinds)
+    raise DriverNotFoundError(
+        f"No JDBC driver jar found (file names {patterns}). Looked in: {places}. Supply one "
+        f"with jars=['/path/driver.jar'] (CLI: --jars), set {JARS_ENV}, or put it in "
+        f"{_PROJECT_JARS}. To install: {hints}."
+    )

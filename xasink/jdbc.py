@@ -1,0 +1,130 @@
+"""Small JDBC helpers for bookkeeping SQL (never the row path)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import jpype
+
+Param = int | float | str | bytes | bool | None
+
+
+def _bind(statement: Any, params: Sequence[Param]) -> None:
+    types = jpype.JClass("java.sql.Types")
+    for index, value in enumerate(params, start=1):
+        if value is None:
+            statement.setNull(index, types.VARCHAR)
+        elif isinstance(value, bool):
+            statement.setBoolean(index, value)
+        elif isinstance(value, int):
+            statement.setLong(index, value)
+        elif isinstance(value, float):
+            statement.setDouble(index, value)
+        elif isinstance(value, bytes):
+            statement.setBytes(index, jpype.JArray(jpype.JByte)(value))
+        else:
+            statement.setString(index, str(value))
+
+
+def _to_python(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, jpype.JString):
+        return str(value)
+    if isinstance(value, jpype.JClass("java.sql.Timestamp")):
+        epoch_ms = int(value.getTime())
+        return dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.timezone.utc)
+    if isinstance(value, jpype.JClass("java.lang.Number")):
+        text = str(value.toString())
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, jpype.JClass("java.lang.Boolean")):
+        return bool(value.booleanValue())
+    return str(value.toString())
+
+
+def execute(conn: Any, sql: str, params: Sequence[Param] = ()) -> int:
+    """Run one statement; returns the update count."""
+    statement = conn.prepareStatement(sql)
+    try:
+        _bind(statement, params)
+        return int(statement.executeUpdate())
+    finally:
+        statement.close()
+
+
+def query(conn: Any, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, ...]]:
+    """Run a query; returns all rows as Python tuples (bookkeeping results are small)."""
+    statement = conn.prepareStatement(sql)
+    try:
+        _bind(statement, params)
+        results = statement.executeQuery()
+        try:
+            width = int(results.getMetaData().getColumnCount())
+            rows = []
+            while results.next():
+                rows.append(tuple(_to_python(results.getObject(i)) for i in range(1, width + 1)))
+            return rows
+        finally:
+            results.close()
+    finally:
+        statement.close()
+
+
+@contextmanager
+def local_transaction(conn: Any) -> Iterator[Any]:
+    """Commit on success, roll back on error; autocommit restored afterwards."""
+    conn.setAutoCommit(False)
+    try:
+        yield conn
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        conn.setAutoCommit(True)
+
+
+def _sql_exceptions(exc: BaseException) -> Iterator[Any]:
+    """The exception and its Java causes, outermost first."""
+    seen = 0
+    current: Any = exc
+    while current is not None and seen < 10:
+        yield current
+        seen += 1
+        try:
+            current = current.getCause()
+        except AttributeError:
+            current = current.__cause__
+        if current is not None and not hasattr(current, "getCause"):
+            break
+
+
+def sql_error_code(exc: BaseException) -> int | None:
+    """The vendor error code of the first SQLException in the chain."""
+    for item in _sql_exceptions(exc):
+        if hasattr(item, "getErrorCode") and hasattr(item, "getSQLState"):
+            return int(item.getErrorCode())
+    return None
+
+
+def sql_state(exc: BaseException) -> str | None:
+    """The SQLSTATE of the first SQLException in the chain that has one."""
+    for item in _sql_exceptions(exc):
+        if hasattr(item, "getSQLState"):
+            state = item.getSQLState()
+            if state is not None:
+                return str(state)
+    return None
+
+
+def java_message(exc: BaseException) -> str:
+    """The innermost useful Java message, without JPype's class-name prefix noise."""
+    messages = []
+    for item in _sql_exceptions(exc):
+        text = item.getMessage() if hasattr(item, "getMessage") else str(item)
+        if text is not None and str(text) not in messages:
+            messages.append(str(text))
+    return " / caused by: ".join(messages) if messages else type(exc).__name__

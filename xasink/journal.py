@@ -1,0 +1,264 @@
+"""The decision log: one row per job in the target database, plus one marker per branch.
+
+Presumed abort: a job commits only once its row says `committing` with its winners, written
+in a local transaction before phase 2. Every state change is a conditional UPDATE, so the
+driver deciding and a recovery aborting a silent job cannot both win.
+
+A marker row is written inside each branch. It becomes visible exactly when its branch
+commits, which is the only evidence that turns XAER_NOTA into "already committed".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .dialects import Dialect, get_dialect
+from .jdbc import execute, local_transaction, query
+from .target import ConnectionSpec
+
+log = logging.getLogger("xasink")
+
+JOBS_TABLE = "xasink_jobs"
+MARKERS_TABLE = "xasink_markers"
+
+RUNNING, COMMITTING, COMMITTED, ABORTED = "running", "committing", "committed", "aborted"
+
+Winner = tuple[int, int]  # (partition, attempt)
+
+
+def encode_winners(winners: Iterable[Winner]) -> str:
+    return ",".join(f"{p}:{a}" for p, a in sorted(winners))
+
+
+def decode_winners(text: str | None) -> frozenset[Winner]:
+    if not text:
+        return frozenset()
+    pairs = (item.split(":") for item in text.split(","))
+    return frozenset((int(p), int(a)) for p, a in pairs)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    table: str
+    state: str
+    winners: frozenset[Winner]
+    heartbeat_age: float
+    beats: int
+
+
+@dataclass(frozen=True)
+class Journal:
+    """Where the bookkeeping tables live; picklable so executors can write markers."""
+
+    dialect_name: str
+    schema: str | None
+    tag: str
+
+    @property
+    def dialect(self) -> Dialect:
+        return get_dialect(self.dialect_name)
+
+    def _table(self, name: str) -> str:
+        d = self.dialect
+        return f"{d.quote(self.schema)}.{d.quote(name)}" if self.schema else d.quote(name)
+
+    @property
+    def jobs(self) -> str:
+        return self._table(JOBS_TABLE)
+
+    @property
+    def markers(self) -> str:
+        return self._table(MARKERS_TABLE)
+
+    # -- setup -----------------------------------------------------------------------
+    @classmethod
+    def locate(cls, conn: Any, spec: ConnectionSpec, schema: str | None) -> Journal:
+        """The journal for this connection; its tag tells its branches from others'."""
+        dialect = get_dialect(spec.dialect)
+        sql = dialect.location_sql()
+        location = str(query(conn, sql)[0][0]) if sql else spec.url.split("?")[0].split(";")[0]
+        digest = hashlib.sha256(f"{location}|{schema or ''}".encode()).hexdigest()
+        return cls(spec.dialect, schema, digest[:8])
+
+    def exists(self, conn: Any) -> bool:
+        try:
+            query(conn, f"SELECT 1 FROM {self.jobs} WHERE 1=0")
+            query(conn, f"SELECT 1 FROM {self.markers} WHERE 1=0")
+            return True
+        except Exception:
+            return False
+
+    def ensure(self, conn: Any) -> None:
+        """Create the bookkeeping tables if missing (DDL, before any branch opens)."""
+        if self.exists(conn):
+            return
+        d = self.dialect
+        ts = d.timestamp_type
+        statements = [
+            d.create_table_sql(
+                self.jobs,
+                f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT NULL, "
+                f"state VARCHAR(16) NOT NULL, winners {d.long_text_type}, beats BIGINT NOT NULL, "
+                f"created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at {ts}, "
+                f"finished_at {ts}",
+            ),
+            d.create_table_sql(
+                self.markers,
+                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT NOT "
+                "NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, attempt)",
+            ),
+        ]
+        for sql in statements:
+            execute(conn, sql)
+
+    # -- the driver's job lifecycle --------------------------------------------------
+    def begin_job(self, conn: Any, job_id: str, table: str) -> None:
+        now = self.dialect.now_sql
+        execute(
+            conn,
+            f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
+            f"heartbeat_at) VALUES (?, ?, ?, 0, {now}, {now})",
+            (job_id, table, RUNNING),
+        )
+
+    def heartbeat(self, conn: Any, job_id: str) -> None:
+        execute(
+            conn,
+            f"UPDATE {self.jobs} SET heartbeat_at = {self.dialect.now_sql}, beats = beats + 1 "
+            "WHERE job_id = ? AND state IN (?, ?)",
+            (job_id, RUNNING, COMMITTING),
+        )
+
+    def decide_commit(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> bool:
+        """Durably record the commit decision; False if the job is no longer running."""
+        with local_transaction(conn):
+            changed = execute(
+                conn,
+                f"UPDATE {self.jobs} SET state = ?, winners = ?, decided_at = "
+                f"{self.dialect.now_sql} WHERE job_id = ? AND state = ?",
+                (COMMITTING, encode_winners(winners), job_id, RUNNING),
+            )
+        return changed == 1
+
+    def abort(self, conn: Any, job_id: str, beats: int | None = None) -> bool:
+        """Mark a running job aborted; with `beats`, only if no heartbeat came since."""
+        sql = (
+            f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
+            "WHERE job_id = ? AND state = ?"
+        )
+        params: tuple[Any, ...] = (ABORTED, job_id, RUNNING)
+        if beats is not None:
+            sql += " AND beats = ?"
+            params += (beats,)
+        return execute(conn, sql, params) == 1
+
+    def finish(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> None:
+        """Phase 2 is complete: mark the job committed and drop its now useless markers."""
+        with local_transaction(conn):
+            execute(
+                conn,
+                f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
+                "WHERE job_id = ? AND state = ?",
+                (COMMITTED, job_id, COMMITTING),
+            )
+            # Exact keys only: a late, still-prepared loser's marker row stays untouched
+            # (a range delete would wait on its lock).
+            statement = conn.prepareStatement(
+                f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? AND attempt = ?"
+            )
+            try:
+                for partition, attempt in winners:
+                    statement.setString(1, job_id)
+                    statement.setInt(2, partition)
+                    statement.setLong(3, attempt)
+                    statement.addBatch()
+                statement.executeBatch()
+            finally:
+                statement.close()
+
+    # -- reading ---------------------------------------------------------------------
+    def job(self, conn: Any, job_id: str) -> JobRecord | None:
+        rows = query(
+            conn,
+            f"SELECT job_id, target_table, state, winners, heartbeat_at, beats, "
+            f"{self.dialect.now_sql} FROM {self.jobs} WHERE job_id = ?",
+            (job_id,),
+        )
+        return _record(rows[0]) if rows else None
+
+    def jobs_in_state(self, conn: Any, state: str) -> list[JobRecord]:
+        rows = query(
+            conn,
+            f"SELECT job_id, target_table, state, winners, heartbeat_at, beats, "
+            f"{self.dialect.now_sql} FROM {self.jobs} WHERE state = ?",
+            (state,),
+        )
+        return [_record(row) for row in rows]
+
+    def marker_exists(self, conn: Any, job_id: str, partition: int, attempt: int) -> bool:
+        rows = query(
+            conn,
+            f"SELECT 1 FROM {self.markers} WHERE job_id = ? AND partition_id = ? AND attempt = ?",
+            (job_id, partition, attempt),
+        )
+        return bool(rows)
+
+    # -- inside a branch (executor) ------------------------------------------------------
+    def write_marker(self, conn: Any, job_id: str, partition: int, attempt: int, rows: int) -> None:
+        execute(
+            conn,
+            f"INSERT INTO {self.markers} (job_id, partition_id, attempt, row_count) "
+            "VALUES (?, ?, ?, ?)",
+            (job_id, partition, attempt, rows),
+        )
+
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    job_id, table, state, winners, heartbeat_at, beats, now = row
+    age = (now - heartbeat_at).total_seconds() if isinstance(now, dt.datetime) else 0.0
+    return JobRecord(job_id, table, state, decode_winners(winners), age, int(beats))
+
+
+class Heartbeat:
+    """Refreshes the job row while the driver lives, so recovery can tell it from a dead one."""
+
+    def __init__(
+        self, journal: Journal, spec: ConnectionSpec, job_id: str, interval: float
+    ) -> None:
+        self._journal, self._spec, self._job_id = journal, spec, job_id
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="xasink-heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from .connect import open_session
+
+        session = None
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    session = session or open_session(self._spec)
+                    self._journal.heartbeat(session.connection, self._job_id)
+                except Exception as exc:  # keep beating; recovery decides if we went silent
+                    log.warning("xasink heartbeat failed: %s", self._spec.redact(exc))
+                    if session is not None:
+                        session.close()
+                        session = None
+        finally:
+            if session is not None:
+                session.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)

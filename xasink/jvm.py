@@ -1,0 +1,117 @@
+"""The in-process JVM (JPype): started lazily, once per Python process.
+
+Spark forks Python workers from a daemon, so nothing here runs at import time: a JVM must
+never exist in a process that forks afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jpype
+
+from .xid import Xid
+
+JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
+DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")
+
+_lock = threading.Lock()
+_loaded_jars: list[str] = []
+_loader: Any = None
+
+
+def ensure_jvm(classpath: Sequence[str]) -> None:
+    """Start the JVM with `classpath`, or make jars loadable in one already running."""
+    global _loader
+    with _lock:
+        if not jpype.isJVMStarted():
+            options = list(DEFAULT_JVM_OPTIONS) + os.environ.get(JVM_OPTIONS_ENV, "").split()
+            jpype.startJVM(
+                *options, classpath=list(classpath), convertStrings=False, interrupt=False
+            )
+            _loaded_jars.extend(classpath)
+            return
+        extra = [jar for jar in classpath if jar not in _loaded_jars]
+        if extra:
+            # A reused worker may meet a driver it has not loaded yet.
+            url_class = jpype.JClass("java.net.URL")
+            urls = jpype.JArray(url_class)([Path(j).resolve().as_uri() for j in extra])
+            parent = _loader or jpype.JClass("java.lang.ClassLoader").getSystemClassLoader()
+            _loader = jpype.JClass("java.net.URLClassLoader")(urls, parent)
+            _loaded_jars.extend(extra)
+
+
+def jclass(name: str) -> Any:
+    """A Java class from the classpath or from jars added after start."""
+    if _loader is not None:
+        return jpype.JClass(name, loader=_loader)
+    return jpype.JClass(name)
+
+
+def java_bytes(data: bytes) -> Any:
+    return jpype.JArray(jpype.JByte)(data)
+
+
+def xid_from_java(java_xid: Any) -> Xid:
+    """Copy a driver's Xid (e.g. from recover()) into our value type."""
+    return Xid(
+        int(java_xid.getFormatId()),
+        bytes(java_xid.getGlobalTransactionId()),
+        bytes(java_xid.getBranchQualifier()),
+    )
+
+
+_proxy_class: Any = None
+
+
+def java_xid(xid: Xid) -> Any:
+    """A javax.transaction.xa.Xid with value equality (pgjdbc compares XIDs by equals)."""
+    global _proxy_class
+    if _proxy_class is None:
+        _proxy_class = _make_proxy_class()
+    return jpype.JObject(_proxy_class(xid), jpype.JClass("javax.transaction.xa.Xid"))
+
+
+def _make_proxy_class() -> type:
+    @jpype.JImplements("javax.transaction.xa.Xid")
+    class JavaXid:
+        def __init__(self, xid: Xid) -> None:
+            self.xid = xid
+            self._gtrid = java_bytes(xid.gtrid)
+            self._bqual = java_bytes(xid.bqual)
+
+        @jpype.JOverride
+        def getFormatId(self) -> int:
+            return self.xid.format_id
+
+        @jpype.JOverride
+        def getGlobalTransactionId(self) -> Any:
+            return self._gtrid
+
+        @jpype.JOverride
+        def getBranchQualifier(self) -> Any:
+            return self._bqual
+
+        @jpype.JOverride
+        def equals(self, other: Any) -> bool:
+            # JPype hands a proxy back as its Python object, a driver's Xid as Java.
+            if isinstance(other, JavaXid):
+                return other.xid == self.xid
+            try:
+                return xid_from_java(other) == self.xid
+            except (AttributeError, TypeError, ValueError):
+                return False
+
+        @jpype.JOverride
+        def hashCode(self) -> int:
+            return hash(self.xid) & 0x7FFFFFFF
+
+        @jpype.JOverride
+        def toString(self) -> str:
+            return str(self.xid)
+
+    return JavaXid

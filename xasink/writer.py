@@ -1,0 +1,134 @@
+"""Executor side: one partition, one XA branch, prepared and never committed.
+
+Runs inside `DataFrame.mapInArrow`: Arrow batches stream through the loader one at a time, so a
+worker's memory does not grow with its partition. The only output is one small message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from .connect import open_session
+from .dialects import get_dialect
+from .errors import WriteError
+from .faults import Fault, trigger
+from .journal import Journal
+from .loading import BatchedInsertLoader, insert_sql
+from .target import ConnectionSpec, TableRef
+from .xa import XaSession
+from .xid import BranchId, Xid
+
+log = logging.getLogger("xasink")
+
+#: The message each partition sends the driver.
+MESSAGE_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("attempt", pa.int64()),
+        ("xid", pa.string()),
+        ("rows", pa.int64()),
+    ]
+)
+MESSAGE_DDL = "partition int, attempt long, xid string, rows long"
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a partition writer needs; pickled into the Spark task."""
+
+    spec: ConnectionSpec
+    table: TableRef
+    columns: tuple[str, ...]
+    journal: Journal
+    job_id: str
+    batch_size: int
+    faults: tuple[Fault, ...] = ()
+
+
+def _message(partition: int, attempt: int, xid: str, rows: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"partition": partition, "attempt": attempt, "xid": xid, "rows": rows}],
+        schema=MESSAGE_SCHEMA,
+    )
+
+
+def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow function: write this partition into one prepared branch."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise WriteError("write_partition must run inside a Spark task.")
+    partition, attempt = context.partitionId(), context.taskAttemptId()
+    attempt_number = context.attemptNumber()
+    non_empty = (batch for batch in batches if batch.num_rows)
+    first = next(non_empty, None)
+    if first is None:
+        # Nothing to write: no branch at all, so nothing to commit or to leave behind.
+        yield _message(partition, attempt, "", 0)
+        return
+    branch = BranchId(plan.journal.tag, plan.job_id, partition, attempt)
+    rows = _write_branch(plan, branch, itertools.chain([first], non_empty), attempt_number)
+    trigger(plan.faults, "after_prepare", partition, attempt_number)
+    yield _message(partition, attempt, str(branch.xid), rows)
+
+
+def _write_branch(
+    plan: WritePlan, branch: BranchId, batches: Iterator[pa.RecordBatch], attempt_number: int
+) -> int:
+    """start → rows → marker → end → prepare; on any error end(TMFAIL) and roll back."""
+    redact = plan.spec.redact
+    xid = branch.xid
+    session = open_session(plan.spec)
+    started = False
+    try:
+        session.start(xid)
+        started = True
+        rows = 0
+        loader = None
+        for batch in batches:
+            if loader is None:
+                loader = _loader(plan, session, batch.schema)
+            loader.write(batch)
+            rows += batch.num_rows
+            trigger(plan.faults, "after_rows", branch.partition, attempt_number)
+        if loader is not None:
+            loader.finish()
+        plan.journal.write_marker(
+            session.connection, plan.job_id, branch.partition, branch.attempt, rows
+        )
+        session.end(xid)
+        session.prepare(xid)
+        return rows
+    except BaseException as exc:
+        if started:
+            _abandon(session, xid)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise WriteError(
+            f"Writing partition {branch.partition} (task attempt {branch.attempt}) into "
+            f"{plan.table} failed and its branch was rolled back: {type(exc).__name__}: "
+            f"{redact(exc)}"
+        ) from None
+    finally:
+        session.close()
+
+
+def _loader(plan: WritePlan, session: XaSession, schema: pa.Schema) -> BatchedInsertLoader:
+    dialect = get_dialect(plan.spec.dialect)
+    sql = insert_sql(dialect.quote, dialect.qualified(plan.table), plan.columns)
+    return BatchedInsertLoader(session.connection, sql, schema, plan.columns, plan.batch_size)
+
+
+def _abandon(session: XaSession, xid: Xid) -> None:
+    """Best effort: the branch must not survive a failed write (the task will retry)."""
+    for step in (lambda: session.end(xid, success=False), lambda: session.rollback(xid)):
+        try:
+            step()
+        except Exception as exc:  # the server also rolls back when the connection closes
+            log.debug("cleanup of %s: %s", xid, session.redact(exc))
