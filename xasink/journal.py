@@ -4,8 +4,10 @@ Presumed abort: a job commits only once its row says `committing` with its winne
 in a local transaction before phase 2. Every state change is a conditional UPDATE, so the
 driver deciding and a recovery aborting a silent job cannot both win.
 
-A marker row is written inside each branch. It becomes visible exactly when its branch
-commits, which is the only evidence that turns XAER_NOTA into "already committed".
+The decision is the job row's `committing` state plus one `xasink_winners` row per winning
+branch, written together. A marker row is written inside each branch. It becomes visible
+exactly when its branch commits, which is the only evidence that turns XAER_NOTA into
+"already committed".
 """
 
 from __future__ import annotations
@@ -25,22 +27,12 @@ from .target import ConnectionSpec
 log = logging.getLogger("xasink")
 
 JOBS_TABLE = "xasink_jobs"
+WINNERS_TABLE = "xasink_winners"
 MARKERS_TABLE = "xasink_markers"
 
 RUNNING, COMMITTING, COMMITTED, ABORTED = "running", "committing", "committed", "aborted"
 
 Winner = tuple[int, int]  # (partition, attempt)
-
-
-def encode_winners(winners: Iterable[Winner]) -> str:
-    return ",".join(f"{p}:{a}" for p, a in sorted(winners))
-
-
-def decode_winners(text: str | None) -> frozenset[Winner]:
-    if not text:
-        return frozenset()
-    pairs = (item.split(":") for item in text.split(","))
-    return frozenset((int(p), int(a)) for p, a in pairs)
 
 
 @dataclass(frozen=True)
@@ -74,6 +66,10 @@ class Journal:
         return self._table(JOBS_TABLE)
 
     @property
+    def winners(self) -> str:
+        return self._table(WINNERS_TABLE)
+
+    @property
     def markers(self) -> str:
         return self._table(MARKERS_TABLE)
 
@@ -89,8 +85,8 @@ class Journal:
 
     def exists(self, conn: Any) -> bool:
         try:
-            query(conn, f"SELECT 1 FROM {self.jobs} WHERE 1=0")
-            query(conn, f"SELECT 1 FROM {self.markers} WHERE 1=0")
+            for table in (self.jobs, self.winners, self.markers):
+                query(conn, f"SELECT 1 FROM {table} WHERE 1=0")
             return True
         except Exception:
             return False
@@ -105,9 +101,14 @@ class Journal:
             d.create_table_sql(
                 self.jobs,
                 f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT NULL, "
-                f"state VARCHAR(16) NOT NULL, winners {d.long_text_type}, beats BIGINT NOT NULL, "
+                f"state VARCHAR(16) NOT NULL, beats BIGINT NOT NULL, "
                 f"created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at {ts}, "
                 f"finished_at {ts}",
+            ),
+            d.create_table_sql(
+                self.winners,
+                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT NOT "
+                "NULL, PRIMARY KEY (job_id, partition_id)",
             ),
             d.create_table_sql(
                 self.markers,
@@ -141,10 +142,17 @@ class Journal:
         with local_transaction(conn):
             changed = execute(
                 conn,
-                f"UPDATE {self.jobs} SET state = ?, winners = ?, decided_at = "
-                f"{self.dialect.now_sql} WHERE job_id = ? AND state = ?",
-                (COMMITTING, encode_winners(winners), job_id, RUNNING),
+                f"UPDATE {self.jobs} SET state = ?, decided_at = {self.dialect.now_sql} "
+                "WHERE job_id = ? AND state = ?",
+                (COMMITTING, job_id, RUNNING),
             )
+            if changed == 1:
+                self._batch(
+                    conn,
+                    f"INSERT INTO {self.winners} (job_id, partition_id, attempt) VALUES (?, ?, ?)",
+                    job_id,
+                    winners,
+                )
         return changed == 1
 
     def abort(self, conn: Any, job_id: str, beats: int | None = None) -> bool:
@@ -170,37 +178,55 @@ class Journal:
             )
             # Exact keys only: a late, still-prepared loser's marker row stays untouched
             # (a range delete would wait on its lock).
-            statement = conn.prepareStatement(
-                f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? AND attempt = ?"
+            self._batch(
+                conn,
+                f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? AND attempt = ?",
+                job_id,
+                winners,
             )
-            try:
-                for partition, attempt in winners:
-                    statement.setString(1, job_id)
-                    statement.setInt(2, partition)
-                    statement.setLong(3, attempt)
-                    statement.addBatch()
-                statement.executeBatch()
-            finally:
-                statement.close()
+
+    @staticmethod
+    def _batch(conn: Any, sql: str, job_id: str, branches: Iterable[Winner]) -> None:
+        """Run `sql` once per (job, partition, attempt), as one JDBC batch."""
+        statement = conn.prepareStatement(sql)
+        try:
+            for partition, attempt in branches:
+                statement.setString(1, job_id)
+                statement.setInt(2, partition)
+                statement.setLong(3, attempt)
+                statement.addBatch()
+            statement.executeBatch()
+        finally:
+            statement.close()
 
     # -- reading ---------------------------------------------------------------------
     def job(self, conn: Any, job_id: str) -> JobRecord | None:
-        rows = query(
-            conn,
-            f"SELECT job_id, target_table, state, winners, heartbeat_at, beats, "
-            f"{self.dialect.now_sql} FROM {self.jobs} WHERE job_id = ?",
-            (job_id,),
-        )
-        return _record(rows[0]) if rows else None
+        records = self._records(conn, "job_id = ?", job_id)
+        return records[0] if records else None
 
     def jobs_in_state(self, conn: Any, state: str) -> list[JobRecord]:
+        return self._records(conn, "state = ?", state)
+
+    def _records(self, conn: Any, where: str, value: str) -> list[JobRecord]:
         rows = query(
             conn,
-            f"SELECT job_id, target_table, state, winners, heartbeat_at, beats, "
-            f"{self.dialect.now_sql} FROM {self.jobs} WHERE state = ?",
-            (state,),
+            f"SELECT job_id, target_table, state, heartbeat_at, beats, {self.dialect.now_sql} "
+            f"FROM {self.jobs} WHERE {where}",
+            (value,),
         )
-        return [_record(row) for row in rows]
+        records = []
+        for job_id, table, state, heartbeat_at, beats, now in rows:
+            age = (now - heartbeat_at).total_seconds() if isinstance(now, dt.datetime) else 0.0
+            winners = frozenset(
+                (int(p), int(a))
+                for p, a in query(
+                    conn,
+                    f"SELECT partition_id, attempt FROM {self.winners} WHERE job_id = ?",
+                    (job_id,),
+                )
+            )
+            records.append(JobRecord(job_id, table, state, winners, age, int(beats)))
+        return records
 
     def marker_exists(self, conn: Any, job_id: str, partition: int, attempt: int) -> bool:
         rows = query(
@@ -218,12 +244,6 @@ class Journal:
             "VALUES (?, ?, ?, ?)",
             (job_id, partition, attempt, rows),
         )
-
-
-def _record(row: tuple[Any, ...]) -> JobRecord:
-    job_id, table, state, winners, heartbeat_at, beats, now = row
-    age = (now - heartbeat_at).total_seconds() if isinstance(now, dt.datetime) else 0.0
-    return JobRecord(job_id, table, state, decode_winners(winners), age, int(beats))
 
 
 class Heartbeat:

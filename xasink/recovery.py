@@ -131,13 +131,12 @@ class _Resolver:
         if record.state != COMMITTING or self.journal is None:
             return
         prepared = {(b.partition, b.attempt) for b in branches}
-        lost = [
-            BranchId(self.journal.tag, record.job_id, p, a)
-            for p, a in sorted(record.winners - prepared)
-            if not self.journal.marker_exists(self.conn, record.job_id, p, a)
-        ]
-        for branch in lost:
-            self._add(branch, LOST, "decided for commit, but gone without marker")
+        for partition, attempt in sorted(record.winners - prepared):
+            branch = BranchId(self.journal.tag, record.job_id, partition, attempt)
+            if self.journal.marker_exists(self.conn, record.job_id, partition, attempt):
+                self._add(branch, Outcome.ALREADY_COMMITTED.value, "marker row found")
+            else:
+                self._add(branch, LOST, "decided for commit, but gone without marker")
         failed = any(a.job_id == record.job_id and a.unresolved for a in self.report.actions)
         if not failed and not self.dry_run:
             self.journal.finish(self.conn, record.job_id, record.winners)

@@ -21,8 +21,7 @@ class Dialect:
     datasource_classes: ClassVar[tuple[str, ...]] = ()
     default_port: ClassVar[int | None] = None
     quote_char: ClassVar[str] = '"'
-    text_type: ClassVar[str] = "VARCHAR(4000)"
-    long_text_type: ClassVar[str] = "CLOB"
+    text_type: ClassVar[str] = "VARCHAR(1000)"
     timestamp_type: ClassVar[str] = "TIMESTAMP"
     now_sql: ClassVar[str] = "CURRENT_TIMESTAMP"
 

@@ -26,7 +26,6 @@ class MySQLDialect(Dialect):
     default_port: ClassVar[int | None] = 3306
     quote_char: ClassVar[str] = "`"
     text_type: ClassVar[str] = "VARCHAR(512)"
-    long_text_type: ClassVar[str] = "LONGTEXT"
     timestamp_type: ClassVar[str] = "DATETIME(6)"
     now_sql: ClassVar[str] = "UTC_TIMESTAMP(6)"
 

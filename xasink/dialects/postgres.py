@@ -16,7 +16,6 @@ class PostgresDialect(Dialect):
     datasource_classes: ClassVar[tuple[str, ...]] = ("org.postgresql.xa.PGXADataSource",)
     default_port: ClassVar[int | None] = 5432
     text_type: ClassVar[str] = "TEXT"
-    long_text_type: ClassVar[str] = "TEXT"
     timestamp_type: ClassVar[str] = "TIMESTAMPTZ"
     now_sql: ClassVar[str] = "clock_timestamp()"
 

@@ -1,0 +1,38 @@
+"""A write_xa driver in its own process, so a test can SIGKILL its whole process group.
+
+Usage: python driver_process.py URL USER TABLE ROWS PARTITIONS FAULT_POINT
+The password comes from XASINK_TEST_PASSWORD. With a `hang` fault the script prints
+`XASINK-FAULT <point>` at that point and waits to be killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from support import events_df, spark_builder
+
+from xasink import write_xa
+from xasink.faults import Fault
+
+
+def main() -> None:
+    url, user, table, rows, partitions, point = sys.argv[1:7]
+    spark = spark_builder("xasink-driver-process").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    faults = [Fault(point, "hang", attempt_number=None)] if point != "none" else []
+    result = write_xa(
+        events_df(spark, int(rows), int(partitions)),
+        url,
+        table,
+        user=user,
+        password=os.environ["XASINK_TEST_PASSWORD"],
+        heartbeat_interval=1.0,
+        _faults=faults,
+    )
+    print("RESULT " + json.dumps({"job_id": result.job_id, "rows": result.rows}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
