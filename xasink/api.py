@@ -149,6 +149,7 @@ def write_xa(
         )
         job_id = uuid.uuid4().hex
         plan = WritePlan(spec, target, columns, journal, job_id, batch_size, tuple(_faults))
+        df = df.toDF(*columns)  # the table's own spelling of each column
         journal.begin_job(conn, job_id, str(target))
         log.info("xasink job %s: writing %d partitions into %s", job_id, partitions, target)
         heartbeat = Heartbeat(journal, spec, job_id, heartbeat_interval).start()

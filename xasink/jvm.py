@@ -39,7 +39,7 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
         if extra:
             # A reused worker may meet a driver it has not loaded yet.
             url_class = jpype.JClass("java.net.URL")
-            urls = jpype.JArray(url_class)([Path(j).resolve().as_uri() for j in extra])
+            urls = jpype.JArray(url_class)([url_class(Path(j).resolve().as_uri()) for j in extra])
             parent = _loader or jpype.JClass("java.lang.ClassLoader").getSystemClassLoader()
             _loader = jpype.JClass("java.net.URLClassLoader")(urls, parent)
             _loaded_jars.extend(extra)

@@ -19,6 +19,20 @@ def parse_version(version: str) -> tuple[int, int, int]:
     return tuple([*numbers, 0, 0, 0][:3])  # type: ignore[return-value]
 
 
+def version_problem(version: str) -> str | None:
+    """Why this server cannot keep prepared branches across a disconnect, or None."""
+    mariadb = "mariadb" in version.lower()
+    needed = (10, 5, 0) if mariadb else (5, 7, 7)
+    if parse_version(version) >= needed:
+        return None
+    product = "MariaDB" if mariadb else "MySQL"
+    return (
+        f"{product} {version} rolls prepared XA branches back when their connection closes, "
+        f"so exactly-once cannot be guaranteed. Upgrade to {product} "
+        f"{'.'.join(map(str, needed))} or later."
+    )
+
+
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
     jar_kinds: ClassVar[tuple[str, ...]] = ("mariadb", "mysql")
@@ -53,16 +67,9 @@ class MySQLDialect(Dialect):
     def check_server(self, conn: Any, branches: int, user: str | None) -> None:
         from ..jdbc import query, sql_error_code
 
-        version = str(query(conn, "SELECT VERSION()")[0][0])
-        mariadb = "mariadb" in version.lower()
-        needed = (10, 5, 0) if mariadb else (5, 7, 7)
-        if parse_version(version) < needed:
-            product = "MariaDB" if mariadb else "MySQL"
-            raise PreflightError(
-                f"{product} {version} rolls prepared XA branches back when their connection "
-                f"closes, so exactly-once cannot be guaranteed. Upgrade to {product} "
-                f"{'.'.join(map(str, needed))} or later."
-            )
+        problem = version_problem(str(query(conn, "SELECT VERSION()")[0][0]))
+        if problem:
+            raise PreflightError(problem)
         try:
             query(conn, "XA RECOVER")
         except Exception as exc:

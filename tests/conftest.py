@@ -1,0 +1,88 @@
+"""Session-wide database server fixtures (see ``servers.py`` for the sources).
+
+Servers start lazily, once per test session, on the first test that asks for
+them. When no source can provide a server the dependent tests are skipped,
+unless ``XASINK_TEST_REQUIRE_SERVERS=1`` (e.g. in CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+try:  # tests/ on sys.path (default rootdir-relative import mode)
+    from servers import (
+        DbServer,
+        Kind,
+        ServerUnavailable,
+        shared_server,
+        stop_shared_servers,
+    )
+except ImportError:  # tests/ imported as a package
+    from tests.servers import (
+        DbServer,
+        Kind,
+        ServerUnavailable,
+        shared_server,
+        stop_shared_servers,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register markers so ``--strict-markers`` accepts them."""
+    config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+
+
+def _server(kind: Kind, **settings: object) -> DbServer:
+    """Shared server, or skip/fail the test when none can be had."""
+    try:
+        return shared_server(kind, **settings)
+    except ServerUnavailable as exc:
+        if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
+            pytest.fail(f"{kind} server required but unavailable: {exc}")
+        pytest.skip(f"no {kind} server available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def _db_servers() -> Iterator[None]:
+    """Owns the shared servers: stops them when the session ends."""
+    yield
+    stop_shared_servers()
+
+
+@pytest.fixture(scope="session")
+def postgres(_db_servers: None) -> DbServer:
+    """PostgreSQL with max_prepared_transactions=100, as the app user."""
+    return _server("postgres")
+
+
+@pytest.fixture(scope="session")
+def mariadb(_db_servers: None) -> DbServer:
+    """MariaDB 10.11+, as the app user."""
+    return _server("mariadb")
+
+
+@pytest.fixture(scope="session")
+def pg_no_xa(_db_servers: None) -> DbServer:
+    """PostgreSQL with max_prepared_transactions=0 (two-phase commit refused)."""
+    return _server("postgres", max_prepared_transactions=0)
+
+
+@pytest.fixture(params=["postgres", "mariadb"], ids=["postgres", "mariadb"])
+def db(request: pytest.FixtureRequest) -> DbServer:
+    """Each supported server kind in turn."""
+    server: DbServer = request.getfixturevalue(request.param)
+    return server
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark for the in-process tests (local[2,4]: tasks may be retried)."""
+    from support import spark_builder
+
+    session = spark_builder().getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,117 @@
+"""Pure-Python parts: XIDs, masking, table names, jar discovery. No server needed."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from xasink import FORMAT_ID, BranchId, Xid
+from xasink.errors import ConfigurationError, DriverNotFoundError
+from xasink.jars import find_driver_jar, resolve_classpath
+from xasink.masking import Redactor, mask_url
+from xasink.target import ConnectionSpec, TableRef
+
+JOB = "0123456789abcdef0123456789abcdef"
+
+
+def test_format_id_is_a_positive_31_bit_integer():
+    assert 0 < FORMAT_ID < 2**31
+
+
+def test_branch_xid_round_trips_and_fits_xa_limits():
+    branch = BranchId("a1b2c3d4", JOB, 2**31 - 1, 2**63 - 1)
+    xid = branch.xid
+    assert xid.format_id == FORMAT_ID
+    assert len(xid.gtrid) <= 64 and len(xid.bqual) <= 64
+    assert BranchId.parse(xid) == branch
+    assert BranchId.parse(Xid.from_string(str(xid))) == branch
+
+
+def test_attempts_of_one_partition_never_collide():
+    xids = {BranchId("a1b2c3d4", JOB, 7, attempt).xid for attempt in range(100)}
+    assert len(xids) == 100
+
+
+@pytest.mark.parametrize(
+    "xid",
+    [
+        Xid(1, b"xasink1:a1b2c3d4:" + JOB.encode(), b"p0:a0"),  # another formatId
+        Xid(FORMAT_ID, b"something-else", b"p0:a0"),  # our formatId, foreign layout
+        Xid(FORMAT_ID, b"xasink1:a1b2c3d4:" + JOB.encode(), b"p00:a0"),  # non-canonical
+        Xid(FORMAT_ID, b"xasink1:a1b2c3d4:" + JOB.encode() + b"x", b"p0:a0"),
+        Xid(FORMAT_ID, b"xasink1:A1B2C3D4:" + JOB.encode(), b"p0:a0"),
+    ],
+)
+def test_foreign_xids_are_not_ours(xid):
+    assert BranchId.parse(xid) is None
+
+
+def test_xid_ranges_are_checked():
+    with pytest.raises(ValueError):
+        Xid(-1, b"g", b"b")
+    with pytest.raises(ValueError):
+        Xid(2**31, b"g", b"b")
+    with pytest.raises(ValueError):
+        Xid(1, b"g" * 65, b"b")
+    with pytest.raises(ValueError):
+        BranchId("zz", JOB, 0, 0)
+
+
+def test_pgjdbc_gid_format():
+    xid = Xid.from_parts(42, "gtrid", "bq")
+    gid = f"42_{base64.b64encode(b'gtrid').decode()}_{base64.b64encode(b'bq').decode()}"
+    assert str(xid) == gid
+    assert Xid.from_string(gid) == xid
+    for bad in ("foreign-app-1", "1_!!_xx", "x_YQ==_YQ=="):
+        with pytest.raises(ValueError):
+            Xid.from_string(bad)
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("jdbc:postgresql://h/db?user=u&password=p%40ss&ssl=true",
+         "jdbc:postgresql://h/db?user=u&password=***&ssl=true"),
+        ("jdbc:mysql://u:pw@h:3306/db", "jdbc:mysql://u:***@h:3306/db"),
+        ("jdbc:sqlserver://h;user=u;password=x;db=d", "jdbc:sqlserver://h;user=u;password=***;db=d"),
+    ],
+)
+def test_mask_url(url, masked):
+    assert mask_url(url) == masked
+
+
+def test_redactor_hides_plain_and_url_encoded_secrets():
+    redact = Redactor(["s3cr3t-Pa55word!", None])
+    text = "login s3cr3t-Pa55word! failed for jdbc:x://h/d?password=s3cr3t-Pa55word%21"
+    cleaned = redact(text)
+    assert "s3cr3t" not in cleaned and "Pa55" not in cleaned
+
+
+def test_spec_repr_has_no_password():
+    spec = ConnectionSpec("jdbc:postgresql://h/d?password=inurl", "u", "hidden-pw")
+    assert "hidden-pw" not in repr(spec) and "inurl" not in repr(spec)
+
+
+def test_table_names():
+    assert TableRef.parse("t") == TableRef("t")
+    assert TableRef.parse("s.t") == TableRef("t", "s")
+    assert TableRef.parse(("s.x", "t.y")) == TableRef("t.y", "s.x")
+    for bad in ("", ("a", "b", "c"), "a\x00b"):
+        with pytest.raises(ConfigurationError):
+            TableRef.parse(bad)
+
+
+def test_jar_discovery_prefers_the_newest_version(tmp_path):
+    for name in ("postgresql-42.2.1.jar", "postgresql-42.7.3.jar", "other.jar"):
+        (tmp_path / name).write_bytes(b"")
+    assert find_driver_jar("postgres", [tmp_path]).endswith("postgresql-42.7.3.jar")
+    assert find_driver_jar("mariadb", [tmp_path]) is None
+
+
+def test_explicit_jars_win_and_must_exist(tmp_path):
+    jar = tmp_path / "custom-driver.jar"
+    jar.write_bytes(b"")
+    assert resolve_classpath(("postgres",), [str(jar)]) == [str(jar)]
+    with pytest.raises(DriverNotFoundError, match="missing.jar"):
+        resolve_classpath(("postgres",), [str(tmp_path / "missing.jar")])
