@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 
@@ -34,8 +35,13 @@ def test_unreachable_database_fails_within_seconds(spark, logs):
         port = probe.getsockname()[1]  # closed again: nothing listens there
     started = time.monotonic()
     with pytest.raises(PreflightError) as error:
-        write_xa(events_df(spark, 10, 1), f"jdbc:postgresql://127.0.0.1:{port}/app", "t",
-                 user="app", password=SECRET)
+        write_xa(
+            events_df(spark, 10, 1),
+            f"jdbc:postgresql://127.0.0.1:{port}/app",
+            "t",
+            user="app",
+            password=SECRET,
+        )
     assert time.monotonic() - started < 15
     assert f"127.0.0.1:{port}" in str(error.value)
     no_secret(error.value, logs, SECRET)
@@ -58,9 +64,13 @@ def test_missing_driver_jar_says_where_it_looked(spark, postgres, tmp_path, monk
 
 
 def test_named_jar_that_does_not_exist(spark, postgres, logs):
-    with pytest.raises(DriverNotFoundError, match="/no/such/driver.jar"):
-        write_xa(events_df(spark, 10, 1), table="t", jars=["/no/such/driver.jar"],
-                 **connection_args(postgres))
+    with pytest.raises(DriverNotFoundError, match=re.escape("/no/such/driver.jar")):
+        write_xa(
+            events_df(spark, 10, 1),
+            table="t",
+            jars=["/no/such/driver.jar"],
+            **connection_args(postgres),
+        )
 
 
 def test_postgres_without_prepared_transactions(spark, pg_no_xa, logs):
@@ -78,8 +88,7 @@ def test_more_partitions_than_prepared_transactions(spark, postgres, logs):
     with postgres.connect() as conn:
         limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
     with pytest.raises(PreflightError) as error:
-        write_xa(events_df(spark, limit + 50, limit + 50), table=table,
-                 **connection_args(postgres))
+        write_xa(events_df(spark, limit + 50, limit + 50), table=table, **connection_args(postgres))
     assert f"max_prepared_transactions = {limit}" in str(error.value)
     assert "Repartition" in str(error.value)
     no_secret(error.value, logs, postgres.password)
@@ -94,8 +103,9 @@ def test_missing_table(spark, db, logs):
     assert db.prepared_transactions() == []
 
 
-@pytest.mark.parametrize("shape", ["{t}; DROP TABLE {t}", '{t}"; DROP TABLE "{t}',
-                                   "{t}`; DROP TABLE `{t}"])
+@pytest.mark.parametrize(
+    "shape", ["{t}; DROP TABLE {t}", '{t}"; DROP TABLE "{t}', "{t}`; DROP TABLE `{t}"]
+)
 def test_hostile_table_name_executes_nothing(spark, db, shape, logs):
     victim = new_table(db)
     with pytest.raises(PreflightError):
@@ -129,8 +139,14 @@ def test_unknown_url_scheme(spark):
 
 @pytest.mark.parametrize(
     ("version", "ok"),
-    [("10.4.31-MariaDB", False), ("10.5.0-MariaDB-log", True), ("10.11.19-MariaDB-0+deb12u1",
-     True), ("5.7.6-log", False), ("5.7.7", True), ("8.0.36", True)],
+    [
+        ("10.4.31-MariaDB", False),
+        ("10.5.0-MariaDB-log", True),
+        ("10.11.19-MariaDB-0+deb12u1", True),
+        ("5.7.6-log", False),
+        ("5.7.7", True),
+        ("8.0.36", True),
+    ],
 )
 def test_mysql_versions_that_lose_prepared_branches(version, ok):
     problem = version_problem(version)
@@ -140,7 +156,7 @@ def test_mysql_versions_that_lose_prepared_branches(version, ok):
 
 
 def test_pyspark_memory_too_small_for_a_jvm():
-    with pytest.raises(PreflightError, match="spark.executor.pyspark.memory"):
+    with pytest.raises(PreflightError, match=re.escape("spark.executor.pyspark.memory")):
         check_spark_conf({"spark.executor.pyspark.memory": "1g"})
     check_spark_conf({"spark.executor.pyspark.memory": "4g"})
     check_spark_conf({})

@@ -16,7 +16,6 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
 from support import assert_exactly, ids_in, job_states, new_table, xasink_prepared
 
 from xasink import FORMAT_ID, BranchId
@@ -30,20 +29,45 @@ ROWS, PARTITIONS = 3000, 3
 def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
     """Run `xasink recover` as a user would, with the password in an environment variable."""
     return subprocess.run(
-        [sys.executable, "-m", "xasink", "recover", "--url", db.jdbc_url, "--user", db.user,
-         "--password-env", "XASINK_TEST_PASSWORD", *args],
+        [
+            sys.executable,
+            "-m",
+            "xasink",
+            "recover",
+            "--url",
+            db.jdbc_url,
+            "--user",
+            db.user,
+            "--password-env",
+            "XASINK_TEST_PASSWORD",
+            *args,
+        ],
         env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def kill_driver_at(db, table: str, point: str) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group."""
     proc = subprocess.Popen(
-        [sys.executable, str(TESTS / "driver_process.py"), db.jdbc_url, db.user, table,
-         str(ROWS), str(PARTITIONS), point],
-        cwd=TESTS, env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            sys.executable,
+            str(TESTS / "driver_process.py"),
+            db.jdbc_url,
+            db.user,
+            table,
+            str(ROWS),
+            str(PARTITIONS),
+            point,
+        ],
+        cwd=TESTS,
+        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     reached = threading.Event()
     output: list[str] = []
@@ -65,8 +89,16 @@ def kill_driver_at(db, table: str, point: str) -> None:
 
 def parsed_branches(db) -> list[BranchId]:
     """Our branches as parsed back from what the driver's recover() returns."""
-    spec = make_spec(db.jdbc_url, user=db.user, password=db.password, properties=None,
-                     dialect=None, xa_datasource=None, jars=None, connect_timeout=10)
+    spec = make_spec(
+        db.jdbc_url,
+        user=db.user,
+        password=db.password,
+        properties=None,
+        dialect=None,
+        xa_datasource=None,
+        jars=None,
+        connect_timeout=10,
+    )
     session, journal = _open_journal(spec, None)
     with session, BranchOps(spec, journal) as ops:
         return sorted((b for b, _ in ops.prepared()), key=lambda b: b.partition)
@@ -109,8 +141,16 @@ def test_driver_killed_during_phase_two_rolls_forward(db):
     job_id = branches[0].job_id
     assert job_states(db)[job_id] == "committing"
 
-    spec = make_spec(db.jdbc_url, user=db.user, password=db.password, properties=None,
-                     dialect=None, xa_datasource=None, jars=None, connect_timeout=10)
+    spec = make_spec(
+        db.jdbc_url,
+        user=db.user,
+        password=db.password,
+        properties=None,
+        dialect=None,
+        xa_datasource=None,
+        jars=None,
+        connect_timeout=10,
+    )
     session, journal = _open_journal(spec, None)
     committed = sorted(set(range(PARTITIONS)) - {b.partition for b in branches})
     assert len(committed) == 1
@@ -161,8 +201,12 @@ def _foreign_mariadb(db) -> list[str]:
     for xid in xids:
         conn = db.connect()
         cursor = conn.cursor()
-        for sql in (f"XA START {xid}", "INSERT INTO foreign_t VALUES (1)", f"XA END {xid}",
-                    f"XA PREPARE {xid}"):
+        for sql in (
+            f"XA START {xid}",
+            "INSERT INTO foreign_t VALUES (1)",
+            f"XA END {xid}",
+            f"XA PREPARE {xid}",
+        ):
             cursor.execute(sql)
         conn.close()  # detach, so the branch outlives its session
     return xids

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 
@@ -71,10 +72,15 @@ def test_pgjdbc_gid_format():
 @pytest.mark.parametrize(
     ("url", "masked"),
     [
-        ("jdbc:postgresql://h/db?user=u&password=p%40ss&ssl=true",
-         "jdbc:postgresql://h/db?user=u&password=***&ssl=true"),
+        (
+            "jdbc:postgresql://h/db?user=u&password=p%40ss&ssl=true",
+            "jdbc:postgresql://h/db?user=u&password=***&ssl=true",
+        ),
         ("jdbc:mysql://u:pw@h:3306/db", "jdbc:mysql://u:***@h:3306/db"),
-        ("jdbc:sqlserver://h;user=u;password=x;db=d", "jdbc:sqlserver://h;user=u;password=***;db=d"),
+        (
+            "jdbc:sqlserver://h;user=u;password=x;db=d",
+            "jdbc:sqlserver://h;user=u;password=***;db=d",
+        ),
     ],
 )
 def test_mask_url(url, masked):
@@ -113,5 +119,5 @@ def test_explicit_jars_win_and_must_exist(tmp_path):
     jar = tmp_path / "custom-driver.jar"
     jar.write_bytes(b"")
     assert resolve_classpath(("postgres",), [str(jar)]) == [str(jar)]
-    with pytest.raises(DriverNotFoundError, match="missing.jar"):
+    with pytest.raises(DriverNotFoundError, match=re.escape("missing.jar")):
         resolve_classpath(("postgres",), [str(tmp_path / "missing.jar")])
