@@ -1,0 +1,40 @@
+# Everything a fresh machine needs, then the demo, the tests or the benchmarks.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# Debian packages: JDBC drivers (jars in /usr/share/java), a JRE for JPype, and the database
+# server binaries the tests and the demo start throwaway servers from.
+DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
+
+.PHONY: help system-deps install lint test demo clean
+
+help:
+	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults"
+	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
+	@echo "make install  install xasink (editable) with its test dependencies"
+
+system-deps:
+	@missing=""; \
+	for pkg in $(DEB_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+install: system-deps
+	$(PIP) install -q -e '.[test]'
+
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+
+test: install lint
+	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q
+
+demo: install
+	$(PYTHON) examples/demo.py
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .ruff_cache spark-warehouse
