@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from servers import DbServer, start_postgres  # noqa: E402
-from support import events_df, spark_builder  # noqa: E402
+from servers import DbServer, start_postgres
+from support import events_df, spark_builder
 
-from xasink import write_xa  # noqa: E402
-from xasink.faults import Fault  # noqa: E402
+from xasink import write_xa
+from xasink.faults import Fault
 
 ROWS, PARTITIONS, TABLE = 200_000, 4, "xasink_demo"
 
@@ -36,8 +36,13 @@ def database() -> Iterator[tuple[str, str | None, str | None, object]]:
 
         user, password = os.environ.get("XASINK_DEMO_USER"), os.environ.get("XASINK_DEMO_PASSWORD")
         host_db = url.removeprefix("jdbc:postgresql://")
-        yield url, user, password, lambda: psycopg.connect(
-            f"postgresql://{host_db}", user=user, password=password, autocommit=True
+        yield (
+            url,
+            user,
+            password,
+            lambda: psycopg.connect(
+                f"postgresql://{host_db}", user=user, password=password, autocommit=True
+            ),
         )
         return
     print("starting a throwaway PostgreSQL (max_prepared_transactions=100) ...")
@@ -64,7 +69,11 @@ def main() -> int:
         ]
         print(f"writing {ROWS} rows in {PARTITIONS} partitions; two first attempts will fail")
         result = write_xa(
-            events_df(spark, ROWS, PARTITIONS), url, TABLE, user=user, password=password,
+            events_df(spark, ROWS, PARTITIONS),
+            url,
+            TABLE,
+            user=user,
+            password=password,
             _faults=faults,
         )
         spark.stop()
