@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 import jpype
@@ -38,11 +39,18 @@ def classpath_for(spec: ConnectionSpec) -> list[str]:
     return resolve_classpath(get_dialect(spec.dialect).jar_kinds, spec.jars)
 
 
+def _local_jars(spec: ConnectionSpec) -> list[str]:
+    """The driver's resolved jars; on an executor where they are absent, look again here."""
+    if spec.jars and all(Path(jar).is_file() for jar in spec.jars):
+        return list(spec.jars)
+    return resolve_classpath(get_dialect(spec.dialect).jar_kinds, None)
+
+
 def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
     cached = _datasources.get(spec)
     if cached is not None:
         return cached
-    ensure_jvm(spec.jars or classpath_for(spec))
+    ensure_jvm(_local_jars(spec))
     candidates = (spec.xa_datasource,) if spec.xa_datasource else dialect.datasource_classes
     if not candidates:
         raise ConfigurationError("Name the driver's XADataSource class with xa_datasource=...")
