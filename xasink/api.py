@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .commit import BranchOps, Outcome
 from .connect import check_reachable, classpath_for, open_session
-from .dialects import dialect_name_for, get_dialect
+from .dialects import Dialect, dialect_name_for, get_dialect
 from .errors import (
     CommitError,
     ConfigurationError,
@@ -99,6 +99,7 @@ def write_xa(
     password: str | None = None,
     properties: Mapping[str, object] | None = None,
     batch_size: int = 10_000,
+    bulk: bool = True,
     jars: Sequence[str] | None = None,
     dialect: str | None = None,
     xa_datasource: str | None = None,
@@ -112,7 +113,10 @@ def write_xa(
 ) -> WriteResult:
     """Write every row of `df` into `table` exactly once, or none of them.
 
-    Each partition writes into its own XA branch and PREPAREs it; the driver records the
+    Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
+    LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
+    then through JDBC batches of `batch_size` rows. Each partition writes into its own XA
+    branch and PREPAREs it; the driver records the
     commit decision in the target database, then commits the winning branches. A failure
     before the decision rolls everything back and re-raises; a crash after it is finished
     by `xasink recover` (or by the next write_xa on this table).
@@ -148,7 +152,16 @@ def write_xa(
             else []
         )
         job_id = uuid.uuid4().hex
-        plan = WritePlan(spec, target, columns, journal, job_id, batch_size, tuple(_faults))
+        plan = WritePlan(
+            spec,
+            target,
+            columns,
+            journal,
+            job_id,
+            batch_size,
+            bulk=bulk and _bulk_available(the_dialect, conn),
+            faults=tuple(_faults),
+        )
         df = df.toDF(*columns)  # the table's own spelling of each column
         journal.begin_job(conn, job_id, str(target))
         log.info("xasink job %s: writing %d partitions into %s", job_id, partitions, target)
@@ -182,6 +195,13 @@ def write_xa(
         rolled_back_attempts=losers,
         recovered=recovered,
     )
+
+
+def _bulk_available(dialect: Dialect, conn: Any) -> bool:
+    problem = dialect.bulk_problem(conn)
+    if problem:
+        log.warning("xasink: bulk loading is off (%s); writing with batched INSERTs", problem)
+    return problem is None
 
 
 def _prepare_all(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -18,7 +18,7 @@ from .dialects import get_dialect
 from .errors import WriteError
 from .faults import Fault, trigger
 from .journal import Journal
-from .loading import BatchedInsertLoader, insert_sql
+from .loaders import Loader, open_loader
 from .target import ConnectionSpec, TableRef
 from .xa import XaSession
 from .xid import BranchId, Xid
@@ -47,6 +47,7 @@ class WritePlan:
     journal: Journal
     job_id: str
     batch_size: int
+    bulk: bool = True
     faults: tuple[Fault, ...] = ()
 
 
@@ -86,14 +87,22 @@ def _write_branch(
     xid = branch.xid
     session = open_session(plan.spec)
     started = False
+    loader: Loader | None = None
     try:
         session.start(xid)
         started = True
         rows = 0
-        loader = None
         for batch in batches:
             if loader is None:
-                loader = _loader(plan, session, batch.schema)
+                loader = open_loader(
+                    get_dialect(plan.spec.dialect),
+                    session.connection,
+                    plan.table,
+                    plan.columns,
+                    batch.schema,
+                    plan.batch_size,
+                    plan.bulk,
+                )
             loader.write(batch)
             rows += batch.num_rows
             trigger(plan.faults, "after_rows", branch.partition, attempt_number)
@@ -106,6 +115,8 @@ def _write_branch(
         session.prepare(xid)
         return rows
     except BaseException as exc:
+        if loader is not None:
+            _quietly(loader.abort, session)
         if started:
             _abandon(session, xid)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -119,16 +130,14 @@ def _write_branch(
         session.close()
 
 
-def _loader(plan: WritePlan, session: XaSession, schema: pa.Schema) -> BatchedInsertLoader:
-    dialect = get_dialect(plan.spec.dialect)
-    sql = insert_sql(dialect.quote, dialect.qualified(plan.table), plan.columns)
-    return BatchedInsertLoader(session.connection, sql, schema, plan.columns, plan.batch_size)
-
-
 def _abandon(session: XaSession, xid: Xid) -> None:
     """Best effort: the branch must not survive a failed write (the task will retry)."""
-    for step in (lambda: session.end(xid, success=False), lambda: session.rollback(xid)):
-        try:
-            step()
-        except Exception as exc:  # the server also rolls back when the connection closes
-            log.debug("cleanup of %s: %s", xid, session.redact(exc))
+    _quietly(lambda: session.end(xid, success=False), session)
+    _quietly(lambda: session.rollback(xid), session)
+
+
+def _quietly(step: Callable[[], object], session: XaSession) -> None:
+    try:
+        step()
+    except Exception as exc:  # the server also rolls back when the connection closes
+        log.debug("xasink cleanup step failed: %s", session.redact(exc))

@@ -78,6 +78,15 @@ class Dialect:
         """Statements run on every new connection, before any branch starts."""
         return []
 
+    # -- loading ---------------------------------------------------------------------
+    def bulk_loader(self) -> type | None:
+        """The dialect's bulk loader class (same interface as BatchedInsertLoader), if any."""
+        return None
+
+    def bulk_problem(self, conn: Any) -> str | None:
+        """Why the bulk loader cannot run against this server, or None."""
+        return None
+
     # -- preflight -------------------------------------------------------------------
     def check_server(self, conn: Any, branches: int, user: str | None) -> None:
         """Raise PreflightError when the server cannot hold `branches` prepared branches."""

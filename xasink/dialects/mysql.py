@@ -33,6 +33,12 @@ def version_problem(version: str) -> str | None:
     )
 
 
+def _mariadb_connection_class() -> Any:
+    from ..jvm import jclass
+
+    return jclass("org.mariadb.jdbc.MariaDbConnection")
+
+
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
     jar_kinds: ClassVar[tuple[str, ...]] = ("mariadb", "mysql")
@@ -51,7 +57,10 @@ class MySQLDialect(Dialect):
         if datasource_class == MARIADB_DATASOURCE:
             # Connector/J 3 accepts jdbc:mysql: only with permitMysqlScheme; 2.x takes both.
             url = re.sub(r"^jdbc:mysql:", "jdbc:mariadb:", url)
-            props = {"connectTimeout": str(spec.connect_timeout * 1000)}
+            props = {
+                "connectTimeout": str(spec.connect_timeout * 1000),
+                "allowLocalInfile": "true",
+            }
         else:
             props = {
                 "connectTimeout": str(spec.connect_timeout * 1000),
@@ -60,6 +69,20 @@ class MySQLDialect(Dialect):
         props.update(dict(spec.properties))
         sep = "&" if "?" in url else "?"
         return url + sep + urlencode(props)
+
+    def bulk_loader(self) -> type | None:
+        from ..loaders.mysql_load_data import MySQLLoadDataLoader
+
+        return MySQLLoadDataLoader
+
+    def bulk_problem(self, conn: Any) -> str | None:
+        from ..jdbc import query
+
+        if not conn.isWrapperFor(_mariadb_connection_class()):
+            return "LOAD DATA from a stream needs MariaDB Connector/J"
+        if str(query(conn, "SELECT @@GLOBAL.local_infile")[0][0]) in ("0", "OFF"):
+            return "the server has local_infile=OFF (SET GLOBAL local_infile = 1 enables it)"
+        return None
 
     def session_sql(self) -> list[str]:
         return ["SET time_zone = '+00:00'"]

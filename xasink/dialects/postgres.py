@@ -30,6 +30,11 @@ class PostgresDialect(Dialect):
         sep = "&" if "?" in spec.url else "?"
         return spec.url + sep + urlencode(props)
 
+    def bulk_loader(self) -> type | None:
+        from ..loaders.pg_copy import PostgresCopyLoader
+
+        return PostgresCopyLoader
+
     def session_sql(self) -> list[str]:
         return ["SET TIME ZONE 'UTC'"]
 

@@ -1,26 +1,19 @@
-"""Row loaders that run inside an open XA branch.
+"""The generic loader: a parameterised INSERT, sent in JDBC batches.
 
-A loader turns Arrow record batches into rows of the target table. This module holds the
-generic batched-INSERT loader; dialects may supply a bulk loader with the same interface.
+Works with any JDBC driver, at the cost of one Java call per value. The dialects' bulk
+loaders are preferred where they exist.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import jpype
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ConfigurationError
-
-
-class Loader(Protocol):
-    def write(self, batch: pa.RecordBatch) -> None: ...
-
-    def finish(self) -> None: ...
-
+from ..errors import ConfigurationError
 
 Setter = Callable[[Any, int, Any], None]
 Column = tuple[Callable[[pa.Array], list[Any]], Setter, int]
@@ -122,8 +115,5 @@ class BatchedInsertLoader:
         finally:
             self._statement.close()
 
-
-def insert_sql(quote: Callable[[str], str], table_sql: str, columns: Sequence[str]) -> str:
-    names = ", ".join(quote(c) for c in columns)
-    marks = ", ".join("?" for _ in columns)
-    return f"INSERT INTO {table_sql} ({names}) VALUES ({marks})"
+    def abort(self) -> None:
+        self._statement.close()
