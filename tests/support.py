@@ -28,6 +28,7 @@ def spark_builder(app: str = "xasink-tests") -> Any:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
         .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
     )
 
 

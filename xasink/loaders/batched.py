@@ -22,18 +22,19 @@ Column = tuple[Callable[[pa.Array], list[Any]], Setter, int]
 def _java() -> dict[str, Any]:
     return {
         "Types": jpype.JClass("java.sql.Types"),
-        "Timestamp": jpype.JClass("java.sql.Timestamp"),
+        "LocalDateTime": jpype.JClass("java.time.LocalDateTime"),
+        "UTC": jpype.JClass("java.time.ZoneOffset").UTC,
         "LocalDate": jpype.JClass("java.time.LocalDate"),
         "BigDecimal": jpype.JClass("java.math.BigDecimal"),
     }
 
 
-def _timestamp_setter(timestamp_class: Any) -> Setter:
+def _timestamp_setter(local_date_time: Any, utc: Any) -> Setter:
+    # java.time is proleptic Gregorian like Spark and Arrow; java.sql.Timestamp is not, and
+    # would shift dates before 1582 by days.
     def set_timestamp(statement: Any, index: int, micros: int) -> None:
         seconds, micro = divmod(micros, 1_000_000)
-        value = timestamp_class(seconds * 1000)
-        value.setNanos(micro * 1000)
-        statement.setTimestamp(index, value)
+        statement.setObject(index, local_date_time.ofEpochSecond(seconds, micro * 1000, utc))
 
     return set_timestamp
 
@@ -66,7 +67,7 @@ def column_binding(arrow_type: pa.DataType, name: str) -> Column:
         def micros(array: pa.Array) -> list[Any]:
             return pc.cast(array, pa.timestamp("us", arrow_type.tz)).cast(pa.int64()).to_pylist()
 
-        return micros, _timestamp_setter(java["Timestamp"]), types.TIMESTAMP
+        return micros, _timestamp_setter(java["LocalDateTime"], java["UTC"]), types.TIMESTAMP
     raise ConfigurationError(
         f"Column {name!r} has type {arrow_type}, which the batched writer cannot store yet."
     )
