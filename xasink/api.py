@@ -50,6 +50,18 @@ class WriteResult:
     total_seconds: float
     rolled_back_attempts: int = 0
     recovered: list[BranchAction] = field(default_factory=list)
+    #: Highest peak RSS reported by a partition writer's Python worker, in KiB.
+    worker_peak_rss_kb: int = 0
+
+
+@dataclass(frozen=True)
+class PhaseOne:
+    """What the partition messages told the driver."""
+
+    winners: list[BranchId]
+    rows: int
+    empty_partitions: int
+    worker_peak_rss_kb: int
 
 
 def make_spec(
@@ -167,7 +179,8 @@ def write_xa(
         log.info("xasink job %s: writing %d partitions into %s", job_id, partitions, target)
         heartbeat = Heartbeat(journal, spec, job_id, heartbeat_interval).start()
         try:
-            winners, rows, empty = _prepare_all(df, plan, partitions, ops, conn)
+            phase_one = _prepare_all(df, plan, partitions, ops, conn)
+            winners, rows = phase_one.winners, phase_one.rows
             prepare_seconds = time.monotonic() - started
             log.info(
                 "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
@@ -188,12 +201,13 @@ def write_xa(
         table=str(target),
         rows=rows,
         partitions=len(winners),
-        empty_partitions=empty,
+        empty_partitions=phase_one.empty_partitions,
         prepare_seconds=prepare_seconds,
         commit_seconds=commit_seconds,
         total_seconds=total,
         rolled_back_attempts=losers,
         recovered=recovered,
+        worker_peak_rss_kb=phase_one.worker_peak_rss_kb,
     )
 
 
@@ -206,15 +220,15 @@ def _bulk_available(dialect: Dialect, conn: Any) -> bool:
 
 def _prepare_all(
     df: DataFrame, plan: WritePlan, partitions: int, ops: BranchOps, conn: Any
-) -> tuple[list[BranchId], int, int]:
+) -> PhaseOne:
     """Phase 1 and the decision. Any failure before the decision rolls the job back."""
     try:
         _describe_job(df, plan)
         messages = df.mapInArrow(functools.partial(write_partition, plan), MESSAGE_DDL).collect()
-        winners, rows, empty = _winners(plan, messages, partitions)
+        phase_one = _winners(plan, messages, partitions)
         trigger(plan.faults, "before_decision")
-        _decide(plan, conn, winners)
-        return winners, rows, empty
+        _decide(plan, conn, phase_one.winners)
+        return phase_one
     except DecisionUnknownError:
         raise
     except BaseException:
@@ -230,9 +244,7 @@ def _describe_job(df: DataFrame, plan: WritePlan) -> None:
         )
 
 
-def _winners(
-    plan: WritePlan, messages: list[Any], partitions: int
-) -> tuple[list[BranchId], int, int]:
+def _winners(plan: WritePlan, messages: list[Any], partitions: int) -> PhaseOne:
     """Exactly one message per partition: those attempts are the winners."""
     seen: dict[int, Any] = {}
     for message in messages:
@@ -248,7 +260,8 @@ def _winners(
         if m.xid
     ]
     rows = sum(m.rows for m in seen.values())
-    return winners, rows, partitions - len(winners)
+    peak = max((m.peak_rss_kb for m in seen.values()), default=0)
+    return PhaseOne(winners, rows, partitions - len(winners), peak)
 
 
 def _decide(plan: WritePlan, conn: Any, winners: list[BranchId]) -> None:

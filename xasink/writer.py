@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import resource
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -32,9 +33,10 @@ MESSAGE_SCHEMA = pa.schema(
         ("attempt", pa.int64()),
         ("xid", pa.string()),
         ("rows", pa.int64()),
+        ("peak_rss_kb", pa.int64()),
     ]
 )
-MESSAGE_DDL = "partition int, attempt long, xid string, rows long"
+MESSAGE_DDL = "partition int, attempt long, xid string, rows long, peak_rss_kb long"
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,18 @@ class WritePlan:
 
 
 def _message(partition: int, attempt: int, xid: str, rows: int) -> pa.RecordBatch:
+    # Peak RSS of this worker process so far: shows that memory does not grow with rows.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return pa.RecordBatch.from_pylist(
-        [{"partition": partition, "attempt": attempt, "xid": xid, "rows": rows}],
+        [
+            {
+                "partition": partition,
+                "attempt": attempt,
+                "xid": xid,
+                "rows": rows,
+                "peak_rss_kb": peak,
+            }
+        ],
         schema=MESSAGE_SCHEMA,
     )
 
