@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .commit import BranchOps, Outcome
+from .commit import BranchOps, commit_group
 from .connect import check_reachable, classpath_for, open_session
 from .dialects import Dialect, dialect_name_for, get_dialect
 from .errors import (
@@ -118,6 +118,7 @@ def write_xa(
     journal_schema: str | None = None,
     connect_timeout: int = 10,
     commit_retries: int = 5,
+    commit_parallelism: int = 4,
     recover_first: bool = True,
     grace: float = DEFAULT_GRACE,
     heartbeat_interval: float = 10.0,
@@ -190,7 +191,7 @@ def write_xa(
                 prepare_seconds,
             )
             commit_started = time.monotonic()
-            losers = _commit_all(plan, ops, conn, winners)
+            losers = _commit_all(plan, ops, conn, winners, commit_parallelism)
             commit_seconds = time.monotonic() - commit_started
         finally:
             heartbeat.stop()
@@ -329,35 +330,42 @@ def _abort(plan: WritePlan, ops: BranchOps, conn: Any) -> None:
         )
 
 
-def _commit_all(plan: WritePlan, ops: BranchOps, conn: Any, winners: list[BranchId]) -> int:
+def _commit_all(
+    plan: WritePlan, ops: BranchOps, conn: Any, winners: list[BranchId], parallelism: int
+) -> int:
     """Phase 2: commit the winners, then roll back every other attempt of this job."""
-    lost: list[BranchId] = []
-    last_report = time.monotonic()
-    for done, branch in enumerate(winners, start=1):
-        try:
-            outcome = ops.commit(branch)
-        except Exception as exc:
-            raise CommitError(
-                f"Committing branch {branch.name} failed: {plan.spec.redact(exc)}. The commit "
-                "decision is recorded, so run `xasink recover` to finish the commit."
-            ) from None
-        if outcome is Outcome.LOST:
-            lost.append(branch)
-        if done == 1:
-            trigger(plan.faults, "after_first_commit")
-        if time.monotonic() - last_report > 5:
-            log.info("xasink job %s: committed %d/%d branches", plan.job_id, done, len(winners))
-            last_report = time.monotonic()
+    last_report = [time.monotonic()]
+
+    def progress(done: int, total: int) -> None:
+        if time.monotonic() - last_report[0] > 5:
+            log.info("xasink job %s: committed %d/%d branches", plan.job_id, done, total)
+            last_report[0] = time.monotonic()
+
+    group = commit_group(
+        plan.spec,
+        plan.journal,
+        winners,
+        parallelism=parallelism,
+        retries=ops.retries,
+        after_first=lambda: trigger(plan.faults, "after_first_commit"),
+        progress=progress,
+    )
+    if group.errors:
+        failed = "; ".join(f"{b.name}: {e}" for b, e in list(group.errors.items())[:5])
+        raise CommitError(
+            f"Committing {len(group.errors)} branch(es) of job {plan.job_id} failed ({failed}). "
+            "The commit decision is recorded, so run `xasink recover` to finish the commit."
+        )
     winner_keys = {(w.partition, w.attempt) for w in winners}
     losers = 0
     for branch, _ in ops.prepared():
         if branch.job_id == plan.job_id and (branch.partition, branch.attempt) not in winner_keys:
             ops.rollback(branch)
             losers += 1
-    if lost:
-        names = [b.name for b in lost]
+    if group.lost:
+        names = [b.name for b in group.lost]
         raise LostBranchError(
-            f"{len(lost)} winning branch(es) of job {plan.job_id} vanished before commit and "
+            f"{len(names)} winning branch(es) of job {plan.job_id} vanished before commit and "
             f"their rows are NOT in {plan.table}: {', '.join(names[:10])}. The server rolled "
             "them back (e.g. an administrator, or a server without durable XA). Re-run the "
             "write for the missing data.",

@@ -7,10 +7,13 @@ XAER_NOTA on commit means "already committed" only when the branch's marker row 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from .connect import open_session
@@ -117,3 +120,73 @@ class BranchOps:
             if branch is not None and branch.journal == self.journal.tag:
                 ours.append((branch, xid))
         return ours
+
+
+@dataclass
+class GroupCommit:
+    """Outcome of committing many branches: what happened to each, and what failed."""
+
+    outcomes: dict[BranchId, Outcome]
+    errors: dict[BranchId, str]
+
+    @property
+    def lost(self) -> list[BranchId]:
+        return [b for b, o in self.outcomes.items() if o is Outcome.LOST]
+
+
+def commit_group(
+    spec: ConnectionSpec,
+    journal: Journal,
+    branches: Sequence[BranchId],
+    *,
+    parallelism: int = 4,
+    retries: int = 5,
+    after_first: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> GroupCommit:
+    """Commit `branches`: the first alone, the rest over up to `parallelism` connections.
+
+    COMMIT PREPARED mostly waits on the server's log flush, so a few connections in
+    parallel cut phase 2 for many small branches. Every branch is attempted; failures are
+    collected and never stop the others (the decision is already durable).
+    """
+    result = GroupCommit({}, {})
+    lock = threading.Lock()
+    pending = list(branches)
+
+    def commit_one(ops: BranchOps, branch: BranchId) -> None:
+        try:
+            outcome = ops.commit(branch)
+            with lock:
+                result.outcomes[branch] = outcome
+        except Exception as exc:
+            with lock:
+                result.errors[branch] = spec.redact(exc)
+        if progress is not None:
+            progress(len(result.outcomes) + len(result.errors), len(branches))
+
+    def drain(ops: BranchOps) -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                branch = pending.pop(0)
+            commit_one(ops, branch)
+
+    workers = max(1, min(parallelism, len(pending) - 1))
+    with contextlib.ExitStack() as stack:
+        pool = [stack.enter_context(BranchOps(spec, journal, retries)) for _ in range(workers)]
+        if pending:
+            commit_one(pool[0], pending.pop(0))
+            if after_first is not None:
+                after_first()
+        threads = [
+            threading.Thread(target=drain, args=(ops,), name=f"xasink-commit-{i}")
+            for i, ops in enumerate(pool[1:], start=1)
+        ]
+        for thread in threads:
+            thread.start()
+        drain(pool[0])
+        for thread in threads:
+            thread.join()
+    return result

@@ -21,7 +21,7 @@ from .faults import Fault, trigger
 from .journal import Journal
 from .loaders import Loader, open_loader
 from .target import ConnectionSpec, TableRef
-from .xa import XaSession
+from .xa import XaFailure, XaSession
 from .xid import BranchId, Xid
 
 log = logging.getLogger("xasink")
@@ -97,11 +97,10 @@ def _write_branch(
     """start → rows → marker → end → prepare; on any error end(TMFAIL) and roll back."""
     redact = plan.spec.redact
     xid = branch.xid
-    session = open_session(plan.spec)
-    started = False
+    session, started, keep = _idle_sessions.pop(plan.spec, None), False, False
     loader: Loader | None = None
     try:
-        session.start(xid)
+        session = _start(plan.spec, session, xid)
         started = True
         rows = 0
         for batch in batches:
@@ -125,6 +124,7 @@ def _write_branch(
         )
         session.end(xid)
         session.prepare(xid)
+        keep = get_dialect(plan.spec.dialect).reuse_after_prepare
         return rows
     except BaseException as exc:
         if loader is not None:
@@ -139,7 +139,31 @@ def _write_branch(
             f"{redact(exc)}"
         ) from None
     finally:
+        if session is not None and keep:
+            _idle_sessions[plan.spec] = session  # this worker's next partition reuses it
+        elif session is not None:
+            session.close()
+
+
+#: One idle session per connection spec, kept by a reused Python worker between tasks.
+_idle_sessions: dict[ConnectionSpec, XaSession] = {}
+
+
+def _start(spec: ConnectionSpec, idle: XaSession | None, xid: Xid) -> XaSession:
+    """Start the branch on the idle session if it still works, else on a new one."""
+    if idle is not None:
+        try:
+            idle.start(xid)
+            return idle
+        except XaFailure:
+            idle.close()  # nothing was written on it; a fresh connection is safe
+    session = open_session(spec)
+    try:
+        session.start(xid)
+    except BaseException:
         session.close()
+        raise
+    return session
 
 
 def _abandon(session: XaSession, xid: Xid) -> None:

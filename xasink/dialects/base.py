@@ -24,6 +24,8 @@ class Dialect:
     text_type: ClassVar[str] = "VARCHAR(1000)"
     timestamp_type: ClassVar[str] = "TIMESTAMP"
     now_sql: ClassVar[str] = "CURRENT_TIMESTAMP"
+    #: Whether a connection may open a new branch after preparing one (MariaDB: no, 1399).
+    reuse_after_prepare: ClassVar[bool] = False
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:

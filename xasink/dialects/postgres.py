@@ -18,6 +18,7 @@ class PostgresDialect(Dialect):
     text_type: ClassVar[str] = "TEXT"
     timestamp_type: ClassVar[str] = "TIMESTAMPTZ"
     now_sql: ClassVar[str] = "clock_timestamp()"
+    reuse_after_prepare: ClassVar[bool] = True
 
     def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
         props = {
