@@ -15,6 +15,7 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import assert_exactly, connection_args, new_table
 
 from xasink import write_xa
 
@@ -185,3 +186,15 @@ def test_edge_values_round_trip(spark, db, fidelity_table):
         )
         rows.append((None, None, 127, 32767, 2**31 - 1, 2**63 - 1, None, None, None, None))
     check_round_trip(spark, db, fidelity_table, rows, bulk=True)
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "batched"])
+def test_mysql_cannot_hold_nan_so_nothing_is_written(spark, mariadb, bulk):
+    table = new_table(mariadb)
+    df = spark.createDataFrame(
+        [(1, "a", 1.0, 1, None), (2, "b", math.nan, 2, None)],
+        "id long, name string, v double, n int, ts timestamp",
+    )
+    with pytest.raises(Exception, match="rolled back"):
+        write_xa(df.coalesce(1), table=table, bulk=bulk, **connection_args(mariadb))
+    assert_exactly(mariadb, table, [])
