@@ -101,3 +101,17 @@ def test_generic_driver_path(spark, postgres):
     )
     assert result.rows == 1000
     assert_exactly(postgres, table, range(1000))
+
+
+@pytest.mark.parametrize(("max_branches", "branches"), [("auto", 4), (None, 40), (7, 7)])
+def test_many_partitions_are_coalesced_into_few_branches(spark, postgres, max_branches, branches):
+    """local[2]: "auto" allows 2 x 2 branches; None keeps one branch per partition."""
+    table = new_table(postgres)
+    result = write_xa(
+        events_df(spark, 400, 40),
+        table=table,
+        max_branches=max_branches,
+        **connection_args(postgres),
+    )
+    assert result.partitions + result.empty_partitions == branches
+    assert_exactly(postgres, table, range(400))

@@ -88,9 +88,14 @@ def test_more_partitions_than_prepared_transactions(spark, postgres, logs):
     with postgres.connect() as conn:
         limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
     with pytest.raises(PreflightError) as error:
-        write_xa(events_df(spark, limit + 50, limit + 50), table=table, **connection_args(postgres))
+        write_xa(
+            events_df(spark, limit + 50, limit + 50),
+            table=table,
+            max_branches=None,
+            **connection_args(postgres),
+        )
     assert f"max_prepared_transactions = {limit}" in str(error.value)
-    assert "Repartition" in str(error.value)
+    assert "max_branches" in str(error.value)
     no_secret(error.value, logs, postgres.password)
     assert_exactly(postgres, table, [])
 

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .commit import BranchOps, commit_group
 from .connect import check_reachable, classpath_for, open_session
@@ -119,6 +119,7 @@ def write_xa(
     connect_timeout: int = 10,
     commit_retries: int = 5,
     commit_parallelism: int = 4,
+    max_branches: int | Literal["auto"] | None = "auto",
     recover_first: bool = True,
     grace: float = DEFAULT_GRACE,
     heartbeat_interval: float = 10.0,
@@ -149,6 +150,7 @@ def write_xa(
     )
     target = TableRef.parse(table)
     check_spark_conf(dict(df.sparkSession.sparkContext.getConf().getAll()))
+    df = _limit_branches(df, max_branches)
     partitions = df.rdd.getNumPartitions()
     session, journal = _open_journal(spec, journal_schema)
     with session, BranchOps(spec, journal, retries=commit_retries) as ops:
@@ -210,6 +212,26 @@ def write_xa(
         recovered=recovered,
         worker_peak_rss_kb=phase_one.worker_peak_rss_kb,
     )
+
+
+def _limit_branches(df: DataFrame, max_branches: int | Literal["auto"] | None) -> DataFrame:
+    """Coalesce (no shuffle) to at most `max_branches` partitions, like Spark JDBC's
+    `numPartitions`. Each Python task costs tens of milliseconds and each branch holds a
+    prepared slot, so 200 tiny partitions are cheaper written as a few larger branches.
+    "auto" means twice Spark's default parallelism; None keeps every partition."""
+    if max_branches is None:
+        return df
+    if max_branches == "auto":
+        limit = 2 * max(1, df.sparkSession.sparkContext.defaultParallelism)
+    elif isinstance(max_branches, int) and max_branches >= 1:
+        limit = max_branches
+    else:
+        raise ConfigurationError("max_branches must be a positive integer, 'auto' or None.")
+    partitions = df.rdd.getNumPartitions()
+    if partitions <= limit:
+        return df
+    log.info("xasink: coalescing %d partitions into %d branches", partitions, limit)
+    return df.coalesce(limit)
 
 
 def _bulk_available(dialect: Dialect, conn: Any) -> bool:
