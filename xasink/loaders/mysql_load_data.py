@@ -3,10 +3,15 @@
 With LOCAL, the server turns data errors into warnings and goes on, which would silently
 change rows. So every statement's row count and warnings are checked, and any mismatch
 fails the branch (which the writer then rolls back).
+
+Each chunk's statement runs on one background thread while the worker encodes the next
+chunk (JPype releases the GIL inside Java), so encoding overlaps the server's load; at most
+two chunks are in memory.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jpype
@@ -16,7 +21,7 @@ from ..errors import WriteError
 from ..jvm import jclass
 from .csv_encoding import CsvEncoder
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")
 
 
@@ -55,6 +60,8 @@ class MySQLLoadDataLoader:
         self._parts: list[bytes] = []
         self._size = 0
         self._rows = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xasink-load")
+        self._pending: Future[None] | None = None
 
     def write(self, batch: pa.RecordBatch) -> None:
         data = self._encoder.encode(batch)
@@ -67,9 +74,17 @@ class MySQLLoadDataLoader:
     def _flush(self) -> None:
         if not self._rows:
             return
-        data = b"".join(self._parts)
-        expected = self._rows
+        data, expected = b"".join(self._parts), self._rows
         self._parts, self._size, self._rows = [], 0, 0
+        self._wait()  # one statement at a time on the connection
+        self._pending = self._executor.submit(self._load, data, expected)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _load(self, data: bytes, expected: int) -> None:
         self._statement.setLocalInfileInputStream(self._stream(data))
         self._statement.execute(self._sql)
         loaded = int(self._statement.getUpdateCount())
@@ -84,8 +99,13 @@ class MySQLLoadDataLoader:
     def finish(self) -> None:
         try:
             self._flush()
+            self._wait()
         finally:
-            self._statement.close()
+            self._close()
 
     def abort(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
         self._statement.close()
