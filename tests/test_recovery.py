@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
+import pytest
 from support import assert_exactly, ids_in, job_states, new_table, xasink_prepared
 
 from xasink import FORMAT_ID, BranchId
@@ -231,3 +233,43 @@ def test_foreign_prepared_transactions_are_never_touched(db):
             for prefix in ("foreign-app", "other-app", "not-our", "xasink1:deadbeef"):
                 db.rollback_prepared(prefix)
     assert db.prepared_transactions() == before
+
+
+@pytest.mark.parametrize("operation", ["commit", "rollback"])
+def test_mariadb_branch_still_attached_to_its_session_is_not_lost(mariadb, operation):
+    """MariaDB answers XAER_NOTA while the preparing session is still connected; that must
+    neither count as lost (commit) nor as already gone (rollback)."""
+    table = new_table(mariadb)
+    spec = make_spec(
+        mariadb.jdbc_url,
+        user=mariadb.user,
+        password=mariadb.password,
+        properties=None,
+        dialect=None,
+        xa_datasource=None,
+        jars=None,
+        connect_timeout=10,
+    )
+    session, journal = _open_journal(spec, None)
+    with session:
+        journal.ensure(session.connection)
+    branch = BranchId(journal.tag, uuid.uuid4().hex, 0, 1)
+    xid = f"X'{branch.xid.gtrid.hex()}',X'{branch.xid.bqual.hex()}',{FORMAT_ID}"
+    writer = mariadb.connect()
+    cursor = writer.cursor()
+    for sql in (
+        f"XA START {xid}",
+        f"INSERT INTO {table} (id) VALUES (7)",
+        f"INSERT INTO xasink_markers VALUES ('{branch.job_id}', 0, 1, 1)",
+        f"XA END {xid}",
+        f"XA PREPARE {xid}",
+    ):
+        cursor.execute(sql)
+    closer = threading.Timer(1.5, writer.close)  # the worker's disconnect, processed late
+    closer.start()
+    with BranchOps(spec, journal) as ops:
+        outcome = ops.commit(branch) if operation == "commit" else ops.rollback(branch)
+    closer.join()
+    expected = {"commit": (Outcome.COMMITTED, [7]), "rollback": (Outcome.ROLLED_BACK, [])}
+    assert (outcome, ids_in(mariadb, table)) == expected[operation]
+    assert mariadb.prepared_transactions() == []

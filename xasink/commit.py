@@ -81,7 +81,7 @@ class BranchOps:
     def commit(self, branch: BranchId) -> Outcome:
         xid = branch.xid
         try:
-            self._retry("commit", lambda s: s.commit(xid))
+            self._settle("commit", branch, lambda s: s.commit(xid))
             return Outcome.COMMITTED
         except XaFailure as failure:
             if failure.kind is FailureKind.NOT_FOUND:
@@ -93,7 +93,52 @@ class BranchOps:
                 return Outcome.COMMITTED
             raise
 
+    def rollback(self, branch: BranchId) -> Outcome:
+        try:
+            self._settle("rollback", branch, lambda s: s.rollback(branch.xid))
+            return Outcome.ROLLED_BACK
+        except XaFailure as failure:
+            if failure.kind in (FailureKind.NOT_FOUND, FailureKind.ROLLED_BACK):
+                return Outcome.ALREADY_GONE
+            raise
+
+    def _settle(self, operation: str, branch: BranchId, call: Callable[[XaSession], None]) -> None:
+        """Run commit/rollback; XAER_NOTA is final only once XA RECOVER no longer lists it.
+
+        MariaDB answers XAER_NOTA for a branch that is prepared but still attached to the
+        session that prepared it, until the server has processed that session's disconnect.
+        So while the xid is still listed, back off and try again (bounded).
+        """
+        for attempt in range(self.retries + 1):
+            try:
+                self._retry(operation, call)
+                return
+            except XaFailure as failure:
+                if failure.kind is not FailureKind.NOT_FOUND or not self._is_prepared(branch):
+                    raise
+                if attempt == self.retries:
+                    raise XaFailure(
+                        operation,
+                        FailureKind.TRANSIENT,
+                        failure.code,
+                        f"{branch.name} is prepared but still attached to the session that "
+                        "prepared it; run `xasink recover` once that session is gone",
+                    ) from None
+                delay = self.backoff * 2**attempt
+                log.info(
+                    "xasink %s %s: still attached elsewhere; retrying in %.1fs",
+                    operation,
+                    branch.name,
+                    delay,
+                )
+                time.sleep(delay)
+
+    def _is_prepared(self, branch: BranchId) -> bool:
+        return branch.xid in set(self._retry("recover", lambda s: s.recover()))
+
     def _committed_or_lost(self, branch: BranchId) -> Outcome:
+        # _settle saw the xid gone from XA RECOVER before this check, so a marker that is
+        # absent now means the branch was rolled back, not that a commit is still landing.
         found = self._retry(
             "marker check",
             lambda s: self.journal.marker_exists(
@@ -101,15 +146,6 @@ class BranchOps:
             ),
         )
         return Outcome.ALREADY_COMMITTED if found else Outcome.LOST
-
-    def rollback(self, branch: BranchId) -> Outcome:
-        try:
-            self._retry("rollback", lambda s: s.rollback(branch.xid))
-            return Outcome.ROLLED_BACK
-        except XaFailure as failure:
-            if failure.kind in (FailureKind.NOT_FOUND, FailureKind.ROLLED_BACK):
-                return Outcome.ALREADY_GONE
-            raise
 
     def prepared(self) -> list[tuple[BranchId, Xid]]:
         """xasink branches of *this* journal that are prepared now; nothing else, ever."""
