@@ -7,11 +7,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint test demo clean
+.PHONY: help system-deps install lint test demo bench bench-quick breakdown clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
+	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit"
+	@echo "make bench-quick  the same, small (CI smoke)"
 	@echo "make install  install xasink (editable) with its test dependencies"
 
 system-deps:
@@ -24,7 +26,7 @@ system-deps:
 	fi
 
 install: system-deps
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,bench]'
 
 lint:
 	$(PYTHON) -m ruff check .
@@ -35,6 +37,14 @@ test: install lint
 
 demo: install
 	$(PYTHON) examples/demo.py
+
+bench: install
+	$(PYTHON) -m benchmarks
+	$(PYTHON) -m benchmarks.breakdown stages
+	$(PYTHON) -m benchmarks.breakdown memory
+
+bench-quick: install
+	$(PYTHON) -m benchmarks --quick --output-dir "$$(mktemp -d)"
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .ruff_cache spark-warehouse

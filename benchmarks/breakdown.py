@@ -1,0 +1,230 @@
+"""Where write_xa's time goes, and whether a worker's memory grows with its partition.
+
+    python -m benchmarks.breakdown stages [--rows 1m] [--databases postgres,mariadb]
+    python -m benchmarks.breakdown memory [--databases postgres,mariadb]
+
+`stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
+Spark→Arrow only, + CSV encoding, + one Java crossing per batch, and the full write_xa.
+Differences between stages attribute the time; the XA prepare/commit phases come from
+WriteResult. `memory` writes one partition of 1M and one of 10M rows, each in a fresh
+Python worker (worker reuse off), and compares the writers' peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.databases import Database, start_database
+from benchmarks.workloads import build_dataframe, parse_count, parse_workload, table_ddl
+
+RESULTS = Path(__file__).parent / "results"
+REPETITIONS = 3
+
+
+def _spark(reuse_workers: bool) -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("xasink-breakdown")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "6g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", str(reuse_workers).lower())
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _drain(mapper: Callable[[pa.RecordBatch], None]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            mapper(batch)
+        yield from ()
+
+    return run
+
+
+def _encode_only(columns: list[str]) -> Callable[[pa.RecordBatch], None]:
+    from xasink.loaders.csv_encoding import CsvEncoder
+
+    state: dict[str, Any] = {}
+
+    def encode(batch: pa.RecordBatch) -> None:
+        encoder = state.setdefault("e", CsvEncoder(batch.schema, columns, "", False))
+        encoder.encode(batch)
+
+    return encode
+
+
+def _encode_and_cross(columns: list[str], jars: list[str]) -> Callable[[pa.RecordBatch], None]:
+    state: dict[str, Any] = {}
+
+    def cross(batch: pa.RecordBatch) -> None:
+        if not state:
+            import jpype
+
+            from xasink.jvm import ensure_jvm
+            from xasink.loaders.csv_encoding import CsvEncoder
+
+            ensure_jvm(jars)
+            state["e"] = CsvEncoder(batch.schema, columns, "", False)
+            state["sink"] = jpype.JClass("java.io.OutputStream").nullOutputStream()
+        data = state["e"].encode(batch)
+        state["sink"].write(data, 0, len(data))
+
+    return cross
+
+
+def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = action()
+    return time.perf_counter() - started, result
+
+
+def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
+    from xasink import write_xa
+    from xasink.jars import find_driver_jar
+
+    spark = _spark(reuse_workers=True)
+    workload = parse_workload(f"narrow-{rows}", 4)
+    df = build_dataframe(spark, workload).cache()
+    df.count()
+    columns = list(df.columns)
+    jars = [find_driver_jar("postgres"), find_driver_jar("mariadb")]
+    pipelines = {
+        "spark→arrow": _drain(lambda batch: None),
+        "+ csv encode": _drain(_encode_only(columns)),
+        "+ java crossing": _drain(_encode_and_cross(columns, [j for j in jars if j])),
+    }
+    report: dict[str, Any] = {"rows": rows, "partitions": 4, "databases": {}}
+    with contextlib.ExitStack() as stack:
+        for kind in databases:
+            db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
+            db.execute(table_ddl(kind, workload, "bd"))  # type: ignore[arg-type]
+            samples: dict[str, list[float]] = {name: [] for name in [*pipelines, "write_xa"]}
+            phases: dict[str, list[float]] = {"prepare": [], "commit": []}
+            for round_no in range(REPETITIONS + 1):  # round 0 is the warm-up
+                for name, pipeline in pipelines.items():
+                    seconds, _ = _timed(lambda p=pipeline: df.mapInArrow(p, df.schema).count())
+                    if round_no:
+                        samples[name].append(seconds)
+                db.truncate("bd")
+                server = db.server
+                seconds, result = _timed(
+                    lambda s=server: write_xa(
+                        df, s.jdbc_url, "bd", user=s.user, password=s.password
+                    )
+                )
+                if round_no:
+                    samples["write_xa"].append(seconds)
+                    phases["prepare"].append(result.prepare_seconds)
+                    phases["commit"].append(result.commit_seconds)
+                print(
+                    f"{kind} round {round_no}: "
+                    + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in samples.items() if v and round_no)
+                )
+            medians = {name: statistics.median(v) for name, v in samples.items()}
+            report["databases"][kind] = {
+                "median_seconds": medians,
+                "samples": samples,
+                "xa_phases_median_seconds": {k: statistics.median(v) for k, v in phases.items()},
+            }
+    spark.stop()
+    return report
+
+
+def memory(databases: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
+    from xasink import write_xa
+
+    spark = _spark(reuse_workers=False)
+    report: dict[str, Any] = {"databases": {}}
+    with contextlib.ExitStack() as stack:
+        for kind in databases:
+            db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
+            peaks: dict[int, int] = {}
+            for rows in sizes:
+                workload = parse_workload(f"narrow-{rows}", 1)
+                table = f"mem_{rows}"
+                db.execute(table_ddl(kind, workload, table))  # type: ignore[arg-type]
+                df = build_dataframe(spark, workload)
+                server = db.server
+                result = write_xa(
+                    df, server.jdbc_url, table, user=server.user, password=server.password
+                )
+                assert db.count(table) == rows
+                peaks[rows] = result.worker_peak_rss_kb
+                db.drop(table)
+                print(
+                    f"{kind}: one partition of {rows:,} rows → worker peak RSS "
+                    f"{peaks[rows] / 1024:.0f} MiB"
+                )
+            smallest, largest = min(sizes), max(sizes)
+            report["databases"][kind] = {
+                "peak_rss_kb": peaks,
+                "ratio_largest_to_smallest": peaks[largest] / peaks[smallest],
+            }
+    spark.stop()
+    return report
+
+
+def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
+    medians = data["median_seconds"]
+    order = ["spark→arrow", "+ csv encode", "+ java crossing", "write_xa"]
+    lines = [
+        f"**{kind}**, {rows:,} narrow rows, 4 partitions, median of {REPETITIONS}:",
+        "",
+        "| stage (cumulative) | seconds | added by this stage |",
+        "|---|---:|---:|",
+    ]
+    previous = 0.0
+    for name in order:
+        lines.append(f"| {name} | {medians[name]:.2f} | {medians[name] - previous:+.2f} |")
+        previous = medians[name]
+    phases = data["xa_phases_median_seconds"]
+    lines.append(
+        f"\nwrite_xa's own split: prepare phase (incl. Spark job) {phases['prepare']:.2f}"
+        f" s, commit phase {phases['commit']:.2f} s.\n"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mode", choices=("stages", "memory"))
+    parser.add_argument("--databases", default="postgres,mariadb")
+    parser.add_argument("--rows", default="1m", help="rows for `stages` (default 1m)")
+    parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
+    args = parser.parse_args(argv)
+    databases = [d for d in args.databases.split(",") if d]
+    RESULTS.mkdir(exist_ok=True)
+    if args.mode == "stages":
+        rows = parse_count(args.rows)
+        report = stages(databases, rows)
+        text = "\n".join(_markdown(k, v, rows) for k, v in report["databases"].items())
+    else:
+        report = memory(databases, [parse_count(s) for s in args.sizes.split(",")])
+        text = "\n".join(
+            f"- {kind}: peak worker RSS "
+            + ", ".join(f"{r:,} rows {kb / 1024:.0f} MiB" for r, kb in v["peak_rss_kb"].items())
+            + f"; ratio {v['ratio_largest_to_smallest']:.2f}"
+            for kind, v in report["databases"].items()
+        )
+    print(text)
+    (RESULTS / f"breakdown-{args.mode}.md").write_text(text + "\n")
+    (RESULTS / f"breakdown-{args.mode}.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""The three contenders, each a function that writes the whole DataFrame once.
+
+Each returns a small dict of details worth keeping next to its timing (e.g. xasink's own
+phase split). Truncating before and counting after are the caller's job and never timed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import rawload
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from .databases import Database
+
+#: Rows per JDBC batch, for Spark (its `batchsize` option) and xasink (its default) alike.
+JDBC_BATCH_SIZE = 10_000
+
+
+@dataclass
+class Target:
+    """Where and what one measurement writes."""
+
+    db: Database
+    table: str
+    df: DataFrame
+    csv: rawload.CsvBuffer | None
+    rows: int
+
+
+def spark_jdbc(target: Target) -> dict[str, Any]:
+    """Spark's own writer: ``df.write.jdbc``, append, batched and rewritten inserts."""
+    db = target.db
+    properties = {
+        "user": db.server.user,
+        "password": db.server.password,
+        "driver": db.driver_class,
+        "batchsize": str(JDBC_BATCH_SIZE),
+        db.batch_rewrite_property: "true",
+    }
+    target.df.write.jdbc(db.jdbc_url, target.table, mode="append", properties=properties)
+    return {}
+
+
+def write_xa(target: Target, **options: Any) -> dict[str, Any]:
+    """xasink with its defaults (plus `options`): what a user gets from the README's call."""
+    from xasink import write_xa as xasink_write
+
+    db = target.db
+    result = xasink_write(
+        target.df,
+        db.jdbc_url,
+        target.table,
+        user=db.server.user,
+        password=db.server.password,
+        **options,
+    )
+    if result.rows != target.rows:
+        raise AssertionError(f"write_xa reported {result.rows} rows, expected {target.rows}")
+    return {
+        "prepare_seconds": result.prepare_seconds,
+        "commit_seconds": result.commit_seconds,
+        "xasink_total_seconds": result.total_seconds,
+        "branches": result.partitions,
+        "rolled_back_attempts": result.rolled_back_attempts,
+    }
+
+
+def recover_write_xa(target: Target) -> dict[str, Any]:
+    """After a failed write_xa: let xasink resolve its own in-doubt branches on this table.
+
+    Without this, a branch left prepared holds locks and every later run of the block
+    would fail behind it. What recovery did is recorded with the failed run.
+    """
+    from xasink import recover
+
+    db = target.db
+    report = recover(
+        db.jdbc_url, user=db.server.user, password=db.server.password, table=target.table, grace=0
+    )
+    return {"actions": [a.line() for a in report.actions], "ok": report.ok}
+
+
+def raw(target: Target) -> dict[str, Any]:
+    """COPY (PostgreSQL) / LOAD DATA LOCAL (MariaDB) of the pre-built CSV, one process."""
+    if target.csv is None:
+        raise RuntimeError("no CSV was built for the raw contender")
+    if target.db.kind == "postgres":
+        return rawload.copy_postgres(target.db, target.table, target.csv)
+    return rawload.load_data_mariadb(target.db, target.table, target.csv)
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    label: str
+    run: Callable[[Target], dict[str, Any]]
+    #: Runs after a failed measurement, before the next one; its result goes in the detail.
+    cleanup: Callable[[Target], dict[str, Any]] | None = None
+
+
+CONTENDERS: dict[str, Contender] = {
+    c.name: c
+    for c in (
+        Contender("spark_jdbc", "Spark JDBC", spark_jdbc),
+        Contender("write_xa", "xasink write_xa", write_xa, recover_write_xa),
+        # The fixed cost of a branch and a Python task, which max_branches="auto" hides.
+        Contender(
+            "write_xa_per_partition",
+            "write_xa, 1 branch/partition",
+            functools.partial(write_xa, max_branches=None),
+            recover_write_xa,
+        ),
+        Contender("raw", "raw COPY / LOAD DATA", raw),
+    )
+}

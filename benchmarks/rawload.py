@@ -1,0 +1,130 @@
+"""The raw limit: one process bulk-loading a CSV that was fully built beforehand.
+
+PostgreSQL gets ``COPY ... FROM STDIN`` (psycopg) from an in-memory buffer. MariaDB gets
+``LOAD DATA LOCAL INFILE`` (pymysql), which can only read a named file, so the buffer lives
+in a file on a tmpfs (``/dev/shm`` when present): in memory, like the PostgreSQL buffer.
+Building the CSV is never timed; only the load is.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from .databases import Database
+
+#: Bytes handed to psycopg per ``copy.write`` call.
+COPY_CHUNK = 1 << 20
+
+
+@dataclass
+class CsvBuffer:
+    """The whole DataFrame as one headerless CSV: a file, and its bytes for COPY."""
+
+    path: Path
+    data: bytes
+    rows: int
+    columns: tuple[str, ...]
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.data = b""
+
+
+def scratch_dir() -> str:
+    """A memory-backed directory if the machine has one, else the temp directory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def _csv_batch(batch: pa.RecordBatch) -> bytes:
+    """One Arrow batch as CSV both servers accept (timestamps as naive UTC wall time)."""
+    import pyarrow.csv as pacsv
+
+    columns = [
+        column.cast(pa.timestamp("us")) if pa.types.is_timestamp(column.type) else column
+        for column in batch.columns
+    ]
+    table = pa.Table.from_arrays(columns, names=batch.schema.names)
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False))
+    return sink.getvalue().to_pybytes()
+
+
+def _write_part(folder: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function: this partition's rows into ``part-<n>.csv`` (atomically)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    part = Path(folder) / f"part-{context.partitionId():06d}.csv"
+    tmp = part.with_suffix(f".{context.taskAttemptId()}.tmp")
+    rows = 0
+    with open(tmp, "wb") as out:
+        for batch in batches:
+            out.write(_csv_batch(batch))
+            rows += batch.num_rows
+    os.replace(tmp, part)
+    yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=pa.schema([("rows", pa.int64())]))
+
+
+def build_csv(df: DataFrame, label: str, *, in_memory: bool) -> CsvBuffer:
+    """Render the (cached) DataFrame to one CSV file in partition order.
+
+    `in_memory` also reads it into a bytes buffer (for COPY); LOAD DATA reads the file.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="xasink-bench-", dir=scratch_dir()))
+    try:
+        counts = df.mapInArrow(functools.partial(_write_part, str(folder)), "rows long").collect()
+        target = Path(scratch_dir()) / f"xasink-bench-{label}-{os.getpid()}.csv"
+        with open(target, "wb") as out:
+            for part in sorted(folder.glob("part-*.csv")):
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out, 16 << 20)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return CsvBuffer(
+        path=target,
+        data=target.read_bytes() if in_memory else b"",
+        rows=sum(int(row.rows) for row in counts),
+        columns=tuple(df.columns),
+    )
+
+
+def copy_postgres(db: Database, table: str, csv: CsvBuffer) -> dict[str, Any]:
+    """COPY FROM STDIN of the in-memory buffer, one autocommit statement."""
+    view = memoryview(csv.data)
+    columns = ", ".join(csv.columns)
+    with db.connect() as conn, conn.cursor() as cur:
+        with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT csv)") as copy:
+            for start in range(0, len(view), COPY_CHUNK):
+                copy.write(view[start : start + COPY_CHUNK])
+        loaded = cur.rowcount
+    return {"bytes": len(csv.data), "loaded": loaded}
+
+
+def load_data_mariadb(db: Database, table: str, csv: CsvBuffer) -> dict[str, Any]:
+    """LOAD DATA LOCAL INFILE of the tmpfs file, one autocommit statement."""
+    columns = ", ".join(csv.columns)
+    sql = (
+        f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 "
+        "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' LINES TERMINATED BY '\\n' "
+        f"({columns})"
+    )
+    conn = db.connect()
+    try:
+        with conn.cursor() as cur:
+            loaded = cur.execute(sql, (str(csv.path),))
+    finally:
+        conn.close()
+    return {"bytes": csv.path.stat().st_size, "loaded": loaded}

@@ -1,0 +1,233 @@
+"""Results out: a markdown table, a JSON file with every timing, and a PNG chart.
+
+Every figure is computed from the timings of this run; nothing is carried over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .contenders import CONTENDERS
+from .measure import Summary, Timing
+
+RATIOS = (
+    ("write_xa", "spark_jdbc"),
+    ("write_xa", "raw"),
+    ("write_xa_per_partition", "spark_jdbc"),
+)
+RATIO_NAMES = {
+    "write_xa": "write_xa",
+    "spark_jdbc": "Spark JDBC",
+    "raw": "raw",
+    "write_xa_per_partition": "write_xa 1 branch/partition",
+}
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:,.0f}" if value else "failed"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.3g}" if a and b else "—"
+
+
+def _by_key(summaries: Sequence[Summary]) -> dict[tuple[str, str], dict[str, Summary]]:
+    grouped: dict[tuple[str, str], dict[str, Summary]] = {}
+    for s in summaries:
+        grouped.setdefault((s.database, s.workload), {})[s.contender] = s
+    return grouped
+
+
+def markdown(
+    summaries: Sequence[Summary],
+    contenders: Sequence[str],
+    partitions: dict[str, int],
+    meta: dict[str, Any],
+) -> str:
+    """Rows/s per contender (median run) and the write_xa ratios, plus every timed run."""
+    labels = [CONTENDERS[c].label for c in contenders]
+    ratios = [(a, b) for a, b in RATIOS if a in contenders and b in contenders]
+    head = ["database", "workload", "rows", "partitions"]
+    head += [f"{label} rows/s" for label in labels]
+    head += [f"{RATIO_NAMES[a]} / {RATIO_NAMES[b]}" for a, b in ratios]
+    lines = [
+        "# xasink benchmark",
+        "",
+        f"{meta['created']} · {meta['machine']['cpu_count']} CPUs ({meta['machine']['cpu_model']})"
+        f" · Spark {meta['machine']['spark']} `{meta['machine']['spark_master']}` · "
+        f"{meta['config']['warmups']} warm-up + median of {meta['config']['repetitions']} run(s),"
+        " contenders round-robin.",
+        "",
+        _load_line(meta),
+        "",
+        _xasink_line(meta),
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|",
+    ]
+    for (database, workload), row in _by_key(summaries).items():
+        first = next(iter(row.values()))
+        cells = [database, workload, f"{first.rows:,}", str(partitions[workload])]
+        cells += [_rate(row[c].rows_per_second) if c in row else "—" for c in contenders]
+        cells += [
+            _ratio(
+                row[a].rows_per_second if a in row else None,
+                row[b].rows_per_second if b in row else None,
+            )
+            for a, b in ratios
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Rows/s = rows ÷ median seconds of the timed runs. Ratios above 1 mean write_xa is"
+        " faster. Each run starts from a truncated table; its time covers the write call only,"
+        " and the row count is checked afterwards.",
+        "",
+        "## Every timed run (seconds)",
+        "",
+        "| database | workload | contender | seconds | failures |",
+        "|---|---|---|---|---:|",
+    ]
+    for s in summaries:
+        runs = ", ".join(f"{x:.2f}" for x in s.seconds) or "—"
+        lines.append(
+            f"| {s.database} | {s.workload} | {CONTENDERS[s.contender].label} | {runs} |"
+            f" {s.failures} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _load_line(meta: dict[str, Any]) -> str:
+    """The machine's load during the run: on a small shared machine it explains the noise."""
+    start = meta["machine"].get("load_average_at_start")
+    end = meta["machine"].get("load_average_at_end")
+    if not start or not end:
+        return "Load average: not recorded."
+    return (
+        f"1-minute load average at start {start[0]:.1f}, at end {end[0]:.1f} "
+        f"(per-run values in latest.json)."
+    )
+
+
+def _xasink_line(meta: dict[str, Any]) -> str:
+    """Which xasink was measured, and a warning if its sources changed mid-run."""
+    info = meta["machine"]["xasink"]
+    commit = (info.get("commit") or "unknown")[:12]
+    changes = info.get("uncommitted_xasink_changes") or []
+    start, end = info.get("source_sha256", ""), info.get("source_sha256_at_end", "")
+    line = (
+        f"xasink {info['version']} at commit {commit}"
+        f"{f' with {len(changes)} uncommitted file(s)' if changes else ''}"
+        f", sources sha256 {start[:12]}."
+    )
+    if end and end != start:
+        line += (
+            f" **Its sources changed during the run (now {end[:12]}): write_xa runs may mix"
+            " code versions.**"
+        )
+    return line
+
+
+def write_json(
+    path: Path, meta: dict[str, Any], timings: Sequence[Timing], summaries: Sequence[Summary]
+) -> None:
+    summary_rows = [
+        {
+            "database": s.database,
+            "workload": s.workload,
+            "contender": s.contender,
+            "rows": s.rows,
+            "timed_seconds": s.seconds,
+            "median_seconds": s.median_seconds,
+            "rows_per_second": s.rows_per_second,
+            "failures": s.failures,
+        }
+        for s in summaries
+    ]
+    document = {**meta, "timings": [t.as_json() for t in timings], "summary": summary_rows}
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> tuple[dict[str, Any], list[Timing]]:
+    """The run description and its timings back from `write_json`'s file."""
+    document = json.loads(path.read_text())
+    names = {f.name for f in dataclasses.fields(Timing)}
+    timings = [Timing(**{k: v for k, v in t.items() if k in names}) for t in document["timings"]]
+    meta = {k: v for k, v in document.items() if k not in ("timings", "summary")}
+    return meta, timings
+
+
+def chart(
+    path: Path,
+    summaries: Sequence[Summary],
+    contenders: Sequence[str],
+    partitions: dict[str, int],
+    title: str,
+) -> None:
+    """Grouped bars per database: median rows/s (log scale), whiskers from slowest to fastest."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grouped = _by_key(summaries)
+    databases = list(dict.fromkeys(db for db, _ in grouped))
+    fig, axes = plt.subplots(
+        1, len(databases), figsize=(6.5 * len(databases), 5.6), squeeze=False, sharey=True
+    )
+    width = 0.8 / len(contenders)
+    colours = {"spark_jdbc": "#4C72B0", "write_xa": "#DD8452", "raw": "#55A868"}
+    top = max((s.rate_range or (0.0, 0.0))[1] for s in summaries) or 1.0
+    for ax, database in zip(axes[0], databases, strict=True):
+        workloads = [w for db, w in grouped if db == database]
+        for index, contender in enumerate(contenders):
+            xs, ys, lows, highs = [], [], [], []
+            for position, workload in enumerate(workloads):
+                summary = grouped[(database, workload)].get(contender)
+                rate = summary.rows_per_second if summary else None
+                spread = summary.rate_range if summary else None
+                if not rate or not spread:
+                    continue
+                xs.append(position + (index - (len(contenders) - 1) / 2) * width)
+                ys.append(rate)
+                lows.append(rate - spread[0])
+                highs.append(spread[1] - rate)
+            bars = ax.bar(
+                xs,
+                ys,
+                width,
+                yerr=[lows, highs],
+                capsize=3,
+                label=CONTENDERS[contender].label,
+                color=colours.get(contender),
+            )
+            ax.bar_label(
+                bars, labels=[_short(y) for y in ys], label_type="center", fontsize=8, color="white"
+            )
+        ax.set_yscale("log")
+        ax.set_ylim(top=top * 3)
+        ax.set_xticks(
+            range(len(workloads)),
+            [f"{w}\n{partitions.get(w, '?')} partitions" for w in workloads],
+        )
+        ax.set_title(database)
+        ax.grid(axis="y", which="both", alpha=0.3)
+    axes[0][0].set_ylabel("rows/s, log scale (median; whiskers: slowest to fastest run)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(contenders), fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _short(value: float) -> str:
+    """Three significant digits with a k/M suffix."""
+    for factor, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.3g}{suffix}"
+    return f"{value:.3g}"

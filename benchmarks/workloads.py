@@ -1,0 +1,157 @@
+"""What is written: row shapes, sizes and partitioning, and the matching table DDL.
+
+Every workload is generated from ``spark.range`` so that it costs no input I/O and
+every contender gets the very same cached rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+Shape = Literal["narrow", "wide"]
+Kind = Literal["postgres", "mariadb"]
+
+#: SQL type of each logical column type, per database.
+SQL_TYPES: dict[Kind, dict[str, str]] = {
+    "postgres": {
+        "long": "BIGINT",
+        "int": "INTEGER",
+        "double": "DOUBLE PRECISION",
+        "string": "VARCHAR(64)",
+        "timestamp": "TIMESTAMPTZ",
+        "date": "DATE",
+    },
+    "mariadb": {
+        "long": "BIGINT",
+        "int": "INT",
+        "double": "DOUBLE",
+        "string": "VARCHAR(64)",
+        "timestamp": "DATETIME(6)",
+        "date": "DATE",
+    },
+}
+
+#: The tiny workload: many small partitions, so the fixed cost per partition dominates.
+TINY_PARTITIONS = 200
+TINY_ROWS_PER_PARTITION = 100
+
+EPOCH_SECONDS = 1_700_000_000
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One generated column: its name, logical type and how it derives from ``id``."""
+
+    name: str
+    type: str
+    expr: Callable[[Column], Column]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named row shape, row count and partition count."""
+
+    name: str
+    shape: Shape
+    rows: int
+    partitions: int
+
+    @property
+    def columns(self) -> list[ColumnSpec]:
+        return narrow_columns() if self.shape == "narrow" else wide_columns()
+
+
+def narrow_columns() -> list[ColumnSpec]:
+    """Five columns: long, string, double, int, timestamp (like the tests' events)."""
+    from pyspark.sql import functions as F
+
+    return [
+        ColumnSpec("id", "long", lambda i: i),
+        ColumnSpec("name", "string", lambda i: F.concat(F.lit("name-"), i.cast("string"))),
+        ColumnSpec("v", "double", lambda i: i * 0.5),
+        ColumnSpec("n", "int", lambda i: (i % 1000).cast("int")),
+        ColumnSpec("ts", "timestamp", lambda i: F.timestamp_seconds(i + F.lit(EPOCH_SECONDS))),
+    ]
+
+
+def wide_columns() -> list[ColumnSpec]:
+    """Thirty columns: five each of long, int, double, string, timestamp and date."""
+    from pyspark.sql import functions as F
+
+    def group(k: int) -> list[ColumnSpec]:
+        long_col = (
+            ColumnSpec("id", "long", lambda i: i)
+            if k == 0
+            else ColumnSpec(f"l{k}", "long", lambda i: i * (k + 1) + k)
+        )
+        return [
+            long_col,
+            ColumnSpec(f"i{k}", "int", lambda i: ((i + k) % 100_000).cast("int")),
+            ColumnSpec(f"d{k}", "double", lambda i: i * (0.25 + k)),
+            ColumnSpec(
+                f"s{k}",
+                "string",
+                lambda i: F.concat(F.lit(f"s{k}-"), F.hex(i * (k + 7)), F.lit("-x" * k)),
+            ),
+            ColumnSpec(
+                f"t{k}",
+                "timestamp",
+                lambda i: F.timestamp_seconds(i + F.lit(EPOCH_SECONDS + k * 86_400)),
+            ),
+            ColumnSpec(
+                f"dt{k}",
+                "date",
+                lambda i: F.date_add(
+                    F.lit("2020-01-01").cast("date"), ((i + k) % 3650).cast("int")
+                ),
+            ),
+        ]
+
+    return [spec for k in range(5) for spec in group(k)]
+
+
+_COUNT = re.compile(r"^(\d+)([km]?)$")
+
+
+def parse_count(text: str) -> int:
+    """'100k' → 100_000, '10m' → 10_000_000, '2500' → 2500."""
+    match = _COUNT.match(text.lower())
+    if not match:
+        raise ValueError(f"not a row count: {text!r} (use e.g. 100k, 1m, 2500)")
+    number, suffix = match.groups()
+    return int(number) * {"": 1, "k": 1_000, "m": 1_000_000}[suffix]
+
+
+def parse_workload(name: str, partitions: int) -> Workload:
+    """'tiny', or '<narrow|wide>-<count>' such as 'narrow-1m' or 'wide-100k'."""
+    if name == "tiny":
+        return Workload(
+            "tiny", "narrow", TINY_PARTITIONS * TINY_ROWS_PER_PARTITION, TINY_PARTITIONS
+        )
+    shape, _, count = name.partition("-")
+    if shape not in ("narrow", "wide") or not count:
+        raise ValueError(f"unknown workload {name!r}: use tiny, narrow-<count> or wide-<count>")
+    rows = parse_count(count)
+    return Workload(name, "narrow" if shape == "narrow" else "wide", rows, partitions)
+
+
+def build_dataframe(spark: SparkSession, workload: Workload) -> DataFrame:
+    """The workload's rows, ids 0..rows-1, in exactly `workload.partitions` partitions."""
+    from pyspark.sql import functions as F
+
+    base = spark.range(0, workload.rows, numPartitions=workload.partitions)
+    ident = F.col("id")
+    return base.select(*[spec.expr(ident).alias(spec.name) for spec in workload.columns])
+
+
+def table_ddl(kind: Kind, workload: Workload, table: str) -> str:
+    """CREATE TABLE for the workload (no primary key: duplicates would show in counts)."""
+    types = SQL_TYPES[kind]
+    columns = ", ".join(f"{spec.name} {types[spec.type]}" for spec in workload.columns)
+    return f"CREATE TABLE {table} ({columns})"
