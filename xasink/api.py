@@ -340,9 +340,7 @@ def _abort(plan: WritePlan, ops: BranchOps, conn: Any) -> None:
                     state,
                 )
                 return
-        for branch, _ in ops.prepared():
-            if branch.job_id == plan.job_id:
-                ops.rollback(branch)
+        _roll_back_others(plan, ops, keep=set())
     except Exception as exc:
         log.error(
             "xasink job %s: rollback after failure incomplete (%s); `xasink recover` will "
@@ -379,11 +377,7 @@ def _commit_all(
             "The commit decision is recorded, so run `xasink recover` to finish the commit."
         )
     winner_keys = {(w.partition, w.attempt) for w in winners}
-    losers = 0
-    for branch, _ in ops.prepared():
-        if branch.job_id == plan.job_id and (branch.partition, branch.attempt) not in winner_keys:
-            ops.rollback(branch)
-            losers += 1
+    losers = _roll_back_others(plan, ops, keep=winner_keys)
     if group.lost:
         names = [b.name for b in group.lost]
         raise LostBranchError(
@@ -395,6 +389,29 @@ def _commit_all(
         )
     plan.journal.finish(conn, plan.job_id, winner_keys)
     return losers
+
+
+def _roll_back_others(plan: WritePlan, ops: BranchOps, keep: set[tuple[int, int]]) -> int:
+    """Roll back this job's prepared branches other than `keep`; returns how many.
+
+    One branch that cannot be rolled back now (e.g. a zombie attempt still attached to its
+    session) is logged and left to recovery: it must not hide the job's real outcome.
+    """
+    done = 0
+    for branch, _ in ops.prepared():
+        if branch.job_id != plan.job_id or (branch.partition, branch.attempt) in keep:
+            continue
+        try:
+            ops.rollback(branch)
+            done += 1
+        except Exception as exc:
+            log.warning(
+                "xasink job %s: could not roll back %s yet (%s); `xasink recover` will",
+                plan.job_id,
+                branch.name,
+                plan.spec.redact(exc),
+            )
+    return done
 
 
 def recover(
