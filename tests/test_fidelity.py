@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import math
 import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import assert_exactly, connection_args, new_table
+from support import assert_exactly, connection_args, events_df, new_table
 
 from xasink import write_xa
 
@@ -198,3 +199,19 @@ def test_mysql_cannot_hold_nan_so_nothing_is_written(spark, mariadb, bulk):
     with pytest.raises(Exception, match="rolled back"):
         write_xa(df.coalesce(1), table=table, bulk=bulk, **connection_args(mariadb))
     assert_exactly(mariadb, table, [])
+
+
+def test_mysql_without_local_infile_falls_back_to_batched_inserts(spark, mariadb, caplog):
+    table = new_table(mariadb)
+    with mariadb.admin_connect() as admin:
+        admin.cursor().execute("SET GLOBAL local_infile = 0")
+    try:
+        caplog.set_level(logging.WARNING, logger="xasink")
+        result = write_xa(events_df(spark, 300, 2), table=table, **connection_args(mariadb))
+    finally:
+        with mariadb.admin_connect() as admin:
+            admin.cursor().execute("SET GLOBAL local_infile = 1")
+    warnings = [r.getMessage() for r in caplog.records if "bulk loading is off" in r.getMessage()]
+    assert len(warnings) == 1 and "local_infile" in warnings[0]
+    assert result.rows == 300
+    assert_exactly(mariadb, table, range(300))
