@@ -4,7 +4,8 @@
     python -m benchmarks.breakdown memory [--databases postgres,mariadb]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
-Spark→Arrow only, + CSV encoding, + one Java crossing per batch, and the full write_xa.
+Spark→Arrow only, + encoding (binary COPY on PostgreSQL, CSV on MariaDB, as write_xa
+does), + one Java crossing per batch, and the full write_xa.
 Differences between stages attribute the time; the XA prepare/commit phases come from
 WriteResult. `memory` writes one partition of 1M and one of 10M rows, each in a fresh
 Python worker (worker reuse off), and compares the writers' peak RSS.
@@ -55,19 +56,34 @@ def _drain(mapper: Callable[[pa.RecordBatch], None]) -> Callable[[Iterator[Any]]
     return run
 
 
-def _encode_only(columns: list[str]) -> Callable[[pa.RecordBatch], None]:
-    from xasink.loaders.csv_encoding import CsvEncoder
+def _encoder(kind: str, pg_types: Sequence[str], columns: list[str]) -> Callable[[Any], Any]:
+    """The encoder write_xa's bulk loader uses for this database (binary COPY / CSV)."""
 
+    def make(schema: pa.Schema) -> Any:
+        from xasink.loaders.csv_encoding import CsvEncoder
+        from xasink.loaders.pg_binary import PgBinaryEncoder
+
+        if kind == "postgres":
+            binary = PgBinaryEncoder.create(schema, columns, pg_types)
+            if binary is not None:
+                return binary
+            return CsvEncoder(schema, columns, "", False)
+        return CsvEncoder(schema, columns, "NULL", True)
+
+    return make
+
+
+def _encode_only(make: Callable[[Any], Any]) -> Callable[[pa.RecordBatch], None]:
     state: dict[str, Any] = {}
 
     def encode(batch: pa.RecordBatch) -> None:
-        encoder = state.setdefault("e", CsvEncoder(batch.schema, columns, "", False))
+        encoder = state.setdefault("e", make(batch.schema))
         encoder.encode(batch)
 
     return encode
 
 
-def _encode_and_cross(columns: list[str], jars: list[str]) -> Callable[[pa.RecordBatch], None]:
+def _encode_and_cross(make: Callable[[Any], Any], jars: list[str]) -> Callable[[Any], None]:
     state: dict[str, Any] = {}
 
     def cross(batch: pa.RecordBatch) -> None:
@@ -75,10 +91,9 @@ def _encode_and_cross(columns: list[str], jars: list[str]) -> Callable[[pa.Recor
             import jpype
 
             from xasink.jvm import ensure_jvm
-            from xasink.loaders.csv_encoding import CsvEncoder
 
             ensure_jvm(jars)
-            state["e"] = CsvEncoder(batch.schema, columns, "", False)
+            state["e"] = make(batch.schema)
             state["sink"] = jpype.JClass("java.io.OutputStream").nullOutputStream()
         data = state["e"].encode(batch)
         state["sink"].write(data, 0, len(data))
@@ -92,6 +107,18 @@ def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
+def _pg_types(db: Database, table: str) -> list[str]:
+    """The table's type names in column order, as pgjdbc reports them (int8, float8, ...)."""
+    with contextlib.closing(db.connect()) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum",
+            (table,),
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
 def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
     from xasink import write_xa
     from xasink.jars import find_driver_jar
@@ -102,16 +129,18 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
     df.count()
     columns = list(df.columns)
     jars = [find_driver_jar("postgres"), find_driver_jar("mariadb")]
-    pipelines = {
-        "spark→arrow": _drain(lambda batch: None),
-        "+ csv encode": _drain(_encode_only(columns)),
-        "+ java crossing": _drain(_encode_and_cross(columns, [j for j in jars if j])),
-    }
     report: dict[str, Any] = {"rows": rows, "partitions": 4, "databases": {}}
     with contextlib.ExitStack() as stack:
         for kind in databases:
             db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
             db.execute(table_ddl(kind, workload, "bd"))  # type: ignore[arg-type]
+            pg_types = _pg_types(db, "bd") if kind == "postgres" else []
+            make = _encoder(kind, pg_types, columns)
+            pipelines = {
+                "spark→arrow": _drain(lambda batch: None),
+                "+ encode": _drain(_encode_only(make)),
+                "+ java crossing": _drain(_encode_and_cross(make, [j for j in jars if j])),
+            }
             samples: dict[str, list[float]] = {name: [] for name in [*pipelines, "write_xa"]}
             phases: dict[str, list[float]] = {"prepare": [], "commit": []}
             for round_no in range(REPETITIONS + 1):  # round 0 is the warm-up
@@ -180,7 +209,7 @@ def memory(databases: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
 
 def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
     medians = data["median_seconds"]
-    order = ["spark→arrow", "+ csv encode", "+ java crossing", "write_xa"]
+    order = ["spark→arrow", "+ encode", "+ java crossing", "write_xa"]
     lines = [
         f"**{kind}**, {rows:,} narrow rows, 4 partitions, median of {REPETITIONS}:",
         "",

@@ -37,7 +37,34 @@ COLUMNS = [
     ("ts", "timestamp", "TIMESTAMPTZ", "DATETIME(6)"),
     ("flag", "boolean", "BOOLEAN", "BOOLEAN"),
 ]
-SPARK_SCHEMA = ", ".join(f"{name} {kind}" for name, kind, _, _ in COLUMNS)
+#: Column 7 varies by layout: a decimal sends PostgreSQL down CSV COPY (numeric has no
+#: binary mapping), bytes send it down binary COPY and MySQL down batched INSERTs.
+SLOT = 7
+LAYOUTS = {
+    "decimal": ("amount", "decimal(38,10)", "NUMERIC(38,10)", "DECIMAL(38,10)"),
+    "bytes": ("raw", "binary", "BYTEA", "LONGBLOB"),
+}
+EXPECTED_PATH = {
+    ("postgres", "decimal"): "copy-csv",
+    ("postgres", "bytes"): "copy-binary",
+    ("mariadb", "decimal"): "load-data",
+    ("mariadb", "bytes"): "batched",
+}
+
+
+def columns_for(layout: str) -> list[tuple[str, str, str, str]]:
+    return [*COLUMNS[:SLOT], LAYOUTS[layout], *COLUMNS[SLOT + 1 :]]
+
+
+def slot_values(layout: str) -> st.SearchStrategy[object]:
+    if layout == "bytes":
+        return st.binary(max_size=300) | st.sampled_from([b"", b"\x00", b"\\N", b',\n"', b"\xff"])
+    return st.decimals(-(10**28) + 1, 10**28 - 1, places=10, allow_nan=False) | st.sampled_from(
+        [
+            decimal.Decimal("9999999999999999999999999999.9999999999"),
+            decimal.Decimal("-0.0000000001"),
+        ]
+    )
 
 
 def text() -> st.SearchStrategy[str]:
@@ -60,7 +87,7 @@ def ints(bits: int) -> st.SearchStrategy[int]:
     return st.integers(low, high) | st.sampled_from([low, high, 0, -1])
 
 
-def row(kind: str) -> st.SearchStrategy[tuple]:
+def row(kind: str, layout: str) -> st.SearchStrategy[tuple]:
     nullable = lambda s: st.none() | s  # noqa: E731
     mysql = kind == "mariadb"
     years = (1000, 9999) if mysql else (1, 9999)
@@ -71,15 +98,7 @@ def row(kind: str) -> st.SearchStrategy[tuple]:
         nullable(ints(16)),
         nullable(ints(32)),
         nullable(ints(64)),
-        nullable(
-            st.decimals(-(10**28) + 1, 10**28 - 1, places=10, allow_nan=False)
-            | st.sampled_from(
-                [
-                    decimal.Decimal("9999999999999999999999999999.9999999999"),
-                    decimal.Decimal("-0.0000000001"),
-                ]
-            )
-        ),
+        nullable(slot_values(layout)),
         nullable(st.dates(dt.date(years[0], 1, 1), dt.date(years[1], 12, 31))),
         nullable(
             st.datetimes(dt.datetime(years[0], 1, 2), dt.datetime(years[1], 12, 30)).map(
@@ -90,11 +109,16 @@ def row(kind: str) -> st.SearchStrategy[tuple]:
     )
 
 
+@pytest.fixture(params=list(LAYOUTS))
+def layout(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def fidelity_table(db):
+def fidelity_table(db, layout):
     name = f"fid_{uuid.uuid4().hex[:10]}"
     index = 2 if db.kind == "postgres" else 3
-    columns = ", ".join(f"{c[0]} {c[index]}" for c in COLUMNS)
+    columns = ", ".join(f"{c[0]} {c[index]}" for c in columns_for(layout))
     suffix = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin" if db.kind == "mariadb" else ""
     with db.connect() as conn:
         conn.cursor().execute(f"CREATE TABLE {name} ({columns}){suffix}")
@@ -123,24 +147,28 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-def read_back(db, table: str) -> list[tuple]:
-    names = ", ".join(c[0] for c in COLUMNS)
+def read_back(db, table: str, layout: str) -> list[tuple]:
+    names = ", ".join(c[0] for c in columns_for(layout))
     with db.connect() as conn:
         cursor = conn.cursor()
         cursor.execute(f"SELECT {names} FROM {table} ORDER BY id")
         return [tuple(r) for r in cursor.fetchall()]
 
 
-def check_round_trip(spark, db, table: str, rows: list[tuple], bulk: bool) -> None:
+def check_round_trip(spark, db, table: str, rows: list[tuple], bulk: bool, layout: str) -> None:
     with db.connect() as conn:
         conn.cursor().execute(f"DELETE FROM {table}")
     data = [(i, *r) for i, r in enumerate(rows)]
-    df = spark.createDataFrame(data, SPARK_SCHEMA).repartition(2)
-    write_xa(df, db.jdbc_url, table, user=db.user, password=db.password, bulk=bulk)
-    got = read_back(db, table)
+    columns = columns_for(layout)
+    schema = ", ".join(f"{name} {kind}" for name, kind, _, _ in columns)
+    df = spark.createDataFrame(data, schema).repartition(2)
+    result = write_xa(df, db.jdbc_url, table, user=db.user, password=db.password, bulk=bulk)
+    path = EXPECTED_PATH[db.kind, layout] if bulk else "batched"
+    assert result.load_paths == (path,)
+    got = read_back(db, table, layout)
     assert len(got) == len(data)
     for want_row, got_row in zip(data, got, strict=True):
-        for (name, *_), want, have in zip(COLUMNS, want_row, got_row, strict=True):
+        for (name, *_), want, have in zip(columns, want_row, got_row, strict=True):
             want = expected(db.kind, want, name)
             assert same(want, have), (
                 f"row {want_row[0]} column {name}: wrote {want!r}, read {have!r}"
@@ -149,21 +177,21 @@ def check_round_trip(spark, db, table: str, rows: list[tuple], bulk: bool) -> No
 
 
 @pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "batched"])
-def test_random_frames_round_trip_exactly(spark, db, fidelity_table, bulk):
+def test_random_frames_round_trip_exactly(spark, db, layout, fidelity_table, bulk):
     @settings(
         max_examples=8 if bulk else 4,
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(st.lists(row(db.kind), min_size=1, max_size=25))
+    @given(st.lists(row(db.kind, layout), min_size=1, max_size=25))
     def round_trip(rows):
-        check_round_trip(spark, db, fidelity_table, rows, bulk)
+        check_round_trip(spark, db, fidelity_table, rows, bulk, layout)
 
     round_trip()
 
 
-def test_edge_values_round_trip(spark, db, fidelity_table):
+def test_edge_values_round_trip(spark, db, layout, fidelity_table):
     """The values most likely to break an encoder, all in one frame, on the bulk path."""
     special = db.kind == "postgres"
     floats = [0.0, -0.0, 5e-324, 1.7976931348623157e308] + (
@@ -179,14 +207,16 @@ def test_edge_values_round_trip(spark, db, fidelity_table):
                 -32768,
                 -(2**31),
                 -(2**63),
-                decimal.Decimal("-9999999999999999999999999999.9999999999"),
+                decimal.Decimal("-9999999999999999999999999999.9999999999")
+                if layout == "decimal"
+                else bytes(range(256)) * 40,
                 dt.date(1000, 1, 1),
                 dt.datetime(1000, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
                 True,
             )
         )
         rows.append((None, None, 127, 32767, 2**31 - 1, 2**63 - 1, None, None, None, None))
-    check_round_trip(spark, db, fidelity_table, rows, bulk=True)
+    check_round_trip(spark, db, fidelity_table, rows, bulk=True, layout=layout)
 
 
 @pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "batched"])

@@ -52,6 +52,8 @@ class WriteResult:
     recovered: list[BranchAction] = field(default_factory=list)
     #: Highest peak RSS reported by a partition writer's Python worker, in KiB.
     worker_peak_rss_kb: int = 0
+    #: How rows were loaded: "copy-binary", "copy-csv", "load-data" and/or "batched".
+    load_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class PhaseOne:
     rows: int
     empty_partitions: int
     worker_peak_rss_kb: int
+    load_paths: tuple[str, ...]
 
 
 def make_spec(
@@ -157,9 +160,8 @@ def write_xa(
         conn = session.connection
         the_dialect = get_dialect(spec.dialect)
         the_dialect.check_server(conn, partitions, user)
-        columns = match_columns(
-            the_dialect, target, df.columns, table_columns(conn, the_dialect, target, spec.redact)
-        )
+        existing = table_columns(conn, the_dialect, target, spec.redact)
+        columns = match_columns(the_dialect, target, df.columns, list(existing))
         journal.ensure(conn)
         recovered = (
             resolve_in_doubt(ops, conn, journal, table=str(target), grace=grace).actions
@@ -176,6 +178,7 @@ def write_xa(
             batch_size,
             bulk=bulk and _bulk_available(the_dialect, conn),
             faults=tuple(_faults),
+            column_types=tuple(existing[c] for c in columns),
         )
         df = df.toDF(*columns)  # the table's own spelling of each column
         journal.begin_job(conn, job_id, str(target))
@@ -211,6 +214,7 @@ def write_xa(
         rolled_back_attempts=losers,
         recovered=recovered,
         worker_peak_rss_kb=phase_one.worker_peak_rss_kb,
+        load_paths=phase_one.load_paths,
     )
 
 
@@ -284,7 +288,8 @@ def _winners(plan: WritePlan, messages: list[Any], partitions: int) -> PhaseOne:
     ]
     rows = sum(m.rows for m in seen.values())
     peak = max((m.peak_rss_kb for m in seen.values()), default=0)
-    return PhaseOne(winners, rows, partitions - len(winners), peak)
+    paths = tuple(sorted({m.path for m in seen.values() if m.path}))
+    return PhaseOne(winners, rows, partitions - len(winners), peak, paths)
 
 
 def _decide(plan: WritePlan, conn: Any, winners: list[BranchId]) -> None:

@@ -15,13 +15,16 @@ from .target import TableRef
 MIN_PYSPARK_MEMORY_MB = 2048
 
 
-def table_columns(conn: Any, dialect: Dialect, table: TableRef, redact: Redactor) -> list[str]:
-    """The table's column names, or a PreflightError when it cannot be read."""
+def table_columns(conn: Any, dialect: Dialect, table: TableRef, redact: Redactor) -> dict[str, str]:
+    """The table's columns (name → the database's type name), or a PreflightError."""
     try:
         statement = conn.prepareStatement(f"SELECT * FROM {dialect.qualified(table)} WHERE 1=0")
         try:
             meta = statement.executeQuery().getMetaData()
-            return [str(meta.getColumnName(i)) for i in range(1, int(meta.getColumnCount()) + 1)]
+            return {
+                str(meta.getColumnName(i)): str(meta.getColumnTypeName(i)).lower()
+                for i in range(1, int(meta.getColumnCount()) + 1)
+            }
         finally:
             statement.close()
     except Exception as exc:

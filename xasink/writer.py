@@ -34,9 +34,10 @@ MESSAGE_SCHEMA = pa.schema(
         ("xid", pa.string()),
         ("rows", pa.int64()),
         ("peak_rss_kb", pa.int64()),
+        ("path", pa.string()),
     ]
 )
-MESSAGE_DDL = "partition int, attempt long, xid string, rows long, peak_rss_kb long"
+MESSAGE_DDL = "partition int, attempt long, xid string, rows long, peak_rss_kb long, path string"
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,11 @@ class WritePlan:
     batch_size: int
     bulk: bool = True
     faults: tuple[Fault, ...] = ()
+    #: The table's type name for each of `columns` (lets a loader pick an exact encoding).
+    column_types: tuple[str, ...] = ()
 
 
-def _message(partition: int, attempt: int, xid: str, rows: int) -> pa.RecordBatch:
+def _message(partition: int, attempt: int, xid: str, rows: int, path: str) -> pa.RecordBatch:
     # Peak RSS of this worker process so far: shows that memory does not grow with rows.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return pa.RecordBatch.from_pylist(
@@ -64,6 +67,7 @@ def _message(partition: int, attempt: int, xid: str, rows: int) -> pa.RecordBatc
                 "xid": xid,
                 "rows": rows,
                 "peak_rss_kb": peak,
+                "path": path,
             }
         ],
         schema=MESSAGE_SCHEMA,
@@ -83,18 +87,20 @@ def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Itera
     first = next(non_empty, None)
     if first is None:
         # Nothing to write: no branch at all, so nothing to commit or to leave behind.
-        yield _message(partition, attempt, "", 0)
+        yield _message(partition, attempt, "", 0, "")
         return
     branch = BranchId(plan.journal.tag, plan.job_id, partition, attempt)
-    rows = _write_branch(plan, branch, itertools.chain([first], non_empty), attempt_number)
+    rows, path = _write_branch(plan, branch, itertools.chain([first], non_empty), attempt_number)
     trigger(plan.faults, "after_prepare", partition, attempt_number)
-    yield _message(partition, attempt, str(branch.xid), rows)
+    yield _message(partition, attempt, str(branch.xid), rows, path)
 
 
 def _write_branch(
     plan: WritePlan, branch: BranchId, batches: Iterator[pa.RecordBatch], attempt_number: int
-) -> int:
-    """start → rows → marker → end → prepare; on any error end(TMFAIL) and roll back."""
+) -> tuple[int, str]:
+    """start → rows → marker → end → prepare; on any error end(TMFAIL) and roll back.
+
+    Returns the rows written and the load path used."""
     redact = plan.spec.redact
     xid = branch.xid
     session, started, keep = _idle_sessions.pop(plan.spec, None), False, False
@@ -113,6 +119,7 @@ def _write_branch(
                     batch.schema,
                     plan.batch_size,
                     plan.bulk,
+                    plan.column_types,
                 )
             loader.write(batch)
             rows += batch.num_rows
@@ -125,7 +132,7 @@ def _write_branch(
         session.end(xid)
         session.prepare(xid)
         keep = get_dialect(plan.spec.dialect).reuse_after_prepare
-        return rows
+        return rows, loader.path if loader is not None else ""
     except BaseException as exc:
         if loader is not None:
             _quietly(loader.abort, session)

@@ -14,13 +14,15 @@ import pyarrow as pa
 
 from ..target import TableRef
 from .batched import BatchedInsertLoader
-from .csv_encoding import encodable
 
 if TYPE_CHECKING:
     from ..dialects import Dialect
 
 
 class Loader(Protocol):
+    #: Which path this is ("copy-binary", "copy-csv", "load-data", "batched"), for reports.
+    path: str
+
     def write(self, batch: pa.RecordBatch) -> None: ...
 
     def finish(self) -> None: ...
@@ -36,12 +38,13 @@ def open_loader(
     schema: pa.Schema,
     batch_size: int,
     bulk: bool,
+    column_types: Sequence[str] = (),
 ) -> Loader:
     """The dialect's bulk loader when allowed and every column encodes, else batched INSERT."""
     table_sql = dialect.qualified(table)
     quoted = [dialect.quote(c) for c in columns]
     bulk_class = dialect.bulk_loader() if bulk else None
-    if bulk_class is not None and all(encodable(schema.field(c).type) for c in columns):
-        return bulk_class(conn, table_sql, quoted, schema, list(columns))
+    if bulk_class is not None and bulk_class.supports(schema, columns, column_types):
+        return bulk_class(conn, table_sql, quoted, schema, list(columns), column_types)
     sql = f"INSERT INTO {table_sql} ({', '.join(quoted)}) VALUES ({', '.join('?' for _ in quoted)})"
     return BatchedInsertLoader(conn, sql, schema, columns, batch_size)

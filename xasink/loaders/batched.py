@@ -76,6 +76,8 @@ def column_binding(arrow_type: pa.DataType, name: str) -> Column:
 class BatchedInsertLoader:
     """Parameterised INSERT, sent in JDBC batches of `batch_size` rows."""
 
+    path = "batched"
+
     def __init__(
         self, conn: Any, insert_sql: str, schema: pa.Schema, columns: Sequence[str], batch_size: int
     ) -> None:

@@ -11,6 +11,7 @@ two chunks are in memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +20,7 @@ import pyarrow as pa
 
 from ..errors import WriteError
 from ..jvm import jclass
-from .csv_encoding import CsvEncoder
+from .csv_encoding import CsvEncoder, encodable
 
 CHUNK_BYTES = 4 << 20
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")
@@ -39,6 +40,12 @@ def _mariadb_statement(conn: Any) -> Any:
 
 
 class MySQLLoadDataLoader:
+    path = "load-data"
+
+    @staticmethod
+    def supports(schema: pa.Schema, columns: Sequence[str], column_types: Sequence[str]) -> bool:
+        return all(encodable(schema.field(c).type) for c in columns)
+
     def __init__(
         self,
         conn: Any,
@@ -46,6 +53,7 @@ class MySQLLoadDataLoader:
         quoted_columns: list[str],
         schema: pa.Schema,
         columns: list[str],
+        column_types: Sequence[str] = (),
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self._encoder = CsvEncoder(schema, columns, null_string="NULL", booleans_as_int=True)
