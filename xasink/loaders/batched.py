@@ -1,109 +1,137 @@
-"""The generic loader: a parameterised INSERT, sent in JDBC batches.
+"""The generic loader: a parameterised INSERT, sent in JDBC batches of `batch_size` rows.
 
-Works with any JDBC driver, at the cost of one Java call per value. The dialects' bulk
-loaders are preferred where they exist.
+Works with any JDBC driver. Each Arrow batch becomes one Java array per column (numpy
+buffers copy in bulk), and xasink's ColumnBinder binds the rows inside Java: one crossing
+per batch. Where the helper cannot be compiled (a JRE without javac), the same column values
+are bound one by one from Python.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jpype
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigurationError
-
-Setter = Callable[[Any, int, Any], None]
-Column = tuple[Callable[[pa.Array], list[Any]], Setter, int]
+from ..javahelpers import helper_class
 
 
-def _java() -> dict[str, Any]:
-    return {
-        "Types": jpype.JClass("java.sql.Types"),
-        "LocalDateTime": jpype.JClass("java.time.LocalDateTime"),
-        "UTC": jpype.JClass("java.time.ZoneOffset").UTC,
-        "LocalDate": jpype.JClass("java.time.LocalDate"),
-        "BigDecimal": jpype.JClass("java.math.BigDecimal"),
-    }
+@dataclass(frozen=True)
+class ColumnKind:
+    """How one Arrow type travels to JDBC (codes match ColumnBinder's constants)."""
+
+    code: int
+    sql_type: str  # a java.sql.Types constant, for setNull
+    values: Callable[[pa.Array], Any]  # Arrow → numpy array or list, nulls filled
+    java_array: Callable[[Any], Any]  # values → one Java array
+    setter: str  # the PreparedStatement method for one value (fallback path)
 
 
-def _timestamp_setter(local_date_time: Any, utc: Any) -> Setter:
-    # java.time is proleptic Gregorian like Spark and Arrow; java.sql.Timestamp is not, and
-    # would shift dates before 1582 by days.
-    def set_timestamp(statement: Any, index: int, micros: int) -> None:
-        seconds, micro = divmod(micros, 1_000_000)
-        statement.setObject(index, local_date_time.ofEpochSecond(seconds, micro * 1000, utc))
-
-    return set_timestamp
+def _numbers(dtype: str) -> Callable[[pa.Array], np.ndarray]:
+    return lambda a: np.ascontiguousarray(a.fill_null(0).to_numpy(zero_copy_only=False), dtype)
 
 
-def column_binding(arrow_type: pa.DataType, name: str) -> Column:
-    """How to turn one Arrow column into JDBC parameter values (values, setter, null type)."""
-    java = _java()
-    types = java["Types"]
-    as_list: Callable[[pa.Array], list[Any]] = lambda array: array.to_pylist()  # noqa: E731
+def _micros(array: pa.Array) -> np.ndarray:
+    unit = pa.timestamp("us", array.type.tz)
+    return _numbers("int64")(pc.cast(pc.cast(array, unit), pa.int64()))
+
+
+def _kind(arrow_type: pa.DataType, name: str) -> ColumnKind:
+    long_array = lambda v: jpype.JArray(jpype.JLong)(v)  # noqa: E731
+    strings = lambda v: jpype.JArray(jpype.JString)(v)  # noqa: E731
     if pa.types.is_boolean(arrow_type):
-        return as_list, lambda s, i, v: s.setBoolean(i, v), types.BOOLEAN
+        return ColumnKind(
+            2,
+            "BOOLEAN",
+            lambda a: np.ascontiguousarray(a.fill_null(False), dtype=bool),
+            lambda v: jpype.JArray(jpype.JBoolean)(v),
+            "setBoolean",
+        )
     if pa.types.is_integer(arrow_type):
-        return as_list, lambda s, i, v: s.setLong(i, v), types.BIGINT
+        return ColumnKind(0, "BIGINT", _numbers("int64"), long_array, "setLong")
     if pa.types.is_floating(arrow_type):
-        return as_list, lambda s, i, v: s.setDouble(i, v), types.DOUBLE
+        return ColumnKind(
+            1, "DOUBLE", _numbers("float64"), lambda v: jpype.JArray(jpype.JDouble)(v), "setDouble"
+        )
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return as_list, lambda s, i, v: s.setString(i, v), types.VARCHAR
+        return ColumnKind(3, "VARCHAR", lambda a: a.to_pylist(), strings, "setString")
     if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-        byte_array = jpype.JArray(jpype.JByte)
-        return as_list, lambda s, i, v: s.setBytes(i, byte_array(v)), types.VARBINARY
+        return ColumnKind(
+            4,
+            "VARBINARY",
+            lambda a: a.to_pylist(),
+            lambda v: jpype.JArray(jpype.JArray(jpype.JByte))(v),
+            "setBytes",
+        )
     if pa.types.is_decimal(arrow_type):
-        big_decimal = java["BigDecimal"]
-        return as_list, lambda s, i, v: s.setBigDecimal(i, big_decimal(str(v))), types.DECIMAL
+        return ColumnKind(
+            5, "DECIMAL", lambda a: pc.cast(a, pa.string()).to_pylist(), strings, "setBigDecimal"
+        )
     if pa.types.is_date32(arrow_type):
-        local_date = java["LocalDate"]
-        days = lambda array: array.cast(pa.int32()).to_pylist()  # noqa: E731
-        return days, lambda s, i, v: s.setObject(i, local_date.ofEpochDay(v)), types.DATE
+        days = lambda a: _numbers("int64")(pc.cast(a, pa.int32()))  # noqa: E731
+        return ColumnKind(6, "DATE", days, long_array, "setObject")
     if pa.types.is_timestamp(arrow_type):
-
-        def micros(array: pa.Array) -> list[Any]:
-            return pc.cast(array, pa.timestamp("us", arrow_type.tz)).cast(pa.int64()).to_pylist()
-
-        return micros, _timestamp_setter(java["LocalDateTime"], java["UTC"]), types.TIMESTAMP
+        return ColumnKind(7, "TIMESTAMP", _micros, long_array, "setObject")
     raise ConfigurationError(
         f"Column {name!r} has type {arrow_type}, which the batched writer cannot store yet."
     )
 
 
 class BatchedInsertLoader:
-    """Parameterised INSERT, sent in JDBC batches of `batch_size` rows."""
-
     path = "batched"
 
     def __init__(
         self, conn: Any, insert_sql: str, schema: pa.Schema, columns: Sequence[str], batch_size: int
     ) -> None:
         self._statement = conn.prepareStatement(insert_sql)
-        self._columns = [column_binding(schema.field(c).type, c) for c in columns]
         self._names = list(columns)
+        self._kinds = [_kind(schema.field(c).type, c) for c in columns]
+        types = jpype.JClass("java.sql.Types")
+        self._sql_types = [int(getattr(types, k.sql_type)) for k in self._kinds]
+        self._binder = helper_class("ColumnBinder")
         self._batch_size = batch_size
         self._pending = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
+        arrays = [batch.column(name) for name in self._names]
+        values = [kind.values(array) for kind, array in zip(self._kinds, arrays, strict=True)]
+        nulls = [np.asarray(array.is_null()) if array.null_count else None for array in arrays]
+        if self._binder is not None:
+            self._pending = int(
+                self._binder.addRows(
+                    self._statement,
+                    jpype.JArray(jpype.JObject)(
+                        [k.java_array(v) for k, v in zip(self._kinds, values, strict=True)]
+                    ),
+                    jpype.JArray(jpype.JInt)([k.code for k in self._kinds]),
+                    jpype.JArray(jpype.JInt)(self._sql_types),
+                    jpype.JArray(jpype.JArray(jpype.JBoolean))(
+                        [None if n is None else jpype.JArray(jpype.JBoolean)(n) for n in nulls]
+                    ),
+                    batch.num_rows,
+                    self._batch_size,
+                    self._pending,
+                )
+            )
+            return
+        self._write_value_by_value(batch.num_rows, values, nulls)
+
+    def _write_value_by_value(self, rows: int, values: list[Any], nulls: list[Any]) -> None:
+        java = _JavaValues()
         statement = self._statement
-        values = [
-            prepare(batch.column(name))
-            for name, (prepare, _, _) in zip(self._names, self._columns, strict=True)
-        ]
-        setters = [
-            (index, setter, null_type, values[index - 1])
-            for index, (_, setter, null_type) in enumerate(self._columns, start=1)
-        ]
-        for row in range(batch.num_rows):
-            for index, setter, null_type, column in setters:
-                value = column[row]
-                if value is None:
-                    statement.setNull(index, null_type)
+        plain = [v.tolist() if isinstance(v, np.ndarray) else v for v in values]
+        for row in range(rows):
+            for index, kind in enumerate(self._kinds):
+                if nulls[index] is not None and nulls[index][row]:
+                    statement.setNull(index + 1, self._sql_types[index])
                 else:
-                    setter(statement, index, value)
+                    value = java.convert(kind.code, plain[index][row])
+                    getattr(statement, kind.setter)(index + 1, value)
             statement.addBatch()
             self._pending += 1
             if self._pending >= self._batch_size:
@@ -120,3 +148,28 @@ class BatchedInsertLoader:
 
     def abort(self) -> None:
         self._statement.close()
+
+
+class _JavaValues:
+    """Per-value conversions for the fallback path (what ColumnBinder does in Java)."""
+
+    def __init__(self) -> None:
+        self._big_decimal = jpype.JClass("java.math.BigDecimal")
+        self._local_date = jpype.JClass("java.time.LocalDate")
+        self._local_date_time = jpype.JClass("java.time.LocalDateTime")
+        self._utc = jpype.JClass("java.time.ZoneOffset").UTC
+        self._bytes = jpype.JArray(jpype.JByte)
+
+    def convert(self, code: int, value: Any) -> Any:
+        if code == 4:
+            return self._bytes(value)
+        if code == 5:
+            return self._big_decimal(value)
+        if code == 6:
+            return self._local_date.ofEpochDay(value)
+        if code == 7:
+            # java.time is proleptic Gregorian like Spark and Arrow; java.sql.Timestamp is
+            # not, and would shift dates before 1582 by days.
+            seconds, micros = divmod(value, 1_000_000)
+            return self._local_date_time.ofEpochSecond(seconds, micros * 1000, self._utc)
+        return value
