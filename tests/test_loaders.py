@@ -49,8 +49,8 @@ BATCH = pa.record_batch(
 )
 
 
-def load(db, table: str, use_binder: bool) -> None:
-    spec = make_spec(
+def spec_for(db):
+    return make_spec(
         db.jdbc_url,
         user=db.user,
         password=db.password,
@@ -60,6 +60,10 @@ def load(db, table: str, use_binder: bool) -> None:
         jars=None,
         connect_timeout=10,
     )
+
+
+def load(db, table: str, use_binder: bool) -> None:
+    spec = spec_for(db)
     quote = '"' if db.kind == "postgres" else "`"
     names = ", ".join(f"{quote}{c}{quote}" for c in BATCH.schema.names)
     sql = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(BATCH.schema))})"
