@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from servers import DbServer
@@ -98,3 +100,30 @@ def job_states(server: DbServer) -> dict[str, str]:
 
 def connection_args(server: DbServer) -> dict[str, Any]:
     return {"url": server.jdbc_url, "user": server.user, "password": server.password}
+
+
+def spec_for(server: DbServer) -> Any:
+    """xasink's ConnectionSpec for a test server, as write_xa would build it."""
+    from xasink.api import make_spec
+
+    return make_spec(
+        server.jdbc_url,
+        user=server.user,
+        password=server.password,
+        properties=None,
+        dialect=None,
+        xa_datasource=None,
+        jars=None,
+        connect_timeout=10,
+    )
+
+
+@contextlib.contextmanager
+def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
+    """(spec, session, journal) for driving xasink's internals against `server`."""
+    from xasink.api import _open_journal
+
+    spec = spec_for(server)
+    session, journal = _open_journal(spec, None)
+    with session:
+        yield spec, session, journal

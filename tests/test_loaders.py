@@ -8,11 +8,12 @@ import decimal
 
 import pyarrow as pa
 import pytest
+from support import spec_for
 
-from xasink.api import make_spec
 from xasink.connect import open_session
 from xasink.javahelpers import helper_class
 from xasink.loaders.batched import BatchedInsertLoader
+from xasink.loaders.target import LoadTarget
 
 UTC = dt.timezone.utc
 DDL = {
@@ -49,26 +50,19 @@ BATCH = pa.record_batch(
 )
 
 
-def spec_for(db):
-    return make_spec(
-        db.jdbc_url,
-        user=db.user,
-        password=db.password,
-        properties=None,
-        dialect=None,
-        xa_datasource=None,
-        jars=None,
-        connect_timeout=10,
-    )
-
-
 def load(db, table: str, use_binder: bool) -> None:
     spec = spec_for(db)
     quote = '"' if db.kind == "postgres" else "`"
-    names = ", ".join(f"{quote}{c}{quote}" for c in BATCH.schema.names)
-    sql = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(BATCH.schema))})"
+    names = list(BATCH.schema.names)
     with open_session(spec) as session:
-        loader = BatchedInsertLoader(session.connection, sql, BATCH.schema, BATCH.schema.names, 2)
+        target = LoadTarget(
+            conn=session.connection,
+            table_sql=table,
+            quoted_columns=[f"{quote}{c}{quote}" for c in names],
+            columns=names,
+            column_types=[""] * len(names),
+        )
+        loader = BatchedInsertLoader(target, BATCH.schema, batch_size=2)
         if not use_binder:
             loader._binder = None
         loader.write(BATCH)

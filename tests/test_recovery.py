@@ -18,10 +18,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support import assert_exactly, ids_in, job_states, new_table, xasink_prepared
+from support import (
+    assert_exactly,
+    ids_in,
+    job_states,
+    journal_session,
+    new_table,
+    xasink_prepared,
+)
 
 from xasink import FORMAT_ID, BranchId
-from xasink.api import _open_journal, make_spec
 from xasink.commit import BranchOps, Outcome
 
 TESTS = Path(__file__).parent
@@ -91,18 +97,7 @@ def kill_driver_at(db, table: str, point: str) -> None:
 
 def parsed_branches(db) -> list[BranchId]:
     """Our branches as parsed back from what the driver's recover() returns."""
-    spec = make_spec(
-        db.jdbc_url,
-        user=db.user,
-        password=db.password,
-        properties=None,
-        dialect=None,
-        xa_datasource=None,
-        jars=None,
-        connect_timeout=10,
-    )
-    session, journal = _open_journal(spec, None)
-    with session, BranchOps(spec, journal) as ops:
+    with journal_session(db) as (spec, _, journal), BranchOps(spec, journal) as ops:
         return sorted((b for b, _ in ops.prepared()), key=lambda b: b.partition)
 
 
@@ -143,20 +138,9 @@ def test_driver_killed_during_phase_two_rolls_forward(db):
     job_id = branches[0].job_id
     assert job_states(db)[job_id] == "committing"
 
-    spec = make_spec(
-        db.jdbc_url,
-        user=db.user,
-        password=db.password,
-        properties=None,
-        dialect=None,
-        xa_datasource=None,
-        jars=None,
-        connect_timeout=10,
-    )
-    session, journal = _open_journal(spec, None)
     committed = sorted(set(range(PARTITIONS)) - {b.partition for b in branches})
     assert len(committed) == 1
-    with session, BranchOps(spec, journal) as ops:
+    with journal_session(db) as (spec, session, journal), BranchOps(spec, journal) as ops:
         winners = journal.job(session.connection, job_id).winners
         attempt = dict(winners)[committed[0]]
         # Repeating the commit of a committed branch: XAER_NOTA, proven by its marker.
@@ -240,18 +224,7 @@ def test_mariadb_branch_still_attached_to_its_session_is_not_lost(mariadb, opera
     """MariaDB answers XAER_NOTA while the preparing session is still connected; that must
     neither count as lost (commit) nor as already gone (rollback)."""
     table = new_table(mariadb)
-    spec = make_spec(
-        mariadb.jdbc_url,
-        user=mariadb.user,
-        password=mariadb.password,
-        properties=None,
-        dialect=None,
-        xa_datasource=None,
-        jars=None,
-        connect_timeout=10,
-    )
-    session, journal = _open_journal(spec, None)
-    with session:
+    with journal_session(mariadb) as (spec, session, journal):
         journal.ensure(session.connection)
     branch = BranchId(journal.tag, uuid.uuid4().hex, 0, 1)
     xid = f"X'{branch.xid.gtrid.hex()}',X'{branch.xid.bqual.hex()}',{FORMAT_ID}"

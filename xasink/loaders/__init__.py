@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..target import TableRef
 from .batched import BatchedInsertLoader
+from .target import LoadTarget
 
 if TYPE_CHECKING:
     from ..dialects import Dialect
@@ -40,11 +41,15 @@ def open_loader(
     bulk: bool,
     column_types: Sequence[str] = (),
 ) -> Loader:
-    """The dialect's bulk loader when allowed and every column encodes, else batched INSERT."""
-    table_sql = dialect.qualified(table)
-    quoted = [dialect.quote(c) for c in columns]
+    """The dialect's bulk loader when allowed and able, else batched INSERTs."""
+    target = LoadTarget(
+        conn=conn,
+        table_sql=dialect.qualified(table),
+        quoted_columns=[dialect.quote(c) for c in columns],
+        columns=list(columns),
+        column_types=list(column_types) or [""] * len(columns),
+    )
     bulk_class = dialect.bulk_loader() if bulk else None
-    if bulk_class is not None and bulk_class.supports(schema, columns, column_types):
-        return bulk_class(conn, table_sql, quoted, schema, list(columns), column_types)
-    sql = f"INSERT INTO {table_sql} ({', '.join(quoted)}) VALUES ({', '.join('?' for _ in quoted)})"
-    return BatchedInsertLoader(conn, sql, schema, columns, batch_size)
+    if bulk_class is not None and bulk_class.supports(schema, target):
+        return bulk_class(target, schema)
+    return BatchedInsertLoader(target, schema, batch_size)

@@ -8,7 +8,7 @@ are bound one by one from Python.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigurationError
 from ..javahelpers import helper_class
+from .target import LoadTarget
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,13 @@ def _kind(arrow_type: pa.DataType, name: str) -> ColumnKind:
 class BatchedInsertLoader:
     path = "batched"
 
-    def __init__(
-        self, conn: Any, insert_sql: str, schema: pa.Schema, columns: Sequence[str], batch_size: int
-    ) -> None:
-        self._statement = conn.prepareStatement(insert_sql)
-        self._names = list(columns)
-        self._kinds = [_kind(schema.field(c).type, c) for c in columns]
+    def __init__(self, target: LoadTarget, schema: pa.Schema, batch_size: int) -> None:
+        marks = ", ".join("?" for _ in target.columns)
+        self._statement = target.conn.prepareStatement(
+            f"INSERT INTO {target.table_sql} ({', '.join(target.quoted_columns)}) VALUES ({marks})"
+        )
+        self._names = list(target.columns)
+        self._kinds = [_kind(schema.field(c).type, c) for c in self._names]
         types = jpype.JClass("java.sql.Types")
         self._sql_types = [int(getattr(types, k.sql_type)) for k in self._kinds]
         self._binder = helper_class("ColumnBinder")

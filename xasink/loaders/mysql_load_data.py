@@ -11,7 +11,6 @@ two chunks are in memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -21,6 +20,7 @@ import pyarrow as pa
 from ..errors import WriteError
 from ..jvm import jclass
 from .csv_encoding import CsvEncoder, encodable
+from .target import LoadTarget
 
 CHUNK_BYTES = 4 << 20
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")
@@ -43,26 +43,21 @@ class MySQLLoadDataLoader:
     path = "load-data"
 
     @staticmethod
-    def supports(schema: pa.Schema, columns: Sequence[str], column_types: Sequence[str]) -> bool:
-        return all(encodable(schema.field(c).type) for c in columns)
+    def supports(schema: pa.Schema, target: LoadTarget) -> bool:
+        return all(encodable(schema.field(c).type) for c in target.columns)
 
     def __init__(
-        self,
-        conn: Any,
-        table_sql: str,
-        quoted_columns: list[str],
-        schema: pa.Schema,
-        columns: list[str],
-        column_types: Sequence[str] = (),
-        chunk_bytes: int = CHUNK_BYTES,
+        self, target: LoadTarget, schema: pa.Schema, chunk_bytes: int = CHUNK_BYTES
     ) -> None:
-        self._encoder = CsvEncoder(schema, columns, null_string="NULL", booleans_as_int=True)
-        self._statement = _mariadb_statement(conn)
+        self._encoder = CsvEncoder(
+            schema, list(target.columns), null_string="NULL", booleans_as_int=True
+        )
+        self._statement = _mariadb_statement(target.conn)
         self._stream = jpype.JClass("java.io.ByteArrayInputStream")
         self._sql = (
-            f"LOAD DATA LOCAL INFILE 'xasink-stream' INTO TABLE {table_sql} "
+            f"LOAD DATA LOCAL INFILE 'xasink-stream' INTO TABLE {target.table_sql} "
             "CHARACTER SET utf8mb4 FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' "
-            f"ESCAPED BY '' LINES TERMINATED BY '\\n' ({', '.join(quoted_columns)})"
+            f"ESCAPED BY '' LINES TERMINATED BY '\\n' ({', '.join(target.quoted_columns)})"
         )
         self._chunk_bytes = chunk_bytes
         self._parts: list[bytes] = []

@@ -9,40 +9,31 @@ next batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import pyarrow as pa
 
 from ..jvm import jclass
 from .csv_encoding import CsvEncoder, encodable
 from .pg_binary import HEADER, TRAILER, PgBinaryEncoder
+from .target import LoadTarget
 
 
 class PostgresCopyLoader:
     @staticmethod
-    def supports(schema: pa.Schema, columns: Sequence[str], column_types: Sequence[str]) -> bool:
-        return PgBinaryEncoder.create(schema, columns, column_types) is not None or all(
-            encodable(schema.field(c).type) for c in columns
+    def supports(schema: pa.Schema, target: LoadTarget) -> bool:
+        return PgBinaryEncoder.create(schema, target.columns, target.column_types) is not None or (
+            all(encodable(schema.field(c).type) for c in target.columns)
         )
 
-    def __init__(
-        self,
-        conn: Any,
-        table_sql: str,
-        quoted_columns: list[str],
-        schema: pa.Schema,
-        columns: list[str],
-        column_types: Sequence[str],
-    ) -> None:
-        binary = PgBinaryEncoder.create(schema, columns, column_types)
+    def __init__(self, target: LoadTarget, schema: pa.Schema) -> None:
+        binary = PgBinaryEncoder.create(schema, target.columns, target.column_types)
         self._encoder: PgBinaryEncoder | CsvEncoder = binary or CsvEncoder(
-            schema, columns, null_string="", booleans_as_int=False
+            schema, list(target.columns), null_string="", booleans_as_int=False
         )
         self.path = "copy-binary" if binary else "copy-csv"
-        copy_api = conn.unwrap(jclass("org.postgresql.PGConnection")).getCopyAPI()
+        copy_api = target.conn.unwrap(jclass("org.postgresql.PGConnection")).getCopyAPI()
         fmt = "binary" if binary else "csv"
-        sql = f"COPY {table_sql} ({', '.join(quoted_columns)}) FROM STDIN WITH (FORMAT {fmt})"
+        columns = ", ".join(target.quoted_columns)
+        sql = f"COPY {target.table_sql} ({columns}) FROM STDIN WITH (FORMAT {fmt})"
         self._copy = copy_api.copyIn(sql)
         if binary:
             self._send(HEADER)

@@ -1,0 +1,16 @@
+"""What every loader is given: the branch's connection and the table's columns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LoadTarget:
+    conn: Any  # the XA branch's java.sql.Connection
+    table_sql: str  # the quoted, qualified table name
+    quoted_columns: Sequence[str]
+    columns: Sequence[str]  # Arrow column names, in the same order
+    column_types: Sequence[str]  # the table's type name for each column ("" if unknown)
