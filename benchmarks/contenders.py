@@ -31,6 +31,8 @@ class Target:
     df: DataFrame
     csv: rawload.CsvBuffer | None
     rows: int
+    #: PostgreSQL only: the same rows in binary COPY format, built by the server (untimed).
+    pg_binary: bytes | None = None
 
 
 def spark_jdbc(target: Target) -> dict[str, Any]:
@@ -87,11 +89,11 @@ def recover_write_xa(target: Target) -> dict[str, Any]:
 
 
 def raw(target: Target) -> dict[str, Any]:
-    """COPY (PostgreSQL) / LOAD DATA LOCAL (MariaDB) of the pre-built CSV, one process."""
+    """Binary COPY (PostgreSQL) / LOAD DATA LOCAL (MariaDB) of a pre-built buffer, one process."""
     if target.csv is None:
         raise RuntimeError("no CSV was built for the raw contender")
     if target.db.kind == "postgres":
-        return rawload.copy_postgres(target.db, target.table, target.csv)
+        return rawload.copy_postgres(target.db, target.table, target.csv, target.pg_binary)
     return rawload.load_data_mariadb(target.db, target.table, target.csv)
 
 

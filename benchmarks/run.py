@@ -181,7 +181,14 @@ def run_workload(
             table = _table_name(workload)
             db.drop(table)
             db.execute(table_ddl(db.kind, workload, table))
-            target = Target(db=db, table=table, df=df, csv=csv, rows=workload.rows)
+            pg_binary = (
+                rawload.postgres_binary(db, table, csv)
+                if csv is not None and db.kind == "postgres"
+                else None
+            )
+            target = Target(
+                db=db, table=table, df=df, csv=csv, rows=workload.rows, pg_binary=pg_binary
+            )
             try:
                 run_rounds(
                     contenders,
