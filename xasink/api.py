@@ -370,8 +370,8 @@ def _commit_all(
         plan.spec,
         plan.journal,
         winners,
+        ops=ops,
         parallelism=parallelism,
-        retries=ops.retries,
         after_first=lambda: trigger(plan.faults, "after_first_commit"),
         progress=progress,
     )

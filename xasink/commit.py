@@ -158,6 +158,9 @@ class BranchOps:
         return ours
 
 
+BRANCHES_PER_CONNECTION = 8
+
+
 @dataclass
 class GroupCommit:
     """Outcome of committing many branches: what happened to each, and what failed."""
@@ -175,16 +178,18 @@ def commit_group(
     journal: Journal,
     branches: Sequence[BranchId],
     *,
+    ops: BranchOps,
     parallelism: int = 4,
-    retries: int = 5,
     after_first: Callable[[], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> GroupCommit:
-    """Commit `branches`: the first alone, the rest over up to `parallelism` connections.
+    """Commit `branches`: the first alone on `ops`, the rest over up to `parallelism`
+    connections (`ops` plus new ones).
 
     COMMIT PREPARED mostly waits on the server's log flush, so a few connections in
-    parallel cut phase 2 for many small branches. Every branch is attempted; failures are
-    collected and never stop the others (the decision is already durable).
+    parallel cut phase 2 for many small branches; a new connection costs more than a few
+    commits, so one is added per BRANCHES_PER_CONNECTION branches only. Every branch is
+    attempted; failures are collected and never stop the others (the decision is durable).
     """
     result = GroupCommit({}, {})
     lock = threading.Lock()
@@ -209,9 +214,12 @@ def commit_group(
                 branch = pending.pop(0)
             commit_one(ops, branch)
 
-    workers = max(1, min(parallelism, len(pending) - 1))
+    extra = max(0, min(parallelism - 1, (len(pending) - 1) // BRANCHES_PER_CONNECTION))
     with contextlib.ExitStack() as stack:
-        pool = [stack.enter_context(BranchOps(spec, journal, retries)) for _ in range(workers)]
+        pool = [ops] + [
+            stack.enter_context(BranchOps(spec, journal, ops.retries, ops.backoff))
+            for _ in range(extra)
+        ]
         if pending:
             commit_one(pool[0], pending.pop(0))
             if after_first is not None:

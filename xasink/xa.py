@@ -94,6 +94,7 @@ class XaSession:
         return self._java_xids[xid]
 
     def start(self, xid: Xid) -> None:
+        self._java_xids.clear()  # a reused connection must not keep every past branch's XID
         self._call("start", "start", self._jxid(xid), _TMNOFLAGS)
 
     def end(self, xid: Xid, success: bool = True) -> None:
