@@ -42,6 +42,7 @@ bench: install
 	$(PYTHON) -m benchmarks
 	$(PYTHON) -m benchmarks.breakdown stages
 	$(PYTHON) -m benchmarks.breakdown memory
+	$(PYTHON) -m benchmarks.breakdown formats
 
 bench-quick: install
 	$(PYTHON) -m benchmarks --quick --output-dir "$$(mktemp -d)"

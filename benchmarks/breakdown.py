@@ -2,6 +2,7 @@
 
     python -m benchmarks.breakdown stages [--rows 1m] [--databases postgres,mariadb]
     python -m benchmarks.breakdown memory [--databases postgres,mariadb]
+    python -m benchmarks.breakdown formats [--rows 1m]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
 Spark→Arrow only, + encoding (binary COPY on PostgreSQL, CSV on MariaDB, as write_xa
@@ -207,6 +208,64 @@ def memory(databases: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
     return report
 
 
+def formats(rows: int) -> dict[str, Any]:
+    """PostgreSQL COPY formats: encoder cost per 1M rows, and the server's load time.
+
+    The Arrow rows are the narrow workload's, built without Spark; each step is timed
+    alone (median of REPETITIONS after one warm-up), so the numbers explain the choice of
+    binary COPY in xasink.loaders.pg_binary.
+    """
+    from xasink.loaders.csv_encoding import CsvEncoder
+    from xasink.loaders.pg_binary import HEADER, TRAILER, PgBinaryEncoder
+
+    spark = _spark(reuse_workers=True)
+    workload = parse_workload(f"narrow-{rows}", 1)
+    table = build_dataframe(spark, workload).toArrow()
+    spark.stop()
+    batches = table.to_batches(max_chunksize=10_000)
+    columns = table.schema.names
+    report: dict[str, Any] = {"rows": rows, "encode_seconds": {}, "copy_seconds": {}}
+    with contextlib.ExitStack() as stack:
+        db: Database = start_database(stack, "postgres", max_prepared=8)
+        db.execute(table_ddl("postgres", workload, "fmt"))
+        encoders = {
+            "csv": CsvEncoder(table.schema, columns, "", False),
+            "binary": PgBinaryEncoder.create(table.schema, columns, _pg_types(db, "fmt")),
+        }
+        buffers: dict[str, bytes] = {}
+        for name, encoder in encoders.items():
+            assert encoder is not None, "the narrow workload must map onto binary COPY"
+            samples = []
+            for round_no in range(REPETITIONS + 1):
+                seconds, parts = _timed(lambda e=encoder: [e.encode(b) for b in batches])
+                if round_no:
+                    samples.append(seconds)
+            body = b"".join(parts)
+            buffers[name] = HEADER + body + TRAILER if name == "binary" else body
+            report["encode_seconds"][name] = statistics.median(samples)
+        names = ", ".join(columns)
+        for name, data in buffers.items():
+            samples = []
+            for round_no in range(REPETITIONS + 1):
+                db.truncate("fmt")
+                with contextlib.closing(db.connect()) as conn, conn.cursor() as cursor:
+                    sql = f"COPY fmt ({names}) FROM STDIN (FORMAT {name})"
+                    started = time.perf_counter()
+                    with cursor.copy(sql) as copy:
+                        for offset in range(0, len(data), 1 << 20):
+                            copy.write(data[offset : offset + (1 << 20)])
+                    elapsed = time.perf_counter() - started
+                assert db.count("fmt") == rows
+                if round_no:
+                    samples.append(elapsed)
+            report["copy_seconds"][name] = statistics.median(samples)
+            print(
+                f"{name}: encode {report['encode_seconds'][name]:.2f}s, "
+                f"COPY {report['copy_seconds'][name]:.2f}s for {rows:,} rows"
+            )
+    return report
+
+
 def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
     medians = data["median_seconds"]
     order = ["spark→arrow", "+ encode", "+ java crossing", "write_xa"]
@@ -230,14 +289,30 @@ def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("stages", "memory"))
+    parser.add_argument("mode", choices=("stages", "memory", "formats"))
     parser.add_argument("--databases", default="postgres,mariadb")
     parser.add_argument("--rows", default="1m", help="rows for `stages` (default 1m)")
     parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
     args = parser.parse_args(argv)
     databases = [d for d in args.databases.split(",") if d]
     RESULTS.mkdir(exist_ok=True)
-    if args.mode == "stages":
+    if args.mode == "formats":
+        rows = parse_count(args.rows)
+        report = formats(rows)
+        text = "\n".join(
+            [
+                f"PostgreSQL COPY formats, {rows:,} narrow rows, median of {REPETITIONS} "
+                "(one process, one core):",
+                "",
+                "| format | encode s | server COPY s |",
+                "|---|---:|---:|",
+            ]
+            + [
+                f"| {f} | {report['encode_seconds'][f]:.2f} | {report['copy_seconds'][f]:.2f} |"
+                for f in ("csv", "binary")
+            ]
+        )
+    elif args.mode == "stages":
         rows = parse_count(args.rows)
         report = stages(databases, rows)
         text = "\n".join(_markdown(k, v, rows) for k, v in report["databases"].items())
