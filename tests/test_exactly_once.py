@@ -115,3 +115,12 @@ def test_many_partitions_are_coalesced_into_few_branches(spark, postgres, max_br
     )
     assert result.partitions + result.empty_partitions == branches
     assert_exactly(postgres, table, range(400))
+
+
+def test_the_callers_spark_job_description_is_restored(spark, postgres):
+    spark.sparkContext.setJobDescription("nightly load")
+    try:
+        write_xa(events_df(spark, 10, 1), table=new_table(postgres), **connection_args(postgres))
+        assert spark.sparkContext.getLocalProperty("spark.job.description") == "nightly load"
+    finally:
+        spark.sparkContext.setJobDescription(None)

@@ -7,7 +7,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -250,8 +250,9 @@ def _prepare_all(
 ) -> PhaseOne:
     """Phase 1 and the decision. Any failure before the decision rolls the job back."""
     try:
-        _describe_job(df, plan)
-        messages = df.mapInArrow(functools.partial(write_partition, plan), MESSAGE_DDL).collect()
+        with _job_description(df, f"xasink write_xa into {plan.table} (job {plan.job_id})"):
+            writer = functools.partial(write_partition, plan)
+            messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
         phase_one = _winners(plan, messages, partitions)
         trigger(plan.faults, "before_decision")
         _decide(plan, conn, phase_one.winners)
@@ -263,12 +264,20 @@ def _prepare_all(
         raise
 
 
-def _describe_job(df: DataFrame, plan: WritePlan) -> None:
-    # Spark Connect has no SparkContext; the description is cosmetic.
-    with contextlib.suppress(Exception):
-        df.sparkSession.sparkContext.setJobDescription(
-            f"xasink write_xa into {plan.table} (job {plan.job_id})"
-        )
+@contextlib.contextmanager
+def _job_description(df: DataFrame, text: str) -> Iterator[None]:
+    """Name the Spark job in the UI, then restore the caller's description."""
+    try:
+        context = df.sparkSession.sparkContext
+        previous = context.getLocalProperty("spark.job.description")
+        context.setJobDescription(text)
+    except Exception:  # Spark Connect has no SparkContext; the description is cosmetic
+        yield
+        return
+    try:
+        yield
+    finally:
+        context.setJobDescription(previous)
 
 
 def _winners(plan: WritePlan, messages: list[Any], partitions: int) -> PhaseOne:
