@@ -130,13 +130,14 @@ def write_xa(
 ) -> WriteResult:
     """Write every row of `df` into `table` exactly once, or none of them.
 
-    Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
-    LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
-    then through JDBC batches of `batch_size` rows. Each partition writes into its own XA
-    branch and PREPAREs it; the driver records the
+    Each partition writes into its own XA branch and PREPAREs it; the driver records the
     commit decision in the target database, then commits the winning branches. A failure
     before the decision rolls everything back and re-raises; a crash after it is finished
     by `xasink recover` (or by the next write_xa on this table).
+
+    Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
+    LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
+    then through JDBC batches of `batch_size` rows.
     """
     started = time.monotonic()
     if batch_size < 1:
@@ -153,8 +154,7 @@ def write_xa(
     )
     target = TableRef.parse(table)
     check_spark_conf(dict(df.sparkSession.sparkContext.getConf().getAll()))
-    df = _limit_branches(df, max_branches)
-    partitions = df.rdd.getNumPartitions()
+    df, partitions = _limit_branches(df, max_branches)
     session, journal = _open_journal(spec, journal_schema)
     with session, BranchOps(spec, journal, retries=commit_retries) as ops:
         conn = session.connection
@@ -218,24 +218,28 @@ def write_xa(
     )
 
 
-def _limit_branches(df: DataFrame, max_branches: int | Literal["auto"] | None) -> DataFrame:
+def _limit_branches(
+    df: DataFrame, max_branches: int | Literal["auto"] | None
+) -> tuple[DataFrame, int]:
     """Coalesce (no shuffle) to at most `max_branches` partitions, like Spark JDBC's
-    `numPartitions`. Each Python task costs tens of milliseconds and each branch holds a
-    prepared slot, so 200 tiny partitions are cheaper written as a few larger branches.
-    "auto" means twice Spark's default parallelism; None keeps every partition."""
+    `numPartitions`; returns the frame and its partition count.
+
+    Each Python task costs tens of milliseconds and each branch holds a prepared slot, so
+    200 tiny partitions are cheaper written as a few larger branches. "auto" means twice
+    Spark's default parallelism; None keeps every partition."""
+    partitions = df.rdd.getNumPartitions()
     if max_branches is None:
-        return df
+        return df, partitions
     if max_branches == "auto":
         limit = 2 * max(1, df.sparkSession.sparkContext.defaultParallelism)
     elif isinstance(max_branches, int) and max_branches >= 1:
         limit = max_branches
     else:
         raise ConfigurationError("max_branches must be a positive integer, 'auto' or None.")
-    partitions = df.rdd.getNumPartitions()
     if partitions <= limit:
-        return df
+        return df, partitions
     log.info("xasink: coalescing %d partitions into %d branches", partitions, limit)
-    return df.coalesce(limit)
+    return df.coalesce(limit), limit
 
 
 def _bulk_available(dialect: Dialect, conn: Any) -> bool:
@@ -368,16 +372,15 @@ def _commit_all(
     plan: WritePlan, ops: BranchOps, conn: Any, winners: list[BranchId], parallelism: int
 ) -> int:
     """Phase 2: commit the winners, then roll back every other attempt of this job."""
-    last_report = [time.monotonic()]
+    last_report = time.monotonic()
 
     def progress(done: int, total: int) -> None:
-        if time.monotonic() - last_report[0] > 5:
+        nonlocal last_report
+        if time.monotonic() - last_report > 5:
             log.info("xasink job %s: committed %d/%d branches", plan.job_id, done, total)
-            last_report[0] = time.monotonic()
+            last_report = time.monotonic()
 
     group = commit_group(
-        plan.spec,
-        plan.journal,
         winners,
         ops=ops,
         parallelism=parallelism,

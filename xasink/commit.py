@@ -174,8 +174,6 @@ class GroupCommit:
 
 
 def commit_group(
-    spec: ConnectionSpec,
-    journal: Journal,
     branches: Sequence[BranchId],
     *,
     ops: BranchOps,
@@ -195,29 +193,29 @@ def commit_group(
     lock = threading.Lock()
     pending = list(branches)
 
-    def commit_one(ops: BranchOps, branch: BranchId) -> None:
+    def commit_one(worker: BranchOps, branch: BranchId) -> None:
         try:
-            outcome = ops.commit(branch)
+            outcome = worker.commit(branch)
             with lock:
                 result.outcomes[branch] = outcome
         except Exception as exc:
             with lock:
-                result.errors[branch] = spec.redact(exc)
+                result.errors[branch] = worker.spec.redact(exc)
         if progress is not None:
             progress(len(result.outcomes) + len(result.errors), len(branches))
 
-    def drain(ops: BranchOps) -> None:
+    def drain(worker: BranchOps) -> None:
         while True:
             with lock:
                 if not pending:
                     return
                 branch = pending.pop(0)
-            commit_one(ops, branch)
+            commit_one(worker, branch)
 
     extra = max(0, min(parallelism - 1, (len(pending) - 1) // BRANCHES_PER_CONNECTION))
     with contextlib.ExitStack() as stack:
         pool = [ops] + [
-            stack.enter_context(BranchOps(spec, journal, ops.retries, ops.backoff))
+            stack.enter_context(BranchOps(ops.spec, ops.journal, ops.retries, ops.backoff))
             for _ in range(extra)
         ]
         if pending:
@@ -225,8 +223,8 @@ def commit_group(
             if after_first is not None:
                 after_first()
         threads = [
-            threading.Thread(target=drain, args=(ops,), name=f"xasink-commit-{i}")
-            for i, ops in enumerate(pool[1:], start=1)
+            threading.Thread(target=drain, args=(worker,), name=f"xasink-commit-{i}")
+            for i, worker in enumerate(pool[1:], start=1)
         ]
         for thread in threads:
             thread.start()

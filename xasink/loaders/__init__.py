@@ -1,8 +1,9 @@
 """Row loaders: turn Arrow record batches into rows of the target table, inside a branch.
 
-Every loader has the same two calls, so the writer does not care which one runs:
-`write(batch)` for each Arrow batch (one crossing into Java per batch, never per row, for
-the bulk loaders) and `finish()` once at the end of the partition.
+Every loader has the same calls, so the writer does not care which one runs: `write(batch)`
+for each Arrow batch (one crossing into Java per batch; only the batched loader's fallback,
+without a JDK, binds value by value), `finish()` once at the end of the partition, and
+`abort()` when the branch fails.
 """
 
 from __future__ import annotations
