@@ -53,3 +53,15 @@ class RecoveryError(XasinkError):
 
 class XaError(XasinkError):
     """A classified XA failure (see :class:`xasink.xa.XaFailure`)."""
+
+
+class SchemaMismatchError(PreflightError):
+    """The DataFrame does not fit the table (a column, a type, a NOT NULL); nothing written."""
+
+
+class UnsupportedTypeError(SchemaMismatchError):
+    """A Spark type has no column type in this database; nothing was written."""
+
+
+class InputDataError(XasinkError):
+    """The rows themselves cannot be applied (duplicate keys, unknown op); nothing was written."""

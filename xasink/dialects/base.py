@@ -93,6 +93,17 @@ class Dialect:
     def check_server(self, conn: Any, branches: int, user: str | None) -> None:
         """Raise PreflightError when the server cannot hold `branches` prepared branches."""
 
+    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
+        """A query of (name, full SQL type, nullable, has default) per column; None: unknown."""
+        return None, ()
+
+    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
+        """A query of (index name, column name) for the primary key and unique indexes."""
+        raise ConfigurationError(
+            f"The {self.name} dialect cannot read unique keys; upsert and merge need the "
+            "postgres or mysql dialect."
+        )
+
     def location_sql(self) -> str | None:
         """A query naming the database (and schema) the journal lives in; None: use the URL."""
         return None

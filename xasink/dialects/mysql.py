@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..target import ConnectionSpec
+from ..target import ConnectionSpec, TableRef
 from .base import Dialect
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
@@ -106,3 +106,19 @@ class MySQLDialect(Dialect):
 
     def location_sql(self) -> str:
         return "SELECT DATABASE()"
+
+    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
+        return (
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE = 'YES', "
+            "COLUMN_DEFAULT IS NOT NULL OR EXTRA <> '' FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? "
+            "ORDER BY ORDINAL_POSITION",
+            (table.schema, table.name),  # type: ignore[arg-type]
+        )
+
+    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
+        return (
+            "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0",
+            (table.schema, table.name),  # type: ignore[arg-type]
+        )

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..target import ConnectionSpec
+from ..target import ConnectionSpec, TableRef
 from .base import Dialect
 
 
@@ -64,3 +64,22 @@ class PostgresDialect(Dialect):
 
     def location_sql(self) -> str:
         return "SELECT current_database() || '.' || current_schema()"
+
+    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
+        # The quoted name is a bind parameter that to_regclass parses: never pasted into SQL.
+        return (
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, "
+            "a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' "
+            "FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum",
+            (self.qualified(table),),
+        )
+
+    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
+        return (
+            "SELECT i.indexrelid::regclass::text, a.attname FROM pg_index i "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = to_regclass(?) AND i.indisunique AND i.indpred IS NULL "
+            "AND i.indexprs IS NULL",
+            (self.qualified(table),),
+        )
