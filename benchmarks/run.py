@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import rawload, report
-from .contenders import CONTENDERS, JDBC_BATCH_SIZE, Target
+from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, source_digest
 from .measure import Timing, run_rounds, summarise
@@ -58,8 +58,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--contenders",
         type=_csv,
-        default=list(CONTENDERS),
-        help="comma list of " + ",".join(CONTENDERS),
+        default=DEFAULT_CONTENDERS,
+        help=f"comma list of {','.join(CONTENDERS)} (default: {','.join(DEFAULT_CONTENDERS)})",
     )
     parser.add_argument("--repetitions", type=int, default=None, help="timed runs (default 3)")
     parser.add_argument("--warmups", type=int, default=None, help="warm-up rounds (default 1)")

@@ -1,6 +1,7 @@
 """A write_xa driver in its own process, so a test can SIGKILL its whole process group.
 
-Usage: python driver_process.py URL USER TABLE ROWS PARTITIONS FAULT_POINT
+Usage: python driver_process.py URL USER TABLE ROWS PARTITIONS FAULT_POINT [MODE]
+With MODE, it writes support.mode_case's input for that mode instead of ROWS events.
 The password comes from XASINK_TEST_PASSWORD. With a `hang` fault the script prints
 `XASINK-FAULT <point>` at that point and waits to be killed.
 """
@@ -11,7 +12,7 @@ import json
 import os
 import sys
 
-from support import events_df, spark_builder
+from support import events_df, mode_case, spark_builder
 
 from xasink import write_xa
 from xasink.faults import Fault
@@ -19,13 +20,18 @@ from xasink.faults import Fault
 
 def main() -> None:
     url, user, table, rows, partitions, point = sys.argv[1:7]
+    mode = sys.argv[7] if len(sys.argv) > 7 else None
     spark = spark_builder("xasink-driver-process").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     faults = [Fault(point, "hang", attempt_number=None)] if point != "none" else []
+    df, options = events_df(spark, int(rows), int(partitions)), {}
+    if mode:
+        df, options, _ = mode_case(spark, mode, int(partitions))
     result = write_xa(
-        events_df(spark, int(rows), int(partitions)),
+        df,
         url,
         table,
+        **options,
         user=user,
         password=os.environ["XASINK_TEST_PASSWORD"],
         heartbeat_interval=1.0,

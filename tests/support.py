@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from servers import DbServer
 
+TESTS = Path(__file__).parent
+#: The driver-kill tests' job size.
+ROWS, PARTITIONS = 3000, 3
 #: Small Arrow batches, so "in the middle of a partition" is a real place.
 ARROW_BATCH_ROWS = 500
 
@@ -98,6 +108,14 @@ def job_states(server: DbServer) -> dict[str, str]:
         return {str(job): str(state) for job, state in cursor.fetchall()}
 
 
+def latest_job_state(server: DbServer) -> str:
+    """The state of the job written last (the server is shared by many tests)."""
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SELECT state FROM xasink_jobs ORDER BY created_at DESC LIMIT 1")
+        return str(cursor.fetchone()[0])
+
+
 def connection_args(server: DbServer) -> dict[str, Any]:
     return {"url": server.jdbc_url, "user": server.user, "password": server.password}
 
@@ -127,3 +145,170 @@ def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
     session, journal = _open_journal(spec, None)
     with session:
         yield spec, session, journal
+
+
+def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `xasink recover` as a user would, with the password in an environment variable."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xasink",
+            "recover",
+            "--url",
+            db.jdbc_url,
+            "--user",
+            db.user,
+            "--password-env",
+            "XASINK_TEST_PASSWORD",
+            *args,
+        ],
+        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def kill_driver_at(db, table: str, point: str, mode: str | None = None) -> None:
+    """Start a driver that stops at `point`, then SIGKILL its whole process group.
+
+    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(TESTS / "driver_process.py"),
+            db.jdbc_url,
+            db.user,
+            table,
+            str(ROWS),
+            str(PARTITIONS),
+            point,
+            *([mode] if mode else []),
+        ],
+        cwd=TESTS,
+        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    reached = threading.Event()
+    output: list[str] = []
+
+    def watch() -> None:
+        for line in proc.stdout:
+            output.append(line)
+            if line.startswith(f"XASINK-FAULT {point}"):
+                reached.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 240
+        while not reached.wait(timeout=1) and proc.poll() is None:
+            assert time.monotonic() < deadline, "driver hung before " + point
+        reached.wait(timeout=5)  # the watcher may still be reading the last lines
+        assert reached.is_set(), "driver never reached " + point + "".join(output[-30:])
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert db.password not in "".join(output)
+
+
+# -- write modes: one seeded keyed table, and per mode an input and its exact outcome ------
+#: Rows (id, name, v) with ids 0..OLD_ROWS-1 that every mode test starts from.
+OLD_ROWS = 100
+KEYED_DDL = {
+    "postgres": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(64), v DOUBLE PRECISION)",
+    "mariadb": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(64), v DOUBLE)",
+}
+Contents = dict[int, tuple[Any, Any]]
+
+
+def old_contents() -> Contents:
+    return {i: ("old", float(i)) for i in range(OLD_ROWS)}
+
+
+def seeded_table(server: DbServer, prefix: str = "kv") -> str:
+    """A keyed table holding `old_contents()`."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(KEYED_DDL[server.kind].format(t=name))
+        placeholder = "%s, %s, %s"
+        cursor.executemany(
+            f"INSERT INTO {name} (id, name, v) VALUES ({placeholder})",
+            [(i, n, v) for i, (n, v) in old_contents().items()],
+        )
+        if server.kind == "mariadb":
+            conn.commit()
+    return name
+
+
+def contents(server: DbServer, table: str) -> Contents:
+    """Every row as id -> (name, v), read with psycopg/pymysql; a repeated id fails."""
+    quote = '"' if server.kind == "postgres" else "`"
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT id, name, v FROM {quote}{table}{quote}")
+        rows = cursor.fetchall()
+    found = {int(i): (n, None if v is None else float(v)) for i, n, v in rows}
+    assert len(found) == len(rows), "an id appears twice"
+    return found
+
+
+def stage_tables(server: DbServer) -> list[str]:
+    """xasink staging tables left in the database."""
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        if server.kind == "postgres":
+            cursor.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'xasink_stage_%'")
+        else:
+            cursor.execute("SHOW TABLES LIKE 'xasink\\_stage\\_%'")
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def mode_case(spark: Any, mode: str, partitions: int = 3) -> tuple[Any, dict[str, Any], Contents]:
+    """(input DataFrame, write_xa keyword arguments, exact expected contents) for `mode`."""
+    rows, schema, options, expected = mode_rows(mode)
+    return spark.createDataFrame(rows, schema).repartition(partitions), options, expected
+
+
+def mode_rows(mode: str) -> tuple[list[tuple[Any, ...]], str, dict[str, Any], Contents]:
+    """(input rows, their schema, write_xa keyword arguments, exact expected contents) for
+    `mode`, applied to `old_contents()`. Keys overlap the old rows on purpose: a branch that
+    locked old keys (overwrite's DELETE, an upsert's UPDATE) would block another's INSERT."""
+    expected = old_contents()
+    plain = "id long, name string, v double"
+    if mode == "append":
+        rows = [(i, "new", i * 2.0) for i in range(OLD_ROWS, 400)]
+        expected.update({i: (n, v) for i, n, v in rows})
+        return rows, plain, {}, expected
+    if mode == "overwrite":
+        rows = [(i, "new", i * 2.0) for i in range(50, 350)]
+        return rows, plain, {"mode": "overwrite"}, {i: (n, v) for i, n, v in rows}
+    if mode == "upsert":
+        rows = [(i, "new", i * 2.0, 2) for i in range(50, 350)]
+        rows += [(i, "stale", -1.0, 1) for i in range(60, 70)]  # older versions lose
+        expected.update({i: (n, v) for i, n, v, _ in rows if n == "new"})
+        options = {"mode": "upsert", "key": ["id"], "order": "seq"}
+        return rows, plain + ", seq int", options, expected
+    assert mode == "merge"
+    changes = [(i, None, None, "d", 5) for i in range(0, 30)]  # deletes of old rows
+    changes += [(i, "mid", 1.0, "u", 1) for i in range(30, 60)]
+    changes += [(i, "new", i * 2.0, "u", 2) for i in range(30, 60)]  # the last update wins
+    changes += [(i, "new", i * 2.0, "c", 1) for i in range(100, 200)]  # inserts
+    changes += [(i, None, None, "d", 2) for i in range(150, 160)]  # inserted, then deleted
+    changes += [(i, None, None, "d", 1) for i in range(500, 505)]  # deletes of nothing
+    for i in range(0, 30):
+        del expected[i]
+    expected.update({i: ("new", i * 2.0) for i in range(30, 60)})
+    expected.update({i: ("new", i * 2.0) for i in range(100, 200) if not 150 <= i < 160})
+    options = {
+        "mode": "merge",
+        "key": "id",
+        "op": "op",
+        "order": "seq",
+        "op_values": {"insert": "c", "update": "u", "delete": "d"},
+    }
+    return changes, plain + ", op string, seq int", options, expected

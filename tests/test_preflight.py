@@ -102,7 +102,12 @@ def test_more_partitions_than_prepared_transactions(spark, postgres, logs):
 
 def test_missing_table(spark, db, logs):
     with pytest.raises(PreflightError, match="no_such_table_here") as error:
-        write_xa(events_df(spark, 10, 1), table="no_such_table_here", **connection_args(db))
+        write_xa(
+            events_df(spark, 10, 1),
+            table="no_such_table_here",
+            create="never",
+            **connection_args(db),
+        )
     assert "Create it first" in str(error.value)
     no_secret(error.value, logs, db.password)
     assert db.prepared_transactions() == []
@@ -111,10 +116,17 @@ def test_missing_table(spark, db, logs):
 @pytest.mark.parametrize(
     "shape", ["{t}; DROP TABLE {t}", '{t}"; DROP TABLE "{t}', "{t}`; DROP TABLE `{t}"]
 )
-def test_hostile_table_name_executes_nothing(spark, db, shape, logs):
+@pytest.mark.parametrize("create", ["never", "if_missing"])
+def test_hostile_table_name_executes_nothing(spark, db, shape, create, logs):
+    """Quoted, the name is just a name: refused when missing, or created as exactly it."""
     victim = new_table(db)
-    with pytest.raises(PreflightError):
-        write_xa(events_df(spark, 10, 1), table=shape.format(t=victim), **connection_args(db))
+    frame = events_df(spark, 10, 1)
+    if create == "never":
+        with pytest.raises(PreflightError):
+            write_xa(frame, table=shape.format(t=victim), create=create, **connection_args(db))
+    else:
+        result = write_xa(frame, table=shape.format(t=victim), **connection_args(db))
+        assert (result.created, result.rows) == (True, 10)
     assert_exactly(db, victim, [])  # still there, still empty
 
 

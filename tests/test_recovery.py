@@ -9,90 +9,25 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 from support import (
+    PARTITIONS,
+    ROWS,
     assert_exactly,
+    cli,
     ids_in,
     job_states,
     journal_session,
+    kill_driver_at,
     new_table,
     xasink_prepared,
 )
 
 from xasink import FORMAT_ID, BranchId
 from xasink.commit import BranchOps, Outcome
-
-TESTS = Path(__file__).parent
-ROWS, PARTITIONS = 3000, 3
-
-
-def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `xasink recover` as a user would, with the password in an environment variable."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "xasink",
-            "recover",
-            "--url",
-            db.jdbc_url,
-            "--user",
-            db.user,
-            "--password-env",
-            "XASINK_TEST_PASSWORD",
-            *args,
-        ],
-        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def kill_driver_at(db, table: str, point: str) -> None:
-    """Start a driver that stops at `point`, then SIGKILL its whole process group."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(TESTS / "driver_process.py"),
-            db.jdbc_url,
-            db.user,
-            table,
-            str(ROWS),
-            str(PARTITIONS),
-            point,
-        ],
-        cwd=TESTS,
-        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    reached = threading.Event()
-    output: list[str] = []
-
-    def watch() -> None:
-        for line in proc.stdout:
-            output.append(line)
-            if line.startswith(f"XASINK-FAULT {point}"):
-                reached.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    try:
-        assert reached.wait(timeout=240), "driver never reached " + point + "".join(output[-30:])
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    assert db.password not in "".join(output)
 
 
 def parsed_branches(db) -> list[BranchId]:

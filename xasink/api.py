@@ -18,13 +18,17 @@ from .errors import (
     CommitError,
     ConfigurationError,
     DecisionUnknownError,
+    InputDataError,
     JobAbortedError,
     LostBranchError,
 )
 from .faults import Fault, trigger
-from .journal import ABORTED, COMMITTING, RUNNING, Heartbeat, Journal
-from .preflight import check_spark_conf, match_columns, table_columns
+from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, Heartbeat, Journal
+from .planning import apply_plan_for, branch_count, load_target, shape_frame
+from .preflight import check_spark_conf
 from .recovery import DEFAULT_GRACE, BranchAction, RecoveryReport, resolve_in_doubt
+from .staging import APPEND, ApplyPlan, ModeOptions, is_data_error, refused
+from .tables import check_create, check_fit, ensure_table
 from .target import ConnectionSpec, TableRef, properties_tuple
 from .writer import MESSAGE_DDL, WritePlan, write_partition
 from .xa import XaSession
@@ -54,6 +58,9 @@ class WriteResult:
     worker_peak_rss_kb: int = 0
     #: How rows were loaded: "copy-binary", "copy-csv", "load-data" and/or "batched".
     load_paths: tuple[str, ...] = ()
+    mode: str = APPEND
+    #: Whether write_xa created the table (create="if_missing").
+    created: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,12 @@ def write_xa(
     url: str,
     table: str | Sequence[str],
     *,
+    mode: str = APPEND,
+    key: str | Sequence[str] | None = None,
+    op: str | None = None,
+    order: str | None = None,
+    op_values: Mapping[str, str | Sequence[str]] | None = None,
+    create: str = "if_missing",
     user: str | None = None,
     password: str | None = None,
     properties: Mapping[str, object] | None = None,
@@ -135,6 +148,14 @@ def write_xa(
     before the decision rolls everything back and re-raises; a crash after it is finished
     by `xasink recover` (or by the next write_xa on this table).
 
+    `mode`: "append" (default) inserts the rows. "overwrite" replaces the table's contents,
+    "upsert" inserts or updates by `key`, and "merge" applies change rows: `op` names the
+    column saying insert/update/delete (values per `op_values`), and `order` the column whose
+    highest value per key wins (for upsert too). These three load a staging table in the
+    branches and change the table in one transaction after phase 2, so readers see the old
+    contents or the new, never a mix. `create="if_missing"` creates the table from the
+    DataFrame's schema (`key` becomes its primary key); "never" refuses.
+
     Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
     LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
     then through JDBC batches of `batch_size` rows.
@@ -142,6 +163,8 @@ def write_xa(
     started = time.monotonic()
     if batch_size < 1:
         raise ConfigurationError("batch_size must be at least 1.")
+    options = ModeOptions.build(mode, key, op, order, op_values, df.columns)
+    check_create(create)
     spec = make_spec(
         url,
         user=user,
@@ -154,14 +177,16 @@ def write_xa(
     )
     target = TableRef.parse(table)
     check_spark_conf(dict(df.sparkSession.sparkContext.getConf().getAll()))
-    df, partitions = _limit_branches(df, max_branches)
+    branches = branch_count(df, max_branches, options)
     session, journal = _open_journal(spec, journal_schema)
     with session, BranchOps(spec, journal, retries=commit_retries) as ops:
         conn = session.connection
         the_dialect = get_dialect(spec.dialect)
-        the_dialect.check_server(conn, partitions, user)
-        existing = table_columns(conn, the_dialect, target, spec.redact)
-        columns = match_columns(the_dialect, target, df.columns, list(existing))
+        the_dialect.check_server(conn, branches, user)
+        existing, created = ensure_table(
+            conn, the_dialect, target, df.schema, options, create, spec.redact
+        )
+        targets = check_fit(conn, the_dialect, target, df.schema, options, existing)
         journal.ensure(conn)
         recovered = (
             resolve_in_doubt(ops, conn, journal, table=str(target), grace=grace).actions
@@ -169,23 +194,39 @@ def write_xa(
             else []
         )
         job_id = uuid.uuid4().hex
-        plan = WritePlan(
-            spec,
-            target,
-            columns,
-            journal,
+        apply_plan = apply_plan_for(options, target, df.columns, targets, job_id, journal)
+        journal.begin_job(conn, job_id, str(target), apply_plan)
+        try:
+            load_table, columns = load_target(
+                df, conn, spec, the_dialect, target, targets, options, apply_plan
+            )
+            plan = WritePlan(
+                spec,
+                load_table,
+                tuple(c.name for c in columns),
+                journal,
+                job_id,
+                batch_size,
+                bulk=bulk and _bulk_available(the_dialect, conn),
+                faults=tuple(_faults),
+                column_types=tuple(c.type_name for c in columns),
+                apply=apply_plan,
+            )
+            shaped = shape_frame(df, plan, options, the_dialect, columns, branches)
+        except BaseException:
+            _abort_quietly(journal, conn, job_id, spec)  # no branch has opened yet
+            _release_stage(journal, conn, job_id, apply_plan, spec)
+            raise
+        log.info(
+            "xasink job %s: writing %d branches into %s (mode %s)",
             job_id,
-            batch_size,
-            bulk=bulk and _bulk_available(the_dialect, conn),
-            faults=tuple(_faults),
-            column_types=tuple(existing[c] for c in columns),
+            branches,
+            target,
+            options.mode,
         )
-        df = df.toDF(*columns)  # the table's own spelling of each column
-        journal.begin_job(conn, job_id, str(target))
-        log.info("xasink job %s: writing %d partitions into %s", job_id, partitions, target)
         heartbeat = Heartbeat(journal, spec, job_id, heartbeat_interval).start()
         try:
-            phase_one = _prepare_all(df, plan, partitions, ops, conn)
+            phase_one = _prepare_all(shaped, plan, branches, ops, conn)
             winners, rows = phase_one.winners, phase_one.rows
             prepare_seconds = time.monotonic() - started
             log.info(
@@ -200,6 +241,7 @@ def write_xa(
             commit_seconds = time.monotonic() - commit_started
         finally:
             heartbeat.stop()
+            _release_stage(journal, conn, job_id, apply_plan, spec)
     total = time.monotonic() - started
     log.info("xasink job %s: committed %d rows in %.1fs", job_id, rows, total)
     return WriteResult(
@@ -215,31 +257,35 @@ def write_xa(
         recovered=recovered,
         worker_peak_rss_kb=phase_one.worker_peak_rss_kb,
         load_paths=phase_one.load_paths,
+        mode=options.mode,
+        created=created,
     )
 
 
-def _limit_branches(
-    df: DataFrame, max_branches: int | Literal["auto"] | None
-) -> tuple[DataFrame, int]:
-    """Coalesce (no shuffle) to at most `max_branches` partitions, like Spark JDBC's
-    `numPartitions`; returns the frame and its partition count.
+def _abort_quietly(journal: Journal, conn: Any, job_id: str, spec: ConnectionSpec) -> None:
+    try:
+        journal.abort(conn, job_id)
+    except Exception as exc:
+        log.warning("xasink job %s: could not mark it aborted (%s)", job_id, spec.redact(exc))
 
-    Each Python task costs tens of milliseconds and each branch holds a prepared slot, so
-    200 tiny partitions are cheaper written as a few larger branches. "auto" means twice
-    Spark's default parallelism; None keeps every partition."""
-    partitions = df.rdd.getNumPartitions()
-    if max_branches is None:
-        return df, partitions
-    if max_branches == "auto":
-        limit = 2 * max(1, df.sparkSession.sparkContext.defaultParallelism)
-    elif isinstance(max_branches, int) and max_branches >= 1:
-        limit = max_branches
-    else:
-        raise ConfigurationError("max_branches must be a positive integer, 'auto' or None.")
-    if partitions <= limit:
-        return df, partitions
-    log.info("xasink: coalescing %d partitions into %d branches", partitions, limit)
-    return df.coalesce(limit), limit
+
+def _release_stage(
+    journal: Journal, conn: Any, job_id: str, plan: ApplyPlan | None, spec: ConnectionSpec
+) -> None:
+    """Drop a finished job's staging table; one still in doubt stays for `xasink recover`."""
+    if plan is None:
+        return
+    try:
+        record = journal.job(conn, job_id)
+        if record is not None and record.state in (COMMITTED, ABORTED):
+            journal.release_stage(conn, job_id, plan)
+    except Exception as exc:
+        log.warning(
+            "xasink job %s: staging table %s left in place (%s); `xasink recover` drops it",
+            job_id,
+            plan.stage,
+            spec.redact(exc),
+        )
 
 
 def _bulk_available(dialect: Dialect, conn: Any) -> bool:
@@ -294,6 +340,12 @@ def _winners(plan: WritePlan, messages: list[Any], partitions: int) -> PhaseOne:
     if sorted(seen) != list(range(partitions)):
         missing = sorted(set(range(partitions)) - set(seen))
         raise CommitError(f"No result from partition(s) {missing[:20]}; refusing to commit.")
+    problems = [f"partition {m.partition}: {m.problem}" for m in seen.values() if m.problem]
+    if problems:
+        raise InputDataError(
+            f"The rows cannot be written into {plan.table} ({'; '.join(problems[:5])}). "
+            "Nothing was written."
+        )
     winners = [
         BranchId(plan.journal.tag, plan.job_id, m.partition, m.attempt)
         for m in seen.values()
@@ -404,8 +456,27 @@ def _commit_all(
             "write for the missing data.",
             names,
         )
-    plan.journal.finish(conn, plan.job_id, winner_keys)
+    trigger(plan.faults, "before_finish")
+    _finish(plan, conn, winner_keys)
     return losers
+
+
+def _finish(plan: WritePlan, conn: Any, winners: set[tuple[int, int]]) -> None:
+    """Mark the job committed (and, for a staged mode, apply it in the same transaction).
+
+    A staged apply the target refuses (constraint, value) ends the job aborted with the
+    target unchanged; any other failure leaves the decision for `xasink recover`."""
+    try:
+        plan.journal.finish(conn, plan.job_id, winners)
+    except Exception as exc:
+        refusal = plan.apply is not None and is_data_error(exc)
+        if refusal and plan.journal.abandon(conn, plan.job_id):
+            assert plan.apply is not None
+            raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None
+        raise CommitError(
+            f"Job {plan.job_id} is committed in its branches, but finishing it failed "
+            f"({plan.spec.redact(exc)}). Run `xasink recover` to finish it."
+        ) from None
 
 
 def _roll_back_others(plan: WritePlan, ops: BranchOps, keep: set[tuple[int, int]]) -> int:
@@ -460,6 +531,8 @@ def recover(
     session, journal = _open_journal(spec, journal_schema)
     with session, BranchOps(spec, journal) as ops:
         exists = journal.exists(session.connection)
+        if exists and not dry_run:
+            journal.upgrade(session.connection)
         return resolve_in_doubt(
             ops,
             session.connection,

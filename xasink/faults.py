@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-POINTS = ("after_rows", "after_prepare", "before_decision", "after_first_commit")
+POINTS = ("after_rows", "after_prepare", "before_decision", "after_first_commit", "before_finish")
 ACTIONS = ("raise", "exit", "hang")
 
 

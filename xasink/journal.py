@@ -22,6 +22,7 @@ from typing import Any
 
 from .dialects import Dialect, get_dialect
 from .jdbc import execute, local_transaction, query
+from .staging import ApplyPlan, apply, drop_stage
 from .target import ConnectionSpec
 
 log = logging.getLogger("xasink")
@@ -94,6 +95,7 @@ class Journal:
     def ensure(self, conn: Any) -> None:
         """Create the bookkeeping tables if missing (DDL, before any branch opens)."""
         if self.exists(conn):
+            self.upgrade(conn)
             return
         d = self.dialect
         ts = d.timestamp_type
@@ -103,7 +105,7 @@ class Journal:
                 f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT NULL, "
                 f"state VARCHAR(16) NOT NULL, beats BIGINT NOT NULL, "
                 f"created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at {ts}, "
-                f"finished_at {ts}",
+                f"finished_at {ts}, apply_plan {d.long_text_type}",
             ),
             d.create_table_sql(
                 self.winners,
@@ -119,14 +121,22 @@ class Journal:
         for sql in statements:
             execute(conn, sql)
 
+    def upgrade(self, conn: Any) -> None:
+        """Add what later versions keep in the jobs table (apply_plan: staged modes)."""
+        try:
+            query(conn, f"SELECT apply_plan FROM {self.jobs} WHERE 1=0")
+        except Exception:
+            execute(conn, f"ALTER TABLE {self.jobs} ADD apply_plan {self.dialect.long_text_type}")
+
     # -- the driver's job lifecycle --------------------------------------------------
-    def begin_job(self, conn: Any, job_id: str, table: str) -> None:
+    def begin_job(self, conn: Any, job_id: str, table: str, plan: ApplyPlan | None) -> None:
+        """Register the job, and its staging table (if any) before that table exists."""
         now = self.dialect.now_sql
         execute(
             conn,
             f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-            f"heartbeat_at) VALUES (?, ?, ?, 0, {now}, {now})",
-            (job_id, table, RUNNING),
+            f"heartbeat_at, apply_plan) VALUES (?, ?, ?, 0, {now}, {now}, ?)",
+            (job_id, table, RUNNING, plan.to_json() if plan else None),
         )
 
     def heartbeat(self, conn: Any, job_id: str) -> None:
@@ -168,14 +178,20 @@ class Journal:
         return execute(conn, sql, params) == 1
 
     def finish(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> None:
-        """Phase 2 is complete: mark the job committed and drop its now useless markers."""
+        """Phase 2 is complete: mark the job committed and drop its now useless markers.
+
+        A staged job's apply runs in the same local transaction, after the conditional
+        state change: it happens once, together with `committed`, or not at all."""
         with local_transaction(conn):
-            execute(
+            changed = execute(
                 conn,
                 f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
                 "WHERE job_id = ? AND state = ?",
                 (COMMITTED, job_id, COMMITTING),
             )
+            plan = self.apply_plan(conn, job_id) if changed == 1 else None
+            if plan is not None:
+                apply(conn, self.dialect, plan)
             # Exact keys only: a late, still-prepared loser's marker row stays untouched
             # (a range delete would wait on its lock).
             self._batch(
@@ -184,6 +200,47 @@ class Journal:
                 job_id,
                 winners,
             )
+
+    def abandon(self, conn: Any, job_id: str) -> bool:
+        """A decided job whose apply the target refused: the target was never changed (the
+        apply is one transaction), so the job ends aborted instead of in doubt forever."""
+        return (
+            execute(
+                conn,
+                f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
+                "WHERE job_id = ? AND state = ?",
+                (ABORTED, job_id, COMMITTING),
+            )
+            == 1
+        )
+
+    def apply_plan(self, conn: Any, job_id: str) -> ApplyPlan | None:
+        rows = query(conn, f"SELECT apply_plan FROM {self.jobs} WHERE job_id = ?", (job_id,))
+        return ApplyPlan.from_json(rows[0][0]) if rows and rows[0][0] else None
+
+    def finished_stages(self, conn: Any) -> list[tuple[str, ApplyPlan]]:
+        """Staging tables of jobs that are over (committed or aborted), still to drop."""
+        rows = query(
+            conn,
+            f"SELECT job_id, apply_plan FROM {self.jobs} "
+            "WHERE apply_plan IS NOT NULL AND state IN (?, ?)",
+            (COMMITTED, ABORTED),
+        )
+        return [(str(job), ApplyPlan.from_json(str(text))) for job, text in rows]
+
+    def staged_running(self, conn: Any) -> list[str]:
+        """Running staged jobs: a silent one is aborted by recovery even without branches."""
+        rows = query(
+            conn,
+            f"SELECT job_id FROM {self.jobs} WHERE apply_plan IS NOT NULL AND state = ?",
+            (RUNNING,),
+        )
+        return [str(row[0]) for row in rows]
+
+    def release_stage(self, conn: Any, job_id: str, plan: ApplyPlan) -> None:
+        """Drop a finished job's staging table, then forget it (idempotent)."""
+        drop_stage(conn, self.dialect, plan.stage)
+        execute(conn, f"UPDATE {self.jobs} SET apply_plan = NULL WHERE job_id = ?", (job_id,))
 
     @staticmethod
     def _batch(conn: Any, sql: str, job_id: str, branches: Iterable[Winner]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .dialects import Dialect
-from .errors import PreflightError
+from .errors import PreflightError, SchemaMismatchError
 from .jdbc import java_message
 from .masking import Redactor
 from .target import TableRef
@@ -53,7 +53,7 @@ def match_columns(
         else:
             matched.append(name)
     if missing:
-        raise PreflightError(
+        raise SchemaMismatchError(
             f"Table {table} has no column(s) {', '.join(repr(c) for c in missing)} that the "
             f"DataFrame writes. Table columns: {', '.join(table_columns)}. Add the columns to "
             "the table, or select/rename DataFrame columns to match."

@@ -8,6 +8,10 @@ ever touched. A job's fate comes from its journal row:
 * `running`: alive while its heartbeat is younger than `grace`, and then left alone;
   otherwise first marked `aborted` (conditionally, so a late decision cannot also win),
   then rolled back.
+
+A staged job (overwrite, upsert, merge) is finished once all its winners are committed: its
+staging table is applied to the target in the transaction that marks it `committed`. The
+staging tables of finished jobs are dropped. Job-level actions carry partition -1.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from .commit import BranchOps, Outcome
 from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, JobRecord, Journal
+from .staging import is_data_error
 from .xid import BranchId
 
 log = logging.getLogger("xasink")
@@ -43,10 +48,10 @@ class BranchAction:
         return self.action in (LEFT, LOST, FAILED) or self.action.startswith("would ")
 
     def line(self) -> str:
-        text = (
-            f"job={self.job_id} partition={self.partition} attempt={self.attempt} "
-            f"action={self.action.replace(' ', '-')}"
+        branch = (
+            f" partition={self.partition} attempt={self.attempt}" if self.partition >= 0 else ""
         )
+        text = f"job={self.job_id}{branch} action={self.action.replace(' ', '-')}"
         return f"{text} ({self.detail})" if self.detail else text
 
 
@@ -99,10 +104,14 @@ class _Resolver:
             self._add(branch, outcome.value, why)
 
     def _add(self, branch: BranchId, action: str, detail: str) -> None:
-        self.report.actions.append(
-            BranchAction(branch.job_id, branch.partition, branch.attempt, action, detail)
-        )
-        log.info("xasink recover: %s", self.report.actions[-1].line())
+        self._log(BranchAction(branch.job_id, branch.partition, branch.attempt, action, detail))
+
+    def _job_action(self, job_id: str, action: str, detail: str) -> None:
+        self._log(BranchAction(job_id, -1, -1, action, detail))
+
+    def _log(self, action: BranchAction) -> None:
+        self.report.actions.append(action)
+        log.info("xasink recover: %s", action.line())
 
     def record(self, job_id: str) -> JobRecord | None:
         return self.journal.job(self.conn, job_id) if self.journal else None
@@ -138,8 +147,45 @@ class _Resolver:
             else:
                 self._add(branch, LOST, "decided for commit, but gone without marker")
         failed = any(a.job_id == record.job_id and a.unresolved for a in self.report.actions)
-        if not failed and not self.dry_run:
+        if failed:
+            return
+        if not self.dry_run:
+            self._finish(record)
+        elif self.journal.apply_plan(self.conn, record.job_id) is not None:
+            self._job_action(record.job_id, "would apply", "staging table to the target")
+
+    def _finish(self, record: JobRecord) -> None:
+        """Mark committed (and apply a staged job); a refused apply aborts it instead."""
+        assert self.journal is not None
+        staged = self.journal.apply_plan(self.conn, record.job_id) is not None
+        try:
             self.journal.finish(self.conn, record.job_id, record.winners)
+        except Exception as exc:
+            detail = self.ops.spec.redact(exc)
+            if staged and is_data_error(exc) and self.journal.abandon(self.conn, record.job_id):
+                log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
+                self._job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
+            else:
+                self._job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
+            return
+        if staged:
+            self._job_action(record.job_id, "applied", "staging table applied to the target")
+
+    def drop_finished_stages(self, table: str | None) -> None:
+        assert self.journal is not None
+        for job_id, plan in self.journal.finished_stages(self.conn):
+            if table is not None and str(plan.target) != table:
+                continue
+            if self.dry_run:
+                self._job_action(job_id, "would drop stage", str(plan.stage))
+                continue
+            try:
+                self.journal.release_stage(self.conn, job_id, plan)
+                self._job_action(job_id, "dropped stage", str(plan.stage))
+            except Exception as exc:
+                self._job_action(
+                    job_id, FAILED, f"dropping {plan.stage}: {self.ops.spec.redact(exc)}"
+                )
 
     def _resolve_running(self, record: JobRecord, branches: list[BranchId]) -> None:
         if self._alive(record):
@@ -190,10 +236,14 @@ def resolve_in_doubt(
     decided = journal.jobs_in_state(conn, COMMITTING) if journal else []
     for record in decided:
         by_job.setdefault(record.job_id, [])
+    for job_id in journal.staged_running(conn) if journal else []:
+        by_job.setdefault(job_id, [])  # silent before any branch prepared: abort, drop stage
     for job_id in sorted(by_job):
         record = resolver.record(job_id)
         if table is not None and (record is None or record.table != table):
             continue
         branches = sorted(by_job[job_id], key=lambda b: (b.partition, b.attempt))
         resolver.resolve_job(job_id, branches, record)
+    if journal is not None:
+        resolver.drop_finished_stages(table)
     return report

@@ -20,6 +20,7 @@ from .errors import WriteError
 from .faults import Fault, trigger
 from .journal import Journal
 from .loaders import Loader, open_loader
+from .staging import ApplyPlan, branch_problem
 from .target import ConnectionSpec, TableRef
 from .xa import XaFailure, XaSession
 from .xid import BranchId, Xid
@@ -35,9 +36,13 @@ MESSAGE_SCHEMA = pa.schema(
         ("rows", pa.int64()),
         ("peak_rss_kb", pa.int64()),
         ("path", pa.string()),
+        ("problem", pa.string()),
     ]
 )
-MESSAGE_DDL = "partition int, attempt long, xid string, rows long, peak_rss_kb long, path string"
+MESSAGE_DDL = (
+    "partition int, attempt long, xid string, rows long, peak_rss_kb long, path string, "
+    "problem string"
+)
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,21 @@ class WritePlan:
     faults: tuple[Fault, ...] = ()
     #: The table's type name for each of `columns` (lets a loader pick an exact encoding).
     column_types: tuple[str, ...] = ()
+    #: Staged modes: `table` is the job's staging table, checked in each branch before PREPARE.
+    apply: ApplyPlan | None = None
 
 
-def _message(partition: int, attempt: int, xid: str, rows: int, path: str) -> pa.RecordBatch:
+@dataclass(frozen=True)
+class BranchOutcome:
+    rows: int
+    path: str
+    #: Why the rows cannot be applied (the branch was rolled back), or "".
+    problem: str = ""
+
+
+def _message(
+    partition: int, attempt: int, xid: str, outcome: BranchOutcome | None = None
+) -> pa.RecordBatch:
     # Peak RSS of this worker process so far: shows that memory does not grow with rows.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return pa.RecordBatch.from_pylist(
@@ -65,9 +82,10 @@ def _message(partition: int, attempt: int, xid: str, rows: int, path: str) -> pa
                 "partition": partition,
                 "attempt": attempt,
                 "xid": xid,
-                "rows": rows,
+                "rows": outcome.rows if outcome else 0,
                 "peak_rss_kb": peak,
-                "path": path,
+                "path": outcome.path if outcome else "",
+                "problem": outcome.problem if outcome else "",
             }
         ],
         schema=MESSAGE_SCHEMA,
@@ -87,20 +105,23 @@ def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Itera
     first = next(non_empty, None)
     if first is None:
         # Nothing to write: no branch at all, so nothing to commit or to leave behind.
-        yield _message(partition, attempt, "", 0, "")
+        yield _message(partition, attempt, "")
         return
     branch = BranchId(plan.journal.tag, plan.job_id, partition, attempt)
-    rows, path = _write_branch(plan, branch, itertools.chain([first], non_empty), attempt_number)
+    outcome = _write_branch(plan, branch, itertools.chain([first], non_empty), attempt_number)
+    if outcome.problem:
+        yield _message(partition, attempt, "", outcome)  # rolled back: nothing to commit
+        return
     trigger(plan.faults, "after_prepare", partition, attempt_number)
-    yield _message(partition, attempt, str(branch.xid), rows, path)
+    yield _message(partition, attempt, str(branch.xid), outcome)
 
 
 def _write_branch(
     plan: WritePlan, branch: BranchId, batches: Iterator[pa.RecordBatch], attempt_number: int
-) -> tuple[int, str]:
-    """start → rows → marker → end → prepare; on any error end(TMFAIL) and roll back.
-
-    Returns the rows written and the load path used."""
+) -> BranchOutcome:
+    """start → rows → (checks) → marker → end → prepare; on any error end(TMFAIL) and roll
+    back. Rows that fail a staged mode's checks are rolled back too, and reported: retrying
+    the task could not fix them."""
     redact = plan.spec.redact
     xid = branch.xid
     session, started, keep = _idle_sessions.pop(plan.spec, None), False, False
@@ -126,13 +147,20 @@ def _write_branch(
             trigger(plan.faults, "after_rows", branch.partition, attempt_number)
         if loader is not None:
             loader.finish()
+        path = loader.path if loader is not None else ""
+        problem = plan.apply and branch_problem(
+            session.connection, get_dialect(plan.spec.dialect), plan.apply
+        )
+        if problem:
+            _abandon(session, xid)
+            return BranchOutcome(0, path, problem)
         plan.journal.write_marker(
             session.connection, plan.job_id, branch.partition, branch.attempt, rows
         )
         session.end(xid)
         session.prepare(xid)
         keep = get_dialect(plan.spec.dialect).reuse_after_prepare
-        return rows, loader.path if loader is not None else ""
+        return BranchOutcome(rows, path)
     except BaseException as exc:
         if loader is not None:
             _quietly(loader.abort, session)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
@@ -22,6 +23,7 @@ class Dialect:
     default_port: ClassVar[int | None] = None
     quote_char: ClassVar[str] = '"'
     text_type: ClassVar[str] = "VARCHAR(1000)"
+    long_text_type: ClassVar[str] = "VARCHAR(8000)"
     timestamp_type: ClassVar[str] = "TIMESTAMP"
     now_sql: ClassVar[str] = "CURRENT_TIMESTAMP"
     #: Whether a connection may open a new branch after preparing one (MariaDB: no, 1399).
@@ -102,6 +104,17 @@ class Dialect:
         raise ConfigurationError(
             f"The {self.name} dialect cannot read unique keys; upsert and merge need the "
             "postgres or mysql dialect."
+        )
+
+    def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
+        """Statements that bound, then restore, how long this session waits for a lock."""
+        return None, None
+
+    def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
+        """What follows `INSERT ... SELECT` so that a row for an existing key updates it."""
+        raise ConfigurationError(
+            f"The {self.name} dialect has no upsert statement; mode='upsert' and mode='merge' "
+            "need the postgres or mysql dialect."
         )
 
     def location_sql(self) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
@@ -46,6 +47,7 @@ class MySQLDialect(Dialect):
     default_port: ClassVar[int | None] = 3306
     quote_char: ClassVar[str] = "`"
     text_type: ClassVar[str] = "VARCHAR(512)"
+    long_text_type: ClassVar[str] = "MEDIUMTEXT"
     timestamp_type: ClassVar[str] = "DATETIME(6)"
     now_sql: ClassVar[str] = "UTC_TIMESTAMP(6)"
 
@@ -107,10 +109,24 @@ class MySQLDialect(Dialect):
     def location_sql(self) -> str:
         return "SELECT DATABASE()"
 
+    def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
+        return (
+            f"SET SESSION lock_wait_timeout = {int(seconds)}",
+            "SET SESSION lock_wait_timeout = DEFAULT",
+        )
+
+    def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
+        # VALUES(c) is the row being inserted (MySQL 8.0.20 deprecates it, but keeps it, and
+        # MariaDB has no row alias syntax).
+        updates = ", ".join(f"{self.quote(c)} = VALUES({self.quote(c)})" for c in others or key)
+        return f"ON DUPLICATE KEY UPDATE {updates}"
+
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
         return (
             "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE = 'YES', "
-            "COLUMN_DEFAULT IS NOT NULL OR EXTRA <> '' FROM information_schema.COLUMNS "
+            # MariaDB spells "no default" on a nullable column as the string 'NULL'.
+            "(COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') OR EXTRA <> '' "
+            "FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? "
             "ORDER BY ORDINAL_POSITION",
             (table.schema, table.name),  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
@@ -16,6 +17,7 @@ class PostgresDialect(Dialect):
     datasource_classes: ClassVar[tuple[str, ...]] = ("org.postgresql.xa.PGXADataSource",)
     default_port: ClassVar[int | None] = 5432
     text_type: ClassVar[str] = "TEXT"
+    long_text_type: ClassVar[str] = "TEXT"
     timestamp_type: ClassVar[str] = "TIMESTAMPTZ"
     now_sql: ClassVar[str] = "clock_timestamp()"
     reuse_after_prepare: ClassVar[bool] = True
@@ -64,6 +66,16 @@ class PostgresDialect(Dialect):
 
     def location_sql(self) -> str:
         return "SELECT current_database() || '.' || current_schema()"
+
+    def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
+        return f"SET lock_timeout = '{int(seconds)}s'", "SET lock_timeout = DEFAULT"
+
+    def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
+        target = ", ".join(self.quote(k) for k in key)
+        if not others:
+            return f"ON CONFLICT ({target}) DO NOTHING"
+        updates = ", ".join(f"{self.quote(c)} = EXCLUDED.{self.quote(c)}" for c in others)
+        return f"ON CONFLICT ({target}) DO UPDATE SET {updates}"
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
         # The quoted name is a bind parameter that to_regclass parses: never pasted into SQL.

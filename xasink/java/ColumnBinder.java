@@ -3,6 +3,7 @@ package xasink;
 import java.math.BigDecimal;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
+import java.sql.Types;
 import java.time.LocalDate;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
@@ -20,6 +21,8 @@ public final class ColumnBinder {
     public static final int DECIMAL = 5;
     public static final int DATE = 6;
     public static final int TIMESTAMP = 7;
+    /** A string the server parses as the column's own type (PostgreSQL jsonb, int[], enum). */
+    public static final int UNTYPED_STRING = 8;
 
     private ColumnBinder() {}
 
@@ -57,6 +60,9 @@ public final class ColumnBinder {
                         break;
                     case STRING:
                         statement.setString(index, ((String[]) values)[row]);
+                        break;
+                    case UNTYPED_STRING:
+                        statement.setObject(index, ((String[]) values)[row], Types.OTHER);
                         break;
                     case BYTES:
                         statement.setBytes(index, ((byte[][]) values)[row]);

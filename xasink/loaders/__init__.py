@@ -49,6 +49,7 @@ def open_loader(
         quoted_columns=[dialect.quote(c) for c in columns],
         columns=list(columns),
         column_types=list(column_types) or [""] * len(columns),
+        dialect=dialect.name,
     )
     bulk_class = dialect.bulk_loader() if bulk else None
     if bulk_class is not None and bulk_class.supports(schema, target):

@@ -31,6 +31,8 @@ class ColumnKind:
     values: Callable[[pa.Array], Any]  # Arrow → numpy array or list, nulls filled
     java_array: Callable[[Any], Any]  # values → one Java array
     setter: str  # the PreparedStatement method for one value (fallback path)
+    #: For setObject: the java.sql.Types constant passed with the value (fallback path).
+    bind_as: str | None = None
 
 
 def _numbers(dtype: str) -> Callable[[pa.Array], np.ndarray]:
@@ -42,7 +44,17 @@ def _micros(array: pa.Array) -> np.ndarray:
     return _numbers("int64")(pc.cast(pc.cast(array, unit), pa.int64()))
 
 
-def _kind(arrow_type: pa.DataType, name: str) -> ColumnKind:
+#: PostgreSQL column types that take a VARCHAR parameter as it is. A string bound for any
+#: other column (jsonb, integer[], enum, uuid: what xasink.types.to_wire produces) is sent
+#: untyped (Types.OTHER), so the server parses it as the column's own type.
+_PG_TEXT_TYPES = frozenset({"", "text", "varchar", "bpchar", "name"})
+
+
+def _untyped_strings(target: LoadTarget, column_type: str) -> bool:
+    return target.dialect == "postgres" and column_type not in _PG_TEXT_TYPES
+
+
+def _kind(arrow_type: pa.DataType, name: str, untyped: bool = False) -> ColumnKind:
     long_array = lambda v: jpype.JArray(jpype.JLong)(v)  # noqa: E731
     strings = lambda v: jpype.JArray(jpype.JString)(v)  # noqa: E731
     if pa.types.is_boolean(arrow_type):
@@ -60,6 +72,8 @@ def _kind(arrow_type: pa.DataType, name: str) -> ColumnKind:
             1, "DOUBLE", _numbers("float64"), lambda v: jpype.JArray(jpype.JDouble)(v), "setDouble"
         )
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        if untyped:
+            return ColumnKind(8, "OTHER", lambda a: a.to_pylist(), strings, "setObject", "OTHER")
         return ColumnKind(3, "VARCHAR", lambda a: a.to_pylist(), strings, "setString")
     if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
         return ColumnKind(
@@ -92,9 +106,15 @@ class BatchedInsertLoader:
             f"INSERT INTO {target.table_sql} ({', '.join(target.quoted_columns)}) VALUES ({marks})"
         )
         self._names = list(target.columns)
-        self._kinds = [_kind(schema.field(c).type, c) for c in self._names]
+        self._kinds = [
+            _kind(schema.field(c).type, c, _untyped_strings(target, t))
+            for c, t in zip(self._names, target.column_types, strict=True)
+        ]
         types = jpype.JClass("java.sql.Types")
         self._sql_types = [int(getattr(types, k.sql_type)) for k in self._kinds]
+        self._bind_as = [
+            None if k.bind_as is None else int(getattr(types, k.bind_as)) for k in self._kinds
+        ]
         self._binder = helper_class("ColumnBinder")
         self._batch_size = batch_size
         self._pending = 0
@@ -133,7 +153,8 @@ class BatchedInsertLoader:
                     statement.setNull(index + 1, self._sql_types[index])
                 else:
                     value = java.convert(kind.code, plain[index][row])
-                    getattr(statement, kind.setter)(index + 1, value)
+                    extra = () if self._bind_as[index] is None else (self._bind_as[index],)
+                    getattr(statement, kind.setter)(index + 1, value, *extra)
             statement.addBatch()
             self._pending += 1
             if self._pending >= self._batch_size:

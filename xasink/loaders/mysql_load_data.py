@@ -50,7 +50,11 @@ class MySQLLoadDataLoader:
         self, target: LoadTarget, schema: pa.Schema, chunk_bytes: int = CHUNK_BYTES
     ) -> None:
         self._encoder = CsvEncoder(
-            schema, list(target.columns), null_string="NULL", booleans_as_int=True
+            schema,
+            list(target.columns),
+            null_string="NULL",
+            booleans_as_int=True,
+            floats_as_double=True,
         )
         self._statement = _mariadb_statement(target.conn)
         self._stream = jpype.JClass("java.io.ByteArrayInputStream")

@@ -33,9 +33,25 @@ _FIXED = {
     "timestamp": (">i8", 8),
     "timestamptz": (">i8", 8),
 }
-_VARIABLE = {"text", "varchar", "bytea"}
+#: Variable-width types fed from strings → the bytes before each value: binary json is its
+#: text, binary jsonb is a version byte (1) and the text (what to_wire produces for them).
+_TEXTUAL = {"text": b"", "varchar": b"", "json": b"", "jsonb": b"\x01"}
 
 Field = Callable[[pa.Array], list[pa.Array]]
+
+
+def _variable(prefix: bytes) -> Field:
+    """[length, payload] of variable-width values, each payload after `prefix`."""
+    head = pa.scalar(prefix, pa.binary())
+
+    def variable(array: pa.Array) -> list[pa.Array]:
+        data = array.cast(pa.binary())
+        if prefix:
+            data = pc.binary_join_element_wise(head, data, _EMPTY)  # NULL stays NULL
+        lengths = pc.binary_length(data).fill_null(-1).to_numpy(zero_copy_only=False)
+        return [_lengths(lengths), data.fill_null(b"")]
+
+    return variable
 
 
 def _as_binary(values: np.ndarray, width: int) -> pa.Array:
@@ -72,18 +88,10 @@ def _numbers(kind: pa.DataType, pg_type: str) -> Callable[[pa.Array], np.ndarray
 
 def _field(kind: pa.DataType, pg_type: str) -> Field | None:
     """Encoder of one column into [length, payload] binary pieces, or None."""
-    if pg_type in _VARIABLE:
-        textual = pa.types.is_string(kind) or pa.types.is_large_string(kind)
-        binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
-        if not (textual and pg_type != "bytea") and not (binary and pg_type == "bytea"):
-            return None
-
-        def variable(array: pa.Array) -> list[pa.Array]:
-            data = array.cast(pa.binary())
-            lengths = pc.binary_length(data).fill_null(-1).to_numpy(zero_copy_only=False)
-            return [_lengths(lengths), data.fill_null(b"")]
-
-        return variable
+    textual = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    if (textual and pg_type in _TEXTUAL) or (binary and pg_type == "bytea"):
+        return _variable(_TEXTUAL.get(pg_type, b""))
     numbers = _numbers(kind, pg_type)
     if numbers is None:
         return None

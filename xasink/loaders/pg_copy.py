@@ -21,13 +21,13 @@ class PostgresCopyLoader:
     @staticmethod
     def supports(schema: pa.Schema, target: LoadTarget) -> bool:
         return PgBinaryEncoder.create(schema, target.columns, target.column_types) is not None or (
-            all(encodable(schema.field(c).type) for c in target.columns)
+            all(encodable(schema.field(c).type, binary_as_hex=True) for c in target.columns)
         )
 
     def __init__(self, target: LoadTarget, schema: pa.Schema) -> None:
         binary = PgBinaryEncoder.create(schema, target.columns, target.column_types)
         self._encoder: PgBinaryEncoder | CsvEncoder = binary or CsvEncoder(
-            schema, list(target.columns), null_string="", booleans_as_int=False
+            schema, list(target.columns), null_string="", booleans_as_int=False, binary_as_hex=True
         )
         self.path = "copy-binary" if binary else "copy-csv"
         copy_api = target.conn.unwrap(jclass("org.postgresql.PGConnection")).getCopyAPI()

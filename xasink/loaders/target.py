@@ -14,3 +14,4 @@ class LoadTarget:
     quoted_columns: Sequence[str]
     columns: Sequence[str]  # Arrow column names, in the same order
     column_types: Sequence[str]  # the table's type name for each column ("" if unknown)
+    dialect: str = "generic"  # "postgres" | "mysql" | "generic": how strings are bound

@@ -1,0 +1,131 @@
+"""Turn a call into a job: how many branches, what they load into, and the DataFrame they read.
+
+Everything here runs on the driver before any branch opens, including the staging table's
+DDL (DDL cannot run inside an XA branch).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from .columns import TableColumn, describe_table
+from .dialects import Dialect
+from .errors import ConfigurationError
+from .jdbc import execute
+from .journal import Journal
+from .preflight import table_columns
+from .staging import ApplyPlan, ModeOptions, create_stage_sql, stage_name
+from .target import ConnectionSpec, TableRef
+from .writer import WritePlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("xasink")
+
+
+def branch_count(
+    df: DataFrame, max_branches: int | Literal["auto"] | None, options: ModeOptions
+) -> int:
+    """How many branches the job writes (see `shape_frame`).
+
+    Each Python task costs tens of milliseconds and each branch holds a prepared slot, so
+    200 tiny partitions are cheaper written as a few larger branches (like Spark JDBC's
+    `numPartitions`). "auto" means twice Spark's default parallelism; None keeps every
+    partition. Keyed modes repartition by key into that many branches."""
+    partitions = df.rdd.getNumPartitions()
+    if max_branches is None:
+        return partitions
+    if max_branches == "auto":
+        limit = 2 * max(1, df.sparkSession.sparkContext.defaultParallelism)
+    elif isinstance(max_branches, int) and max_branches >= 1:
+        limit = max_branches
+    else:
+        raise ConfigurationError("max_branches must be a positive integer, 'auto' or None.")
+    return limit if options.routed else min(partitions, limit)
+
+
+def apply_plan_for(
+    options: ModeOptions,
+    target: TableRef,
+    frame_columns: Sequence[str],
+    targets: Sequence[TableColumn],
+    job_id: str,
+    journal: Journal,
+) -> ApplyPlan | None:
+    """A staged mode's plan, in the table's spelling of every column; None for append."""
+    if not options.staged:
+        return None
+    spelled = dict(zip(options.written(frame_columns), (c.name for c in targets), strict=True))
+    return ApplyPlan(
+        mode=options.mode,
+        target=target,
+        stage=stage_name(job_id, journal.schema),
+        columns=tuple(spelled.values()),
+        key=tuple(spelled[k] for k in options.key),
+        ordered=options.order is not None,
+        op_values=options.op_values,
+    )
+
+
+def load_target(
+    df: DataFrame,
+    conn: Any,
+    spec: ConnectionSpec,
+    dialect: Dialect,
+    target: TableRef,
+    targets: Sequence[TableColumn],
+    options: ModeOptions,
+    apply_plan: ApplyPlan | None,
+) -> tuple[TableRef, list[TableColumn]]:
+    """The table the branches load and its columns: the target itself (append), or the
+    job's staging table, created here with the target's column types."""
+    if apply_plan is None:
+        return target, list(targets)
+    from .types import column_ddl_type
+
+    steering = [
+        column_ddl_type(dialect.name, name, df.schema[frame].dataType, key=False)
+        for name, frame in zip(
+            apply_plan.stage_columns[len(targets) :], options.steering, strict=True
+        )
+    ]
+    execute(conn, create_stage_sql(dialect, apply_plan, [c.sql_type for c in targets] + steering))
+    names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
+    return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names)
+
+
+def shape_frame(
+    df: DataFrame,
+    plan: WritePlan,
+    options: ModeOptions,
+    dialect: Dialect,
+    columns: Sequence[TableColumn],
+    branches: int,
+) -> DataFrame:
+    """The DataFrame the writers read: the written columns then the steering ones, named as
+    the load table names them, in the shape each column's type takes on the wire, spread
+    over `branches` partitions (by key hash for keyed modes, so two branches never hold the
+    same key)."""
+    from pyspark.sql import functions as F
+
+    from .types import to_wire
+
+    ordered = [*options.written(df.columns), *options.steering]
+    positions = [df.columns.index(c) for c in ordered]
+    scratch = [f"_xasink_{i}" for i in range(len(df.columns))]  # names select() cannot misparse
+    df = df.toDF(*scratch).select(*(scratch[i] for i in positions)).toDF(*plan.columns)
+    df = to_wire(df, dialect.name, columns)
+    if options.routed:
+        assert plan.apply is not None
+        return df.repartition(branches, *(F.col(_escaped(k)) for k in plan.apply.key))
+    if df.rdd.getNumPartitions() > branches:
+        log.info("xasink: coalescing into %d branches", branches)
+        return df.coalesce(branches)
+    return df
+
+
+def _escaped(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"

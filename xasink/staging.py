@@ -1,0 +1,313 @@
+"""Staged write modes (overwrite, upsert, merge): branches fill a job-private staging table;
+one local transaction applies it to the target once every branch has committed.
+
+Why not write the target inside the branches? A prepared branch keeps its locks until phase 2,
+and phase 2 starts only when every branch has prepared. An overwrite's DELETE in one branch
+and INSERTs in another, or (InnoDB) an upsert's gap lock and another branch's insert, would
+then wait on each other until a lock timeout. A branch that touches only its job's own
+staging table (and its own marker row) has nothing to wait for. The target is changed by one
+statement sequence, in one local transaction, after phase 2, with no prepared branch of the
+job left: readers see the old contents until it commits and the new ones after.
+
+That transaction also flips the job row from `committing` to `committed` (see
+`Journal.finish`), so it runs exactly once even when a driver and `xasink recover` race.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .dialects import Dialect
+from .errors import ConfigurationError, InputDataError
+from .jdbc import Param, execute, query, sql_state
+from .target import TableRef
+
+log = logging.getLogger("xasink")
+
+APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
+MODES = (APPEND, OVERWRITE, UPSERT, MERGE)
+#: The staging table's names for the `op` and `order` columns (never written to the target).
+OP_COLUMN, ORDER_COLUMN = "xasink_op", "xasink_order"
+DEFAULT_OP_VALUES: Mapping[str, str | Sequence[str]] = {
+    "insert": "insert",
+    "update": "update",
+    "delete": "delete",
+}
+_ROW_NUMBER = "xasink_rn"
+#: How many offending keys or values an error names.
+SHOWN = 5
+
+
+@dataclass(frozen=True)
+class ModeOptions:
+    """The caller's choice of mode, validated against the DataFrame's columns."""
+
+    mode: str = APPEND
+    key: tuple[str, ...] = ()
+    op: str | None = None
+    order: str | None = None
+    #: (value, is_delete) for every accepted op value.
+    op_values: tuple[tuple[str, bool], ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        mode: str,
+        key: str | Sequence[str] | None,
+        op: str | None,
+        order: str | None,
+        op_values: Mapping[str, str | Sequence[str]] | None,
+        frame_columns: Sequence[str],
+    ) -> ModeOptions:
+        if mode not in MODES:
+            raise ConfigurationError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+        keys = (key,) if isinstance(key, str) else tuple(key or ())
+        if mode in (UPSERT, MERGE) and not keys:
+            raise ConfigurationError(
+                f"mode={mode!r} needs key=[...]: the column(s) that identify a row."
+            )
+        if mode == MERGE and not op:
+            raise ConfigurationError(
+                "mode='merge' needs op='<column>': the column saying insert, update or delete."
+            )
+        if mode != MERGE and (op or op_values):
+            raise ConfigurationError("op and op_values apply to mode='merge' only.")
+        if order and mode not in (UPSERT, MERGE):
+            raise ConfigurationError("order applies to mode='upsert' and mode='merge' only.")
+        steering = [c for c in (op, order) if c]
+        if (
+            len(set(keys)) != len(keys)
+            or set(keys) & set(steering)
+            or len(set(steering)) < len(steering)
+        ):
+            raise ConfigurationError("key, op and order must name different columns.")
+        missing = [c for c in (*keys, *steering) if c not in frame_columns]
+        if missing:
+            raise ConfigurationError(
+                f"The DataFrame has no column(s) {', '.join(map(repr, missing))}; it has "
+                f"{', '.join(frame_columns)}."
+            )
+        values = _op_values(op_values) if mode == MERGE else ()
+        return cls(mode, keys, op, order, values)
+
+    @property
+    def staged(self) -> bool:
+        return self.mode != APPEND
+
+    @property
+    def routed(self) -> bool:
+        """Rows of one key must share a branch (and so a duplicate check is complete)."""
+        return self.mode in (UPSERT, MERGE)
+
+    def written(self, frame_columns: Sequence[str]) -> list[str]:
+        """The DataFrame columns written to the target, in DataFrame order."""
+        return [c for c in frame_columns if c not in self.steering]
+
+    @property
+    def steering(self) -> tuple[str, ...]:
+        """The DataFrame columns that steer the write and are not written to the target."""
+        return tuple(c for c in (self.op, self.order) if c)
+
+
+def _op_values(given: Mapping[str, str | Sequence[str]] | None) -> tuple[tuple[str, bool], ...]:
+    mapping = dict(DEFAULT_OP_VALUES if given is None else given)
+    unknown = set(mapping) - set(DEFAULT_OP_VALUES)
+    if unknown or "delete" not in mapping:
+        raise ConfigurationError(
+            "op_values maps 'insert', 'update' and 'delete' to the op column's values, e.g. "
+            f"{{'insert': 'c', 'update': 'u', 'delete': 'd'}}; got {given!r}."
+        )
+    pairs: dict[str, bool] = {}
+    for op, values in mapping.items():
+        for value in (values,) if isinstance(values, str) else tuple(values):
+            if value in pairs and pairs[value] != (op == "delete"):
+                raise ConfigurationError(f"op value {value!r} cannot mean both delete and not.")
+            pairs[str(value)] = op == "delete"
+    return tuple(sorted(pairs.items()))
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    """How to apply a job's staging table to its target; kept in the journal as JSON, so
+    that `xasink recover` can finish the job without the driver."""
+
+    mode: str
+    target: TableRef
+    stage: TableRef
+    #: Target columns written (the table's spelling); the staging table has the same names.
+    columns: tuple[str, ...]
+    key: tuple[str, ...] = ()
+    ordered: bool = False
+    op_values: tuple[tuple[str, bool], ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ApplyPlan:
+        raw = json.loads(text)
+        return cls(
+            mode=raw["mode"],
+            target=TableRef(**raw["target"]),
+            stage=TableRef(**raw["stage"]),
+            columns=tuple(raw["columns"]),
+            key=tuple(raw["key"]),
+            ordered=bool(raw["ordered"]),
+            op_values=tuple((str(v), bool(d)) for v, d in raw["op_values"]),
+        )
+
+    @property
+    def stage_columns(self) -> tuple[str, ...]:
+        """The staging table's columns, in the order the writers fill them."""
+        extra = (OP_COLUMN,) if self.op_values else ()
+        return (*self.columns, *extra, *((ORDER_COLUMN,) if self.ordered else ()))
+
+    @property
+    def delete_values(self) -> tuple[str, ...]:
+        return tuple(v for v, is_delete in self.op_values if is_delete)
+
+
+def stage_name(job_id: str, schema: str | None) -> TableRef:
+    """One staging table per job, next to the journal."""
+    return TableRef(f"xasink_stage_{job_id}", schema)
+
+
+def create_stage_sql(dialect: Dialect, plan: ApplyPlan, types: Sequence[str]) -> str:
+    """Every column nullable and no key: checks run in the branch, constraints at apply."""
+    columns = ", ".join(
+        f"{dialect.quote(name)} {sql_type}"
+        for name, sql_type in zip(plan.stage_columns, types, strict=True)
+    )
+    return f"CREATE TABLE {dialect.qualified(plan.stage)} ({columns})"
+
+
+#: A DROP waits behind any branch still holding the table; never wait forever.
+DROP_LOCK_WAIT_SECONDS = 10
+
+
+def drop_stage(conn: Any, dialect: Dialect, stage: TableRef) -> None:
+    bound, unbound = dialect.lock_wait_sql(DROP_LOCK_WAIT_SECONDS)
+    if bound:
+        execute(conn, bound)
+    try:
+        execute(conn, f"DROP TABLE IF EXISTS {dialect.qualified(stage)}")
+    finally:
+        if unbound:
+            execute(conn, unbound)
+
+
+# -- inside each branch: the rows must be appliable ----------------------------------------
+def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
+    """Why this branch's staged rows cannot be applied, or None.
+
+    Runs inside the branch before PREPARE and sees only this branch's rows; with key
+    routing every row of a key is here, so the duplicate check is complete."""
+    if not plan.key:
+        return None
+    q = dialect.quote
+    stage = dialect.qualified(plan.stage)
+    keys = ", ".join(q(k) for k in plan.key)
+    null_key = " OR ".join(f"{q(k)} IS NULL" for k in plan.key)
+    if query(conn, f"SELECT 1 FROM {stage} WHERE {null_key}"):
+        return f"a key column ({', '.join(plan.key)}) is NULL in some rows"
+    if plan.ordered:
+        nulls = query(conn, f"SELECT {keys} FROM {stage} WHERE {q(ORDER_COLUMN)} IS NULL")
+        if nulls:
+            return f"the order column is NULL for key(s) {_show(plan.key, nulls)}"
+    group = keys + (f", {q(ORDER_COLUMN)}" if plan.ordered else "")
+    duplicates = query(
+        conn, f"SELECT {keys} FROM {stage} GROUP BY {group} HAVING COUNT(*) > 1 ORDER BY {keys}"
+    )
+    if duplicates:
+        if plan.ordered:
+            return (
+                f"rows share a key and an order value, so the last change is ambiguous: "
+                f"{_show(plan.key, duplicates)}"
+            )
+        return (
+            f"duplicate key(s) in the input: {_show(plan.key, duplicates)}. Pass order='<column>' "
+            "to keep the last row per key, or deduplicate the DataFrame"
+        )
+    if plan.op_values:
+        known = [v for v, _ in plan.op_values]
+        marks = ", ".join("?" for _ in known)
+        unknown = query(
+            conn,
+            f"SELECT DISTINCT {q(OP_COLUMN)} FROM {stage} "
+            f"WHERE {q(OP_COLUMN)} IS NULL OR {q(OP_COLUMN)} NOT IN ({marks})",
+            known,
+        )
+        if unknown:
+            shown = ", ".join(repr(row[0]) for row in unknown[:SHOWN])
+            return f"unknown op value(s) {shown}; op_values accepts {', '.join(map(repr, known))}"
+    return None
+
+
+def _show(key: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
+    shown = [", ".join(f"{k}={v!r}" for k, v in zip(key, row, strict=False)) for row in rows]
+    more = f" and {len(rows) - SHOWN} more" if len(rows) > SHOWN else ""
+    return "; ".join(f"({s})" for s in shown[:SHOWN]) + more
+
+
+# -- after phase 2: the one local transaction that changes the target ----------------------
+def apply_statements(dialect: Dialect, plan: ApplyPlan) -> list[tuple[str, tuple[Param, ...]]]:
+    """The statements, in order, that make the target reflect the staged rows."""
+    q = dialect.quote
+    target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
+    columns = ", ".join(q(c) for c in plan.columns)
+    insert = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM "
+    if plan.mode == OVERWRITE:
+        return [(f"DELETE FROM {target}", ()), (insert + stage, ())]
+    source = _latest(dialect, plan)
+    upsert = dialect.upsert_clause(plan.key, [c for c in plan.columns if c not in plan.key])
+    if plan.mode == UPSERT:
+        return [(f"{insert}{source} {upsert}", ())]
+    deletes = plan.delete_values
+    marks = ", ".join("?" for _ in deletes)
+    keys = ", ".join(q(k) for k in plan.key)
+    op = q(OP_COLUMN)
+    return [
+        (
+            f"DELETE FROM {target} WHERE ({keys}) IN "
+            f"(SELECT {keys} FROM {source} WHERE s.{op} IN ({marks}))",
+            deletes,
+        ),
+        (f"{insert}{source} WHERE s.{op} NOT IN ({marks}) {upsert}", deletes),
+    ]
+
+
+def _latest(dialect: Dialect, plan: ApplyPlan) -> str:
+    """The staged rows, one per key: the one with the highest order value."""
+    stage = dialect.qualified(plan.stage)
+    if not plan.ordered:
+        return f"{stage} s"
+    q = dialect.quote
+    keys = ", ".join(q(k) for k in plan.key)
+    ranked = (
+        f"SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {q(ORDER_COLUMN)} DESC) "
+        f"AS {_ROW_NUMBER} FROM {stage} t"
+    )
+    return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1) s"
+
+
+def apply(conn: Any, dialect: Dialect, plan: ApplyPlan) -> int:
+    """Run the apply statements on `conn` (inside the caller's transaction); rows changed."""
+    return sum(execute(conn, sql, params) for sql, params in apply_statements(dialect, plan))
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """The rows themselves were refused (SQLSTATE class 22 or 23): retrying cannot help."""
+    state = sql_state(exc) or ""
+    return state[:2] in ("22", "23")
+
+
+def refused(plan: ApplyPlan, job_id: str, reason: str) -> InputDataError:
+    return InputDataError(
+        f"{plan.target} refused the rows of job {job_id} ({reason}). Nothing was changed in "
+        f"{plan.target}: the job is aborted and its staging table dropped. Fix the data or the "
+        "table's constraints, then run the write again."
+    )

@@ -1,0 +1,137 @@
+"""The target table before any branch opens: created when missing, then checked against the
+DataFrame, so that a mismatch is reported by column name and nothing is written."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .columns import TableColumn, column_by_key, describe_table, unique_keys
+from .dialects import Dialect
+from .errors import ConfigurationError, PreflightError, SchemaMismatchError
+from .jdbc import execute, java_message
+from .masking import Redactor
+from .preflight import match_columns, table_columns
+from .staging import ModeOptions
+from .target import TableRef
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("xasink")
+
+CREATE_CHOICES = ("if_missing", "never")
+
+
+def check_create(create: str) -> None:
+    if create not in CREATE_CHOICES:
+        raise ConfigurationError(
+            f"create must be 'if_missing' (create the table from the DataFrame's schema) or "
+            f"'never'; got {create!r}."
+        )
+
+
+def create_table_sql(
+    dialect: Dialect, table: TableRef, schema: StructType, key: Sequence[str]
+) -> str:
+    """CREATE TABLE from the DataFrame's schema; the key columns become the primary key."""
+    from .types import column_ddl_type
+
+    columns = []
+    for field in schema.fields:
+        is_key = field.name in key
+        sql_type = column_ddl_type(dialect.name, field.name, field.dataType, key=is_key)
+        null = " NOT NULL" if is_key or not field.nullable else ""
+        columns.append(f"{dialect.quote(field.name)} {sql_type}{null}")
+    if key:
+        columns.append(f"PRIMARY KEY ({', '.join(dialect.quote(k) for k in key)})")
+    return f"CREATE TABLE {dialect.qualified(table)} ({', '.join(columns)})"
+
+
+def ensure_table(
+    conn: Any,
+    dialect: Dialect,
+    table: TableRef,
+    schema: StructType,
+    options: ModeOptions,
+    create: str,
+    redact: Redactor,
+) -> tuple[list[TableColumn], bool]:
+    """The table's columns, creating the table first when it is missing and allowed.
+
+    Returns (columns, created). DDL runs here, before any branch: a later failure leaves
+    the new table empty."""
+    try:
+        return _described(conn, dialect, table, redact), False
+    except PreflightError:
+        if create == "never":
+            raise
+    written = [f for f in schema.fields if f.name not in options.steering]
+    from pyspark.sql.types import StructType
+
+    sql = create_table_sql(dialect, table, StructType(written), options.key)
+    try:
+        execute(conn, sql)
+    except Exception as exc:
+        raise PreflightError(
+            f"Creating table {table} failed: {redact(java_message(exc))}. Create it yourself "
+            "(and pass create='never'), or check the user's CREATE privilege."
+        ) from None
+    log.info("xasink: created table %s", table)
+    return _described(conn, dialect, table, redact), True
+
+
+def _described(conn: Any, dialect: Dialect, table: TableRef, redact: Redactor) -> list[TableColumn]:
+    return describe_table(conn, dialect, table, table_columns(conn, dialect, table, redact))
+
+
+def check_fit(
+    conn: Any,
+    dialect: Dialect,
+    table: TableRef,
+    schema: StructType,
+    options: ModeOptions,
+    columns: Sequence[TableColumn],
+) -> list[TableColumn]:
+    """The target column of each written DataFrame column, in DataFrame order.
+
+    Names every column that is missing, of an incompatible type, NOT NULL without a
+    default yet not written, and the missing unique key an upsert or merge needs."""
+    from .types import compatibility_problem
+
+    fields = [f for f in schema.fields if f.name not in options.steering]
+    names = match_columns(dialect, table, [f.name for f in fields], [c.name for c in columns])
+    by_key = column_by_key(dialect, columns)
+    targets = [by_key[dialect.column_key(n)] for n in names]
+    problems = [
+        problem
+        for field, column in zip(fields, targets, strict=True)
+        if (problem := compatibility_problem(dialect.name, field.dataType, column))
+    ]
+    written = {dialect.column_key(n) for n in names}
+    problems += [
+        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it"
+        for c in columns
+        if not c.nullable and not c.has_default and dialect.column_key(c.name) not in written
+    ]
+    if problems:
+        raise SchemaMismatchError(
+            f"The DataFrame does not fit table {table}: {'; '.join(problems)}. Change the "
+            "DataFrame (select, cast, rename) or the table, then run the write again."
+        )
+    if options.routed:
+        key = [_spelled(names, fields, k) for k in options.key]
+        if frozenset(key) not in unique_keys(conn, dialect, table):
+            raise SchemaMismatchError(
+                f"mode={options.mode!r} matches rows on ({', '.join(key)}), but {table} has no "
+                "primary key or unique index on exactly these columns. Add one, e.g. ALTER "
+                f"TABLE {dialect.qualified(table)} ADD PRIMARY KEY "
+                f"({', '.join(dialect.quote(k) for k in key)})."
+            )
+    return targets
+
+
+def _spelled(names: Sequence[str], fields: Sequence[Any], frame_column: str) -> str:
+    """The table's spelling of one DataFrame column."""
+    return names[[f.name for f in fields].index(frame_column)]
