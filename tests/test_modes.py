@@ -212,3 +212,24 @@ def test_schema_mismatch_names_the_column(spark, db, ddl_change, frame, pattern)
             write(spark, db, table, df)
         assert contents(db, table) == old_contents()
     assert_clean(db)
+
+
+def test_staging_keeps_the_target_columns_character_set(spark, mariadb):
+    """A latin1-default database with a utf8mb4 column: the staging column must be utf8mb4
+    too, or 4-byte characters would be refused on the way through."""
+    db_name = mariadb.database
+    table = f"cs_{uuid.uuid4().hex[:8]}"
+    with mariadb.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"ALTER DATABASE `{db_name}` CHARACTER SET latin1")
+        try:
+            cursor.execute(
+                f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, "
+                "name VARCHAR(64) CHARACTER SET utf8mb4, v DOUBLE)"
+            )
+            df = spark.createDataFrame([(1, "😀 𝄞", 1.0)], "id long, name string, v double")
+            write(spark, mariadb, table, df, mode="upsert", key="id")
+        finally:
+            cursor.execute(f"ALTER DATABASE `{db_name}` CHARACTER SET utf8mb4")
+    assert contents(mariadb, table) == {1: ("😀 𝄞", 1.0)}
+    assert_clean(mariadb)

@@ -123,7 +123,11 @@ class MySQLDialect(Dialect):
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
         return (
-            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE = 'YES', "
+            # COLUMN_TYPE omits the character set: a staging column must not fall back to
+            # the schema's default (latin1 would refuse 4-byte characters).
+            "SELECT COLUMN_NAME, CONCAT(COLUMN_TYPE, IF(CHARACTER_SET_NAME IS NULL, '', "
+            "CONCAT(' CHARACTER SET ', CHARACTER_SET_NAME, ' COLLATE ', COLLATION_NAME))), "
+            "IS_NULLABLE = 'YES', "
             # MariaDB spells "no default" on a nullable column as the string 'NULL'.
             "(COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') OR EXTRA <> '' "
             "FROM information_schema.COLUMNS "
