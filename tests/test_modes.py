@@ -54,6 +54,8 @@ def test_mode_writes_exact_contents(spark, db, mode):
     result, failures = write(spark, db, table, df, **options)
     assert contents(db, table) == expected
     assert (result.mode, result.created, failures) == (mode, False, 0)
+    # Staged or not, the rows go through the bulk path.
+    assert result.load_paths == ({"postgres": ("copy-binary",), "mariadb": ("load-data",)}[db.kind])
     assert job_states(db)[result.job_id] == "committed"
     assert_clean(db)
 
