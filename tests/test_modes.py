@@ -17,6 +17,7 @@ from support import (
     connection_args,
     contents,
     job_states,
+    journal_session,
     kill_driver_at,
     latest_job_state,
     mode_case,
@@ -28,6 +29,7 @@ from support import (
 from test_exactly_once import failed_tasks
 
 from xasink import write_xa
+from xasink.commit import BranchOps
 from xasink.errors import InputDataError, PreflightError, SchemaMismatchError
 from xasink.faults import Fault
 
@@ -235,3 +237,22 @@ def test_staging_keeps_the_target_columns_character_set(spark, mariadb):
             cursor.execute(f"ALTER DATABASE `{db_name}` CHARACTER SET utf8mb4")
     assert contents(mariadb, table) == {1: ("😀 𝄞", 1.0)}
     assert_clean(mariadb)
+
+
+def test_lost_branch_of_a_staged_job_leaves_the_table_unchanged(db):
+    """After the decision, an administrator rolls back a prepared winner. The staged rows
+    are incomplete, so recovery must not apply them: it aborts the job and says so."""
+    table = seeded_table(db)
+    kill_driver_at(db, table, "after_first_commit", "upsert")
+    with journal_session(db) as (spec, _, journal), BranchOps(spec, journal) as ops:
+        victim = next(branch for branch, _ in ops.prepared())
+        ops.rollback(victim)  # the administrator's hand
+
+    first = cli(db, "--grace", "0", "--json")
+    assert first.returncode == 1, first.stdout + first.stderr  # a loss needs a person's eye
+    actions = {(a["partition"], a["action"]) for a in json.loads(first.stdout)["actions"]}
+    assert (victim.partition, "LOST") in actions and (-1, "aborted") in actions
+    assert contents(db, table) == old_contents()
+    assert latest_job_state(db) == "aborted"
+    assert cli(db, "--grace", "0").returncode == 0  # nothing left in doubt
+    assert_clean(db)

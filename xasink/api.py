@@ -449,6 +449,15 @@ def _commit_all(
     losers = _roll_back_others(plan, ops, keep=winner_keys)
     if group.lost:
         names = [b.name for b in group.lost]
+        if plan.apply is not None and plan.journal.abandon(conn, plan.job_id):
+            raise LostBranchError(
+                f"{len(names)} winning branch(es) of job {plan.job_id} vanished before commit "
+                f"({', '.join(names[:10])}), so the staged rows are incomplete. Nothing was "
+                f"applied: {plan.apply.target} is unchanged and the job is aborted. The server "
+                "rolled them back (e.g. an administrator, or a server without durable XA). "
+                "Run the write again.",
+                names,
+            )
         raise LostBranchError(
             f"{len(names)} winning branch(es) of job {plan.job_id} vanished before commit and "
             f"their rows are NOT in {plan.table}: {', '.join(names[:10])}. The server rolled "

@@ -146,13 +146,29 @@ class _Resolver:
                 self._add(branch, Outcome.ALREADY_COMMITTED.value, "marker row found")
             else:
                 self._add(branch, LOST, "decided for commit, but gone without marker")
-        failed = any(a.job_id == record.job_id and a.unresolved for a in self.report.actions)
-        if failed:
+        mine = [a for a in self.report.actions if a.job_id == record.job_id]
+        if any(a.action == LOST for a in mine) and not self.dry_run:
+            self._abandon_if_staged(record)
+        if any(a.unresolved for a in mine):
             return
         if not self.dry_run:
             self._finish(record)
         elif self.journal.apply_plan(self.conn, record.job_id) is not None:
             self._job_action(record.job_id, "would apply", "staging table to the target")
+
+    def _abandon_if_staged(self, record: JobRecord) -> None:
+        """A staged job missing a winner was never applied: abort it, target unchanged
+        (an append job's other rows are in the table already; it stays for a person)."""
+        assert self.journal is not None
+        if self.journal.apply_plan(self.conn, record.job_id) is None:
+            return
+        if self.journal.abandon(self.conn, record.job_id):
+            self._job_action(
+                record.job_id,
+                "aborted",
+                "a decided branch was lost before the apply: the target is unchanged; "
+                "run the write again",
+            )
 
     def _finish(self, record: JobRecord) -> None:
         """Mark committed (and apply a staged job); a refused apply aborts it instead."""
