@@ -2,6 +2,7 @@
 
 from xasink import write_xa, recover
 result = write_xa(df, "jdbc:postgresql://db:5432/app", "events", user="app", password=pw)
+write_xa(df, url, "users", mode="upsert", key=["id"], user="app", password=pw)
 """
 
 from .api import WriteResult, recover, write_xa
@@ -9,10 +10,13 @@ from .errors import (
     CommitError,
     ConfigurationError,
     DriverNotFoundError,
+    InputDataError,
     JobAbortedError,
     LostBranchError,
     PreflightError,
     RecoveryError,
+    SchemaMismatchError,
+    UnsupportedTypeError,
     WriteError,
     XaError,
     XasinkError,
@@ -29,11 +33,14 @@ __all__ = [
     "CommitError",
     "ConfigurationError",
     "DriverNotFoundError",
+    "InputDataError",
     "JobAbortedError",
     "LostBranchError",
     "PreflightError",
     "RecoveryError",
     "RecoveryReport",
+    "SchemaMismatchError",
+    "UnsupportedTypeError",
     "WriteError",
     "WriteResult",
     "XaError",
