@@ -167,11 +167,17 @@ class Journal:
 
     def abort(self, conn: Any, job_id: str, beats: int | None = None) -> bool:
         """Mark a running job aborted; with `beats`, only if no heartbeat came since."""
+        return self._end(conn, job_id, RUNNING, ABORTED, beats)
+
+    def _end(
+        self, conn: Any, job_id: str, current: str, final: str, beats: int | None = None
+    ) -> bool:
+        """Move the job from `current` to a final state, only if it is still in `current`."""
         sql = (
             f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
             "WHERE job_id = ? AND state = ?"
         )
-        params: tuple[Any, ...] = (ABORTED, job_id, RUNNING)
+        params: tuple[Any, ...] = (final, job_id, current)
         if beats is not None:
             sql += " AND beats = ?"
             params += (beats,)
@@ -183,13 +189,8 @@ class Journal:
         A staged job's apply runs in the same local transaction, after the conditional
         state change: it happens once, together with `committed`, or not at all."""
         with local_transaction(conn):
-            changed = execute(
-                conn,
-                f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
-                "WHERE job_id = ? AND state = ?",
-                (COMMITTED, job_id, COMMITTING),
-            )
-            plan = self.apply_plan(conn, job_id) if changed == 1 else None
+            changed = self._end(conn, job_id, COMMITTING, COMMITTED)
+            plan = self.apply_plan(conn, job_id) if changed else None
             if plan is not None:
                 apply(conn, self.dialect, plan)
             # Exact keys only: a late, still-prepared loser's marker row stays untouched
@@ -202,17 +203,10 @@ class Journal:
             )
 
     def abandon(self, conn: Any, job_id: str) -> bool:
-        """A decided job whose apply the target refused: the target was never changed (the
-        apply is one transaction), so the job ends aborted instead of in doubt forever."""
-        return (
-            execute(
-                conn,
-                f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
-                "WHERE job_id = ? AND state = ?",
-                (ABORTED, job_id, COMMITTING),
-            )
-            == 1
-        )
+        """A decided staged job that can never be applied (the target refused its rows, or
+        a winner was lost): the apply is one transaction, so the target was never changed,
+        and the job ends aborted instead of in doubt forever."""
+        return self._end(conn, job_id, COMMITTING, ABORTED)
 
     def apply_plan(self, conn: Any, job_id: str) -> ApplyPlan | None:
         rows = query(conn, f"SELECT apply_plan FROM {self.jobs} WHERE job_id = ?", (job_id,))

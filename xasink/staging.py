@@ -16,7 +16,6 @@ That transaction also flips the job row from `committing` to `committed` (see
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,8 +24,6 @@ from .dialects import Dialect
 from .errors import ConfigurationError, InputDataError
 from .jdbc import Param, execute, query, sql_state
 from .target import TableRef
-
-log = logging.getLogger("xasink")
 
 APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
 MODES = (APPEND, OVERWRITE, UPSERT, MERGE)
