@@ -256,3 +256,27 @@ def test_lost_branch_of_a_staged_job_leaves_the_table_unchanged(db):
     assert latest_job_state(db) == "aborted"
     assert cli(db, "--grace", "0").returncode == 0  # nothing left in doubt
     assert_clean(db)
+
+
+def test_silent_staged_job_without_branches_is_aborted_and_its_stage_dropped(db):
+    """A driver that died after creating its staging table, before any branch prepared,
+    leaves no XA trace: recovery finds it through the journal alone."""
+    from xasink.staging import ApplyPlan, create_stage_sql, stage_name
+    from xasink.target import TableRef
+
+    table = seeded_table(db)
+    job_id = uuid.uuid4().hex
+    with journal_session(db) as (_, session, journal):
+        conn = session.connection
+        journal.ensure(conn)
+        plan = ApplyPlan("overwrite", TableRef(table), stage_name(job_id, None), ("id",))
+        journal.begin_job(conn, job_id, table, plan)
+        conn.createStatement().execute(create_stage_sql(journal.dialect, plan, ["BIGINT"]))
+    assert len(stage_tables(db)) == 1
+
+    done = cli(db, "--grace", "0", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {a["action"] for a in json.loads(done.stdout)["actions"]} == {"dropped stage"}
+    assert job_states(db)[job_id] == "aborted"
+    assert contents(db, table) == old_contents()
+    assert_clean(db)
