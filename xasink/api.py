@@ -27,7 +27,7 @@ from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, Heartbeat, Journal
 from .planning import apply_plan_for, branch_count, load_target, shape_frame
 from .preflight import check_spark_conf
 from .recovery import DEFAULT_GRACE, BranchAction, RecoveryReport, resolve_in_doubt
-from .staging import APPEND, ApplyPlan, ModeOptions, is_data_error, refused
+from .staging import APPEND, ApplyPlan, ModeOptions, refused
 from .tables import check_create, check_fit, ensure_table
 from .target import ConnectionSpec, TableRef, properties_tuple
 from .writer import MESSAGE_DDL, WritePlan, write_partition
@@ -476,16 +476,14 @@ def _finish(plan: WritePlan, conn: Any, winners: set[tuple[int, int]]) -> None:
     A staged apply the target refuses (constraint, value) ends the job aborted with the
     target unchanged; any other failure leaves the decision for `xasink recover`."""
     try:
-        plan.journal.finish(conn, plan.job_id, winners)
+        refusal = plan.journal.finish_or_refuse(conn, plan.job_id, winners)
     except Exception as exc:
-        refusal = plan.apply is not None and is_data_error(exc)
-        if refusal and plan.journal.abandon(conn, plan.job_id):
-            assert plan.apply is not None
-            raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None
         raise CommitError(
             f"Job {plan.job_id} is committed in its branches, but finishing it failed "
             f"({plan.spec.redact(exc)}). Run `xasink recover` to finish it."
         ) from None
+    if refusal is not None and plan.apply is not None:
+        raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
 
 
 def _roll_back_others(plan: WritePlan, ops: BranchOps, keep: set[tuple[int, int]]) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .dialects import Dialect, get_dialect
 from .jdbc import execute, local_transaction, query
-from .staging import ApplyPlan, apply, drop_stage
+from .staging import ApplyPlan, apply, drop_stage, is_data_error
 from .target import ConnectionSpec
 
 log = logging.getLogger("xasink")
@@ -170,7 +170,13 @@ class Journal:
         return self._end(conn, job_id, RUNNING, ABORTED, beats)
 
     def _end(
-        self, conn: Any, job_id: str, current: str, final: str, beats: int | None = None
+        self,
+        conn: Any,
+        job_id: str,
+        current: str,
+        final: str,
+        beats: int | None = None,
+        staged_only: bool = False,
     ) -> bool:
         """Move the job from `current` to a final state, only if it is still in `current`."""
         sql = (
@@ -181,6 +187,8 @@ class Journal:
         if beats is not None:
             sql += " AND beats = ?"
             params += (beats,)
+        if staged_only:
+            sql += " AND apply_plan IS NOT NULL"
         return execute(conn, sql, params) == 1
 
     def finish(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> None:
@@ -202,11 +210,25 @@ class Journal:
                 winners,
             )
 
+    def finish_or_refuse(
+        self, conn: Any, job_id: str, winners: Iterable[Winner]
+    ) -> Exception | None:
+        """`finish`, except that when the target refuses a staged job's rows (SQLSTATE class
+        22/23: retrying cannot help) the job is abandoned and the refusal returned. Any
+        other failure propagates, leaving the decision for recovery."""
+        try:
+            self.finish(conn, job_id, winners)
+            return None
+        except Exception as exc:
+            if is_data_error(exc) and self.abandon(conn, job_id):
+                return exc
+            raise
+
     def abandon(self, conn: Any, job_id: str) -> bool:
-        """A decided staged job that can never be applied (the target refused its rows, or
-        a winner was lost): the apply is one transaction, so the target was never changed,
-        and the job ends aborted instead of in doubt forever."""
-        return self._end(conn, job_id, COMMITTING, ABORTED)
+        """Abort a decided *staged* job that can never be applied (the target refused its
+        rows, or a winner was lost). Its apply is one transaction, so the target was never
+        changed. An append job is never abandoned: other branches' rows are in the table."""
+        return self._end(conn, job_id, COMMITTING, ABORTED, staged_only=True)
 
     def apply_plan(self, conn: Any, job_id: str) -> ApplyPlan | None:
         rows = query(conn, f"SELECT apply_plan FROM {self.jobs} WHERE job_id = ?", (job_id,))

@@ -24,7 +24,6 @@ from typing import Any
 
 from .commit import BranchOps, Outcome
 from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, JobRecord, Journal
-from .staging import is_data_error
 from .xid import BranchId
 
 log = logging.getLogger("xasink")
@@ -160,8 +159,6 @@ class _Resolver:
         """A staged job missing a winner was never applied: abort it, target unchanged
         (an append job's other rows are in the table already; it stays for a person)."""
         assert self.journal is not None
-        if self.journal.apply_plan(self.conn, record.job_id) is None:
-            return
         if self.journal.abandon(self.conn, record.job_id):
             self._job_action(
                 record.job_id,
@@ -175,16 +172,16 @@ class _Resolver:
         assert self.journal is not None
         staged = self.journal.apply_plan(self.conn, record.job_id) is not None
         try:
-            self.journal.finish(self.conn, record.job_id, record.winners)
+            refusal = self.journal.finish_or_refuse(self.conn, record.job_id, record.winners)
         except Exception as exc:
             detail = self.ops.spec.redact(exc)
-            if staged and is_data_error(exc) and self.journal.abandon(self.conn, record.job_id):
-                log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
-                self._job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
-            else:
-                self._job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
+            self._job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
             return
-        if staged:
+        if refusal is not None:
+            detail = self.ops.spec.redact(refusal)
+            log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
+            self._job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
+        elif staged:
             self._job_action(record.job_id, "applied", "staging table applied to the target")
 
     def drop_finished_stages(self, table: str | None) -> None:

@@ -67,10 +67,10 @@ def ensure_table(
     except PreflightError:
         if create == "never":
             raise
-    written = [f for f in schema.fields if f.name not in options.steering]
     from pyspark.sql.types import StructType
 
-    sql = create_table_sql(dialect, table, StructType(written), options.key)
+    written = StructType([schema[c] for c in options.written(schema.names)])
+    sql = create_table_sql(dialect, table, written, options.key)
     try:
         execute(conn, sql)
     except Exception as exc:
@@ -100,7 +100,7 @@ def check_fit(
     default yet not written, and the missing unique key an upsert or merge needs."""
     from .types import compatibility_problem
 
-    fields = [f for f in schema.fields if f.name not in options.steering]
+    fields = [schema[c] for c in options.written(schema.names)]
     names = match_columns(dialect, table, [f.name for f in fields], [c.name for c in columns])
     by_key = column_by_key(dialect, columns)
     targets = [by_key[dialect.column_key(n)] for n in names]
@@ -121,7 +121,8 @@ def check_fit(
             "DataFrame (select, cast, rename) or the table, then run the write again."
         )
     if options.routed:
-        key = [_spelled(names, fields, k) for k in options.key]
+        spelled = dict(zip((f.name for f in fields), names, strict=True))
+        key = [spelled[k] for k in options.key]
         if frozenset(key) not in unique_keys(conn, dialect, table):
             raise SchemaMismatchError(
                 f"mode={options.mode!r} matches rows on ({', '.join(key)}), but {table} has no "
@@ -130,8 +131,3 @@ def check_fit(
                 f"({', '.join(dialect.quote(k) for k in key)})."
             )
     return targets
-
-
-def _spelled(names: Sequence[str], fields: Sequence[Any], frame_column: str) -> str:
-    """The table's spelling of one DataFrame column."""
-    return names[[f.name for f in fields].index(frame_column)]
