@@ -266,11 +266,11 @@ def test_silent_staged_job_without_branches_is_aborted_and_its_stage_dropped(db)
 
     table = seeded_table(db)
     job_id = uuid.uuid4().hex
-    with journal_session(db) as (_, session, journal):
+    with journal_session(db) as (spec, session, journal):
         conn = session.connection
-        journal.ensure(conn)
+        journal = journal.ensure(conn, spec)
         plan = ApplyPlan("overwrite", TableRef(table), stage_name(job_id, None), ("id",))
-        journal.begin_job(conn, job_id, table, plan)
+        journal.begin_job(conn, job_id, table, plan, lease=3)
         conn.createStatement().execute(create_stage_sql(journal.dialect, plan, ["BIGINT"]))
     assert len(stage_tables(db)) == 1
 

@@ -160,7 +160,7 @@ def test_mariadb_branch_still_attached_to_its_session_is_not_lost(mariadb, opera
     neither count as lost (commit) nor as already gone (rollback)."""
     table = new_table(mariadb)
     with journal_session(mariadb) as (spec, session, journal):
-        journal.ensure(session.connection)
+        journal = journal.ensure(session.connection, spec)
     branch = BranchId(journal.tag, uuid.uuid4().hex, 0, 1)
     xid = f"X'{branch.xid.gtrid.hex()}',X'{branch.xid.bqual.hex()}',{FORMAT_ID}"
     writer = mariadb.connect()

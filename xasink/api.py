@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .commit import BranchOps, commit_group
@@ -21,16 +21,35 @@ from .errors import (
     InputDataError,
     JobAbortedError,
     LostBranchError,
+    PreflightError,
+    XasinkError,
 )
 from .faults import Fault, trigger
-from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, Heartbeat, Journal
+from .heartbeat import Heartbeat
+from .journal import (
+    ABORTED,
+    COMMITTED,
+    COMMITTING,
+    DEFAULT_LOCK_WAIT,
+    FINAL_STATES,
+    JobOrderError,
+    Journal,
+)
 from .planning import apply_plan_for, branch_count, load_target, shape_frame
 from .preflight import check_spark_conf
-from .recovery import DEFAULT_GRACE, BranchAction, RecoveryReport, resolve_in_doubt
+from .recovery import (
+    DEFAULT_GRACE,
+    BranchAction,
+    RecoveryReport,
+    blocked_detail,
+    no_journal,
+    presume_abort,
+    resolve_in_doubt,
+)
 from .staging import APPEND, ApplyPlan, ModeOptions, refused
 from .tables import check_create, check_fit, ensure_table
 from .target import ConnectionSpec, TableRef, properties_tuple
-from .writer import MESSAGE_DDL, WritePlan, write_partition
+from .writer import JOB_ENDED, MESSAGE_DDL, WritePlan, write_partition
 from .xa import XaSession
 from .xid import BranchId
 
@@ -68,6 +87,8 @@ class PhaseOne:
     """What the partition messages told the driver."""
 
     winners: list[BranchId]
+    #: Rows per winning partition.
+    rows_of: dict[int, int]
     rows: int
     empty_partitions: int
     worker_peak_rss_kb: int
@@ -102,11 +123,13 @@ def make_spec(
     return ConnectionSpec(**{**spec.__dict__, "jars": tuple(classpath_for(spec))})
 
 
-def _open_journal(spec: ConnectionSpec, schema: str | None) -> tuple[XaSession, Journal]:
+def _open_journal(
+    spec: ConnectionSpec, schema: str | None, lock_wait: float = DEFAULT_LOCK_WAIT
+) -> tuple[XaSession, Journal]:
     check_reachable(spec)
     session = open_session(spec)
     try:
-        return session, Journal.locate(session.connection, spec, schema)
+        return session, Journal.locate(session.connection, spec, schema, lock_wait)
     except BaseException:
         session.close()
         raise
@@ -139,6 +162,7 @@ def write_xa(
     recover_first: bool = True,
     grace: float = DEFAULT_GRACE,
     heartbeat_interval: float = 10.0,
+    lock_wait_timeout: float = DEFAULT_LOCK_WAIT,
     _faults: Sequence[Fault] = (),
 ) -> WriteResult:
     """Write every row of `df` into `table` exactly once, or none of them.
@@ -159,6 +183,9 @@ def write_xa(
     Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
     LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
     then through JDBC batches of `batch_size` rows.
+
+    No bookkeeping or apply statement waits longer than `lock_wait_timeout` seconds for a
+    lock. Every XasinkError raised once the job exists carries its id as `job_id`.
     """
     started = time.monotonic()
     if batch_size < 1:
@@ -178,8 +205,8 @@ def write_xa(
     target = TableRef.parse(table)
     check_spark_conf(dict(df.sparkSession.sparkContext.getConf().getAll()))
     branches = branch_count(df, max_branches, options)
-    session, journal = _open_journal(spec, journal_schema)
-    with session, BranchOps(spec, journal, retries=commit_retries) as ops:
+    session, journal = _open_journal(spec, journal_schema, lock_wait_timeout)
+    with session:
         conn = session.connection
         the_dialect = get_dialect(spec.dialect)
         the_dialect.check_server(conn, branches, user)
@@ -187,61 +214,65 @@ def write_xa(
             conn, the_dialect, target, df.schema, options, create, spec.redact
         )
         targets = check_fit(conn, the_dialect, target, df.schema, options, existing)
-        journal.ensure(conn)
-        recovered = (
-            resolve_in_doubt(ops, conn, journal, table=str(target), grace=grace).actions
-            if recover_first
-            else []
-        )
-        job_id = uuid.uuid4().hex
-        apply_plan = apply_plan_for(options, target, df.columns, targets, job_id, journal)
-        journal.begin_job(conn, job_id, str(target), apply_plan)
-        try:
-            load_table, columns = load_target(
-                df, conn, spec, the_dialect, target, targets, options, apply_plan
+        journal = journal.ensure(conn, spec)
+        with BranchOps(spec, journal, retries=commit_retries) as ops:
+            recovered = (
+                _recover_table(ops, conn, journal, str(target), grace, options.staged)
+                if recover_first
+                else []
             )
-            plan = WritePlan(
-                spec,
-                load_table,
-                tuple(c.name for c in columns),
-                journal,
-                job_id,
-                batch_size,
-                bulk=bulk and _bulk_available(the_dialect, conn),
-                faults=tuple(_faults),
-                column_types=tuple(c.type_name for c in columns),
-                apply=apply_plan,
-            )
-            shaped = shape_frame(df, plan, options, the_dialect, columns, branches)
-        except BaseException:
-            _abort_quietly(journal, conn, job_id, spec)  # no branch has opened yet
-            _release_stage(journal, conn, job_id, apply_plan, spec)
-            raise
-        log.info(
-            "xasink job %s: writing %d branches into %s (mode %s)",
-            job_id,
-            branches,
-            target,
-            options.mode,
-        )
-        heartbeat = Heartbeat(journal, spec, job_id, heartbeat_interval).start()
-        try:
-            phase_one = _prepare_all(shaped, plan, branches, ops, conn)
-            winners, rows = phase_one.winners, phase_one.rows
-            prepare_seconds = time.monotonic() - started
-            log.info(
-                "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
-                job_id,
-                len(winners),
-                rows,
-                prepare_seconds,
-            )
-            commit_started = time.monotonic()
-            losers = _commit_all(plan, ops, conn, winners, commit_parallelism)
-            commit_seconds = time.monotonic() - commit_started
-        finally:
-            heartbeat.stop()
-            _release_stage(journal, conn, job_id, apply_plan, spec)
+            job_id = uuid.uuid4().hex
+            heartbeat = Heartbeat(journal, spec, job_id, heartbeat_interval)
+            apply_plan = apply_plan_for(options, target, df.columns, targets, job_id, journal)
+            journal.begin_job(conn, job_id, str(target), apply_plan, heartbeat.lease)
+            heartbeat.start()  # from the first moment the job can be seen
+            try:
+                try:
+                    load_table, columns = load_target(
+                        df, conn, spec, the_dialect, target, targets, options, apply_plan
+                    )
+                    plan = WritePlan(
+                        spec,
+                        load_table,
+                        tuple(c.name for c in columns),
+                        journal,
+                        job_id,
+                        batch_size,
+                        bulk=bulk and _bulk_available(the_dialect, conn),
+                        faults=tuple(_faults),
+                        column_types=tuple(c.type_name for c in columns),
+                        apply=apply_plan,
+                    )
+                    shaped = shape_frame(df, plan, options, the_dialect, columns, branches)
+                except BaseException:
+                    _abort_quietly(journal, conn, job_id, spec)  # no branch has opened yet
+                    raise
+                log.info(
+                    "xasink job %s: writing %d branches into %s (mode %s)",
+                    job_id,
+                    branches,
+                    target,
+                    options.mode,
+                )
+                phase_one = _prepare_all(shaped, plan, branches, ops, conn)
+                winners, rows = phase_one.winners, phase_one.rows
+                prepare_seconds = time.monotonic() - started
+                log.info(
+                    "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
+                    job_id,
+                    len(winners),
+                    rows,
+                    prepare_seconds,
+                )
+                commit_started = time.monotonic()
+                losers = _commit_all(plan, ops, conn, phase_one, commit_parallelism)
+                commit_seconds = time.monotonic() - commit_started
+            except XasinkError as exc:
+                exc.job_id = job_id  # type: ignore[attr-defined]
+                raise
+            finally:
+                heartbeat.stop()
+                _release_stage(journal, conn, job_id, apply_plan, spec)
     total = time.monotonic() - started
     log.info("xasink job %s: committed %d rows in %.1fs", job_id, rows, total)
     return WriteResult(
@@ -262,6 +293,28 @@ def write_xa(
     )
 
 
+def _recover_table(
+    ops: BranchOps, conn: Any, journal: Journal, table: str, grace: float, staged: bool
+) -> list[BranchAction]:
+    """Resolve what earlier jobs left on this table. Decided jobs are finished whatever
+    their heartbeat, so a staged write never starts while an older decided one is pending:
+    it would be applied after this one and overwrite newer data."""
+    actions = resolve_in_doubt(ops, conn, journal, table=table, grace=grace).actions
+    for action in actions:
+        if action.unresolved and action.action != "left":
+            log.warning("xasink: an earlier job on %s needs attention: %s", table, action.line())
+    if staged:
+        pending = [r for r in journal.jobs_in_state(conn, COMMITTING) if r.table == table]
+        if pending and any(r.staged for r in pending):
+            raise PreflightError(
+                f"Job {pending[0].job_id} on {table} is decided but not finished, and staged "
+                "writes to one table are applied in decision order. Nothing was written. Run "
+                "`xasink recover` (and `xasink jobs` to see what blocks it); if it can never "
+                f"finish, `xasink resolve {pending[0].job_id} --abandon` ends it."
+            )
+    return actions
+
+
 def _abort_quietly(journal: Journal, conn: Any, job_id: str, spec: ConnectionSpec) -> None:
     try:
         journal.abort(conn, job_id)
@@ -276,8 +329,7 @@ def _release_stage(
     if plan is None:
         return
     try:
-        record = journal.job(conn, job_id)
-        if record is not None and record.state in (COMMITTED, ABORTED):
+        if journal.state(conn, job_id) in FINAL_STATES:
             journal.release_stage(conn, job_id, plan)
     except Exception as exc:
         log.warning(
@@ -305,7 +357,7 @@ def _prepare_all(
             messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
         phase_one = _winners(plan, messages, partitions)
         trigger(plan.faults, "before_decision")
-        _decide(plan, conn, phase_one.winners)
+        _decide(plan, conn, phase_one.winners, phase_one.rows_of)
         return phase_one
     except DecisionUnknownError:
         raise
@@ -339,7 +391,14 @@ def _winners(plan: WritePlan, messages: list[Any], partitions: int) -> PhaseOne:
         seen[message.partition] = message
     if sorted(seen) != list(range(partitions)):
         missing = sorted(set(range(partitions)) - set(seen))
-        raise CommitError(f"No result from partition(s) {missing[:20]}; refusing to commit.")
+        extra = sorted(set(seen) - set(range(partitions)))
+        raise CommitError(
+            f"Spark returned results for partitions {sorted(seen)[:20]} where {partitions} "
+            f"were planned (missing {missing[:20]}, unexpected {extra[:20]}); refusing to "
+            "commit. Nothing was written."
+        )
+    if any(m.problem == JOB_ENDED for m in seen.values()):
+        raise _aborted_by_recovery(plan)
     problems = [f"partition {m.partition}: {m.problem}" for m in seen.values() if m.problem]
     if problems:
         raise InputDataError(
@@ -351,47 +410,66 @@ def _winners(plan: WritePlan, messages: list[Any], partitions: int) -> PhaseOne:
         for m in seen.values()
         if m.xid
     ]
-    rows = sum(m.rows for m in seen.values())
+    rows_of = {m.partition: int(m.rows) for m in seen.values() if m.xid}
     peak = max((m.peak_rss_kb for m in seen.values()), default=0)
     paths = tuple(sorted({m.path for m in seen.values() if m.path}))
-    return PhaseOne(winners, rows, partitions - len(winners), peak, paths)
+    rows = sum(rows_of.values())
+    return PhaseOne(winners, rows_of, rows, partitions - len(winners), peak, paths)
 
 
-def _decide(plan: WritePlan, conn: Any, winners: list[BranchId]) -> None:
-    """Record the commit decision; on an ambiguous failure, read back what happened."""
-    keys = [(w.partition, w.attempt) for w in winners]
+def _aborted_by_recovery(plan: WritePlan) -> JobAbortedError:
+    return JobAbortedError(
+        f"Job {plan.job_id} was aborted by a recovery run before its commit decision: its "
+        "heartbeat looked older than that run's grace (e.g. `xasink recover --grace 0` while "
+        f"the job was writing). Nothing was committed: {_target_of(plan)} is unchanged. Run "
+        "the write again, and let recovery runs keep their default grace."
+    )
+
+
+def _target_of(plan: WritePlan) -> str:
+    return str(plan.apply.target) if plan.apply is not None else str(plan.table)
+
+
+def _decide(plan: WritePlan, conn: Any, winners: list[BranchId], rows_of: dict[int, int]) -> None:
+    """Record the commit decision. If that fails ambiguously, settle it with a fence (a
+    conditional abort on a fresh connection, which waits for a decision still in flight),
+    never with a plain read, which could miss a commit that lands later."""
+    keys = [(w.partition, w.attempt, rows_of[w.partition]) for w in winners]
     try:
         decided = plan.journal.decide_commit(conn, plan.job_id, keys)
     except Exception as exc:
-        state = _job_state(plan, conn)
+        reason = plan.spec.redact(exc)
+        state = _fence(plan)
         if state == COMMITTING:
-            return  # the commit went through before the connection failed
-        if state == RUNNING:
-            raise  # it did not happen: abort
+            log.warning("xasink job %s: the decision held despite: %s", plan.job_id, reason)
+            return
+        if state == ABORTED:
+            raise JobAbortedError(
+                f"Recording the commit decision for job {plan.job_id} failed ({reason}); the "
+                f"job is now aborted and nothing was committed: {_target_of(plan)} is "
+                "unchanged. Run the write again."
+            ) from None
         raise DecisionUnknownError(
             f"Recording the commit decision for job {plan.job_id} failed and its outcome is "
-            f"unknown ({plan.spec.redact(exc)}). Run `xasink recover` to resolve the prepared "
-            "branches: it commits them if the decision was recorded, else rolls them back."
+            f"unknown ({reason}). Do not run the write again yet: run `xasink recover`, which "
+            "commits the prepared branches if the decision was recorded and rolls them back "
+            "otherwise; `xasink jobs` then shows the job's outcome."
         ) from None
     if not decided:
-        raise JobAbortedError(
-            f"Job {plan.job_id} was aborted by a recovery run before its commit decision (its "
-            "heartbeat looked dead). Nothing was committed; run the write again."
-        )
+        raise _aborted_by_recovery(plan)
 
 
-def _job_state(plan: WritePlan, conn: Any) -> str | None:
-    """The job's state, read on the journal connection or, failing that, a fresh one."""
+def _fence(plan: WritePlan) -> str | None:
+    """The job's state once no decision can land any more (None: cannot tell)."""
     try:
-        record = plan.journal.job(conn, plan.job_id)
-        return record.state if record else None
-    except Exception:
-        try:
-            with open_session(plan.spec) as fresh:
-                record = plan.journal.job(fresh.connection, plan.job_id)
-                return record.state if record else None
-        except Exception:
-            return None
+        session, _ = _open_journal(plan.spec, plan.journal.schema, plan.journal.lock_wait)
+        with session:
+            return plan.journal.fence_decision(session.connection, plan.job_id)
+    except Exception as exc:
+        log.error(
+            "xasink job %s: settling the decision failed: %s", plan.job_id, plan.spec.redact(exc)
+        )
+        return None
 
 
 def _abort(plan: WritePlan, ops: BranchOps, conn: Any) -> None:
@@ -401,30 +479,34 @@ def _abort(plan: WritePlan, ops: BranchOps, conn: Any) -> None:
     established, they stay prepared for `xasink recover`, which decides from the journal.
     """
     try:
-        if not plan.journal.abort(conn, plan.job_id):
-            state = _job_state(plan, conn)
-            if state != ABORTED:
-                log.error(
-                    "xasink job %s is %s, not aborted: leaving its branches to `xasink recover`",
-                    plan.job_id,
-                    state,
-                )
-                return
+        try:
+            plan.journal.abort(conn, plan.job_id)
+            state = plan.journal.state(conn, plan.job_id)
+        except Exception:  # the journal connection broke: the fence uses a fresh one
+            state = _fence(plan)
+        if state != ABORTED:
+            log.error(
+                "xasink job %s is %s, not aborted: leaving its branches to `xasink recover`",
+                plan.job_id,
+                state or "in an unknown state",
+            )
+            return
         _roll_back_others(plan, ops, keep=set())
     except Exception as exc:
         log.error(
-            "xasink job %s: rollback after failure incomplete (%s); `xasink recover` will "
-            "finish it once the job's heartbeat is older than the grace period",
+            "xasink job %s is aborted, but rolling back its branches is incomplete (%s); "
+            "`xasink recover` rolls back the rest",
             plan.job_id,
             plan.spec.redact(exc),
         )
 
 
 def _commit_all(
-    plan: WritePlan, ops: BranchOps, conn: Any, winners: list[BranchId], parallelism: int
+    plan: WritePlan, ops: BranchOps, conn: Any, phase_one: PhaseOne, parallelism: int
 ) -> int:
     """Phase 2: commit the winners, then roll back every other attempt of this job."""
     last_report = time.monotonic()
+    winners = phase_one.winners
 
     def progress(done: int, total: int) -> None:
         nonlocal last_report
@@ -443,47 +525,77 @@ def _commit_all(
         failed = "; ".join(f"{b.name}: {e}" for b, e in list(group.errors.items())[:5])
         raise CommitError(
             f"Committing {len(group.errors)} branch(es) of job {plan.job_id} failed ({failed}). "
-            "The commit decision is recorded, so run `xasink recover` to finish the commit."
+            "The commit decision is recorded, so run `xasink recover` to finish the commit. "
+            "Do not run the write again."
         )
     winner_keys = {(w.partition, w.attempt) for w in winners}
     losers = _roll_back_others(plan, ops, keep=winner_keys)
     if group.lost:
-        names = [b.name for b in group.lost]
-        if plan.apply is not None and plan.journal.abandon(conn, plan.job_id):
-            raise LostBranchError(
-                f"{len(names)} winning branch(es) of job {plan.job_id} vanished before commit "
-                f"({', '.join(names[:10])}), so the staged rows are incomplete. Nothing was "
-                f"applied: {plan.apply.target} is unchanged and the job is aborted. The server "
-                "rolled them back (e.g. an administrator, or a server without durable XA). "
-                "Run the write again.",
-                names,
-            )
-        raise LostBranchError(
-            f"{len(names)} winning branch(es) of job {plan.job_id} vanished before commit and "
-            f"their rows are NOT in {plan.table}: {', '.join(names[:10])}. The server rolled "
-            "them back (e.g. an administrator, or a server without durable XA). Re-run the "
-            "write for the missing data.",
-            names,
-        )
+        _raise_lost(plan, conn, group.lost, phase_one.rows_of)
     trigger(plan.faults, "before_finish")
-    _finish(plan, conn, winner_keys)
+    _finish(plan, ops, conn, winner_keys)
     return losers
 
 
-def _finish(plan: WritePlan, conn: Any, winners: set[tuple[int, int]]) -> None:
+def _raise_lost(plan: WritePlan, conn: Any, lost: list[BranchId], rows_of: dict[int, int]) -> None:
+    names = [b.name for b in lost]
+    partitions = ", ".join(f"{b.partition} ({rows_of.get(b.partition, 0)} rows)" for b in lost)
+    if plan.apply is not None and plan.journal.abandon(conn, plan.job_id):
+        raise LostBranchError(
+            f"{len(names)} winning branch(es) of job {plan.job_id} were rolled back before "
+            f"commit (partitions {partitions[:300]}), so the staged rows are incomplete. "
+            f"Nothing was applied: {plan.apply.target} is unchanged and the job is aborted. "
+            "Something outside xasink rolled them back (an administrator, or a server "
+            "without durable XA). Run the write again.",
+            names,
+        )
+    raise LostBranchError(
+        f"{len(names)} winning branch(es) of job {plan.job_id} were rolled back before "
+        f"commit: the rows of partition(s) {partitions[:300]} are NOT in {plan.table}; the "
+        "other partitions' rows ARE, so do not run the whole write again (it would duplicate "
+        "them). Something outside xasink rolled them back (an administrator, or a server "
+        "without durable XA). Write the missing rows again, then close the job with "
+        f"`xasink resolve {plan.job_id} --abandon`.",
+        names,
+    )
+
+
+def _finish(plan: WritePlan, ops: BranchOps, conn: Any, winners: set[tuple[int, int]]) -> None:
     """Mark the job committed (and, for a staged mode, apply it in the same transaction).
 
     A staged apply the target refuses (constraint, value) ends the job aborted with the
-    target unchanged; any other failure leaves the decision for `xasink recover`."""
+    target unchanged; any other failure leaves the decision for `xasink recover`. Success
+    is reported only for a job that is `committed`, by this call or by another process."""
+    journal = plan.journal
     try:
-        refusal = plan.journal.finish_or_refuse(conn, plan.job_id, winners)
+        finished, refusal = journal.finish_or_refuse(conn, plan.job_id, winners)
+    except JobOrderError as exc:
+        raise CommitError(
+            f"Job {plan.job_id} is committed in its branches, but not applied yet: {exc}. "
+            f"Run `xasink recover` to finish both; `xasink jobs` shows what blocks job "
+            f"{exc.blocker}."
+        ) from None
     except Exception as exc:
+        reason = plan.spec.redact(exc)
+        if journal.dialect.is_lock_timeout(exc):
+            reason = blocked_detail(ops, conn, journal, plan.job_id, reason)
         raise CommitError(
             f"Job {plan.job_id} is committed in its branches, but finishing it failed "
-            f"({plan.spec.redact(exc)}). Run `xasink recover` to finish it."
+            f"({reason}). Run `xasink recover` to finish it; do not run the write again."
         ) from None
     if refusal is not None and plan.apply is not None:
         raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
+    if finished:
+        return
+    state = journal.state(conn, plan.job_id)
+    if state == COMMITTED:
+        log.info("xasink job %s: another process (a recovery run) finished it", plan.job_id)
+        return
+    raise CommitError(
+        f"Job {plan.job_id} was ended by another process after its commit decision (state "
+        f"{state}): nothing was applied and {_target_of(plan)} is unchanged. `xasink jobs` "
+        "shows who resolved it; run the write again if it was aborted."
+    )
 
 
 def _roll_back_others(plan: WritePlan, ops: BranchOps, keep: set[tuple[int, int]]) -> int:
@@ -515,6 +627,7 @@ def recover(
     user: str | None = None,
     password: str | None = None,
     table: str | Sequence[str] | None = None,
+    job: str | None = None,
     grace: float = DEFAULT_GRACE,
     dry_run: bool = False,
     properties: Mapping[str, object] | None = None,
@@ -523,8 +636,14 @@ def recover(
     xa_datasource: str | None = None,
     journal_schema: str | None = None,
     connect_timeout: int = 10,
+    lock_wait_timeout: float = DEFAULT_LOCK_WAIT,
+    presume_abort_tag: str | None = None,
 ) -> RecoveryReport:
-    """Resolve xasink's in-doubt branches in this database; see :mod:`xasink.recovery`."""
+    """Resolve xasink's in-doubt branches in this database; see :mod:`xasink.recovery`.
+
+    Without a journal nothing is touched, unless `presume_abort_tag` names the tag whose
+    prepared branches are to be rolled back (once older than `grace`, where the server
+    tells a branch's age)."""
     spec = make_spec(
         url,
         user=user,
@@ -535,19 +654,35 @@ def recover(
         jars=jars,
         connect_timeout=connect_timeout,
     )
-    session, journal = _open_journal(spec, journal_schema)
-    with session, BranchOps(spec, journal) as ops:
-        exists = journal.exists(session.connection)
-        if exists and not dry_run:
-            journal.upgrade(session.connection)
-        return resolve_in_doubt(
-            ops,
-            session.connection,
-            journal if exists else None,
-            table=str(TableRef.parse(table)) if table is not None else None,
-            grace=grace,
-            dry_run=dry_run,
-        )
+    session, journal = _open_journal(spec, journal_schema, lock_wait_timeout)
+    with session:
+        conn = session.connection
+        exists = journal.exists(conn)  # raises unless the journal is truly missing
+        if presume_abort_tag is not None:
+            if exists:
+                raise ConfigurationError(
+                    "The journal exists, so recovery decides from it: drop --presume-abort."
+                )
+            orphan = replace(journal, tag=presume_abort_tag)
+            with BranchOps(spec, orphan) as ops:
+                return presume_abort(
+                    ops, presume_abort_tag, grace=grace, dry_run=dry_run, conn=conn, journal=orphan
+                )
+        if not exists:
+            with BranchOps(spec, journal) as ops:
+                return no_journal(ops, journal, dry_run)
+        if not dry_run:
+            journal = journal.ensure(conn, spec)  # upgrades an older journal's tables
+        with BranchOps(spec, journal) as ops:
+            return resolve_in_doubt(
+                ops,
+                conn,
+                journal,
+                table=str(TableRef.parse(table)) if table is not None else None,
+                job=job,
+                grace=grace,
+                dry_run=dry_run,
+            )
 
 
 __all__ = ["WriteResult", "recover", "write_xa"]

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from .connect import open_session
 from .errors import PreflightError
-from .journal import Journal
+from .journal import COMMITTED, Journal
 from .target import ConnectionSpec
 from .xa import FailureKind, XaFailure, XaSession
 from .xid import BranchId, Xid
@@ -85,7 +85,7 @@ class BranchOps:
             return Outcome.COMMITTED
         except XaFailure as failure:
             if failure.kind is FailureKind.NOT_FOUND:
-                return self._committed_or_lost(branch)
+                return self.settled(branch)  # gone from XA RECOVER: committed, or rolled back
             if failure.kind is FailureKind.ROLLED_BACK:
                 return Outcome.LOST
             if failure.kind is FailureKind.HEURISTIC and failure.code == 7:  # HEURCOM
@@ -136,19 +136,26 @@ class BranchOps:
     def _is_prepared(self, branch: BranchId) -> bool:
         return branch.xid in set(self._retry("recover", lambda s: s.recover()))
 
-    def _committed_or_lost(self, branch: BranchId) -> Outcome:
-        # _settle saw the xid gone from XA RECOVER before this check, so a marker that is
-        # absent now means the branch was rolled back, not that a commit is still landing.
-        found = self._retry(
-            "marker check",
-            lambda s: self.journal.marker_exists(
-                s.connection, branch.job_id, branch.partition, branch.attempt
-            ),
-        )
-        return Outcome.ALREADY_COMMITTED if found else Outcome.LOST
+    def settled(self, branch: BranchId) -> Outcome:
+        """What happened to a winner that XA RECOVER (read after the decision) no longer
+        lists: its marker row proves a commit; once the job is `committed`, `finish` has
+        deleted the winners' markers, and that state proves it instead. The order of the
+        two reads matters: a finish between them leaves the state to tell."""
+
+        def check(session: XaSession) -> Outcome:
+            journal, conn = self.journal, session.connection
+            if journal.marker_exists(conn, branch.job_id, branch.partition, branch.attempt):
+                return Outcome.ALREADY_COMMITTED
+            if journal.state(conn, branch.job_id) == COMMITTED:
+                return Outcome.ALREADY_COMMITTED
+            return Outcome.LOST
+
+        return self._retry("marker check", check)
 
     def prepared(self) -> list[tuple[BranchId, Xid]]:
         """xasink branches of *this* journal that are prepared now; nothing else, ever."""
+        if not self.journal.tag:
+            return []  # no journal, no tag: nothing here is provably ours
         xids = self._retry("recover", lambda s: s.recover())
         ours = []
         for xid in xids:
@@ -156,6 +163,16 @@ class BranchOps:
             if branch is not None and branch.journal == self.journal.tag:
                 ours.append((branch, xid))
         return ours
+
+    def xasink_branches(self) -> list[BranchId]:
+        """Every prepared branch in xasink's XID layout, whatever its tag (for reports)."""
+        parsed = (BranchId.parse(xid) for xid in self._retry("recover", lambda s: s.recover()))
+        return [b for b in parsed if b is not None]
+
+    def prepared_of(self, job_id: str) -> list[BranchId]:
+        """One job's prepared branches, from a fresh XA RECOVER listing."""
+        found = [b for b, _ in self.prepared() if b.job_id == job_id]
+        return sorted(found, key=lambda b: (b.partition, b.attempt))
 
 
 BRANCHES_PER_CONNECTION = 8

@@ -40,11 +40,16 @@ class LostBranchError(CommitError):
 
 
 class JobAbortedError(CommitError):
-    """Recovery aborted the job before the driver could record its commit decision."""
+    """The job was aborted before its commit decision (by a recovery run, or because the
+    decision could not be recorded): nothing was committed."""
 
 
 class DecisionUnknownError(CommitError):
     """The commit decision may or may not be durable; `xasink recover` settles it."""
+
+
+class JournalError(XasinkError):
+    """The journal holds something xasink did not write, or cannot be used as it is."""
 
 
 class RecoveryError(XasinkError):

@@ -7,7 +7,12 @@ driver deciding and a recovery aborting a silent job cannot both win.
 The decision is the job row's `committing` state plus one `xasink_winners` row per winning
 branch, written together. A marker row is written inside each branch. It becomes visible
 exactly when its branch commits, which is the only evidence that turns XAER_NOTA into
-"already committed".
+"already committed". `finish` deletes the winners' markers in the transaction that makes the
+job `committed`, so from then on the job's state is that evidence.
+
+One journal has exactly one tag, stored in `xasink_meta` when the journal is created: every
+connection, role or schema spelling that finds the journal finds the same tag, and the tag
+is what tells this journal's branches from every other transaction on the server.
 """
 
 from __future__ import annotations
@@ -15,23 +20,33 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-import threading
+import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .dialects import Dialect, get_dialect
+from .errors import JournalError
 from .jdbc import execute, local_transaction, query
-from .staging import ApplyPlan, apply, drop_stage, is_data_error
+from .staging import ApplyPlan, apply, check_stage, drop_stage, is_data_error, stage_name
 from .target import ConnectionSpec
+from .xid import valid_job_id
 
 log = logging.getLogger("xasink")
 
+META_TABLE = "xasink_meta"
 JOBS_TABLE = "xasink_jobs"
 WINNERS_TABLE = "xasink_winners"
 MARKERS_TABLE = "xasink_markers"
 
 RUNNING, COMMITTING, COMMITTED, ABORTED = "running", "committing", "committed", "aborted"
+#: Terminal state of an append job that an operator closed with a lost winner (`xasink
+#: resolve --abandon`): its other branches' rows are in the table, the lost ones' are not.
+ABANDONED = "abandoned"
+FINAL_STATES = (COMMITTED, ABORTED, ABANDONED)
+
+#: Default bound on any lock wait of xasink's own bookkeeping and apply statements.
+DEFAULT_LOCK_WAIT = 60.0
 
 Winner = tuple[int, int]  # (partition, attempt)
 
@@ -42,17 +57,22 @@ class JobRecord:
     table: str
     state: str
     winners: frozenset[Winner]
+    #: Seconds since the last heartbeat, on the database clock (inf when unknown).
     heartbeat_age: float
     beats: int
+    #: How long the job's own driver may stay silent (a few heartbeat intervals).
+    lease: float = 0.0
+    staged: bool = False
 
 
 @dataclass(frozen=True)
 class Journal:
-    """Where the bookkeeping tables live; picklable so executors can write markers."""
+    """Where the bookkeeping tables live, and their tag; picklable for the executors."""
 
     dialect_name: str
     schema: str | None
     tag: str
+    lock_wait: float = DEFAULT_LOCK_WAIT
 
     @property
     def dialect(self) -> Dialect:
@@ -61,6 +81,10 @@ class Journal:
     def _table(self, name: str) -> str:
         d = self.dialect
         return f"{d.quote(self.schema)}.{d.quote(name)}" if self.schema else d.quote(name)
+
+    @property
+    def meta(self) -> str:
+        return self._table(META_TABLE)
 
     @property
     def jobs(self) -> str:
@@ -76,29 +100,59 @@ class Journal:
 
     # -- setup -----------------------------------------------------------------------
     @classmethod
-    def locate(cls, conn: Any, spec: ConnectionSpec, schema: str | None) -> Journal:
-        """The journal for this connection; its tag tells its branches from others'."""
+    def locate(
+        cls,
+        conn: Any,
+        spec: ConnectionSpec,
+        schema: str | None,
+        lock_wait: float = DEFAULT_LOCK_WAIT,
+    ) -> Journal:
+        """The journal in this schema, with its stored tag ("" while it does not exist).
+
+        Also bounds every lock wait of `conn`, which from now on serves the journal."""
         dialect = get_dialect(spec.dialect)
-        sql = dialect.location_sql()
+        bound, _ = dialect.lock_wait_sql(max(1, int(lock_wait)))
+        if bound:
+            execute(conn, bound)
+        journal = cls(spec.dialect, schema, "", lock_wait)
+        tag = journal._stored_tag(conn)
+        if tag is None and journal.exists(conn):
+            tag = journal._legacy_tag(conn, spec)  # written before tags were stored
+        return replace(journal, tag=tag or "")
+
+    def _stored_tag(self, conn: Any) -> str | None:
+        try:
+            rows = query(conn, f"SELECT tag FROM {self.meta} WHERE id = 1")
+        except Exception as exc:
+            if self.dialect.is_missing_table(exc):
+                return None
+            raise
+        return str(rows[0][0]) if rows else None
+
+    def _legacy_tag(self, conn: Any, spec: ConnectionSpec) -> str:
+        """The tag xasink 0.1 derived from how the journal was addressed."""
+        sql = self.dialect.location_sql()
         location = str(query(conn, sql)[0][0]) if sql else spec.url.split("?")[0].split(";")[0]
-        digest = hashlib.sha256(f"{location}|{schema or ''}".encode()).hexdigest()
-        return cls(spec.dialect, schema, digest[:8])
+        return hashlib.sha256(f"{location}|{self.schema or ''}".encode()).hexdigest()[:8]
 
     def exists(self, conn: Any) -> bool:
+        """Whether the journal's tables are here. Only "no such table" means no; any other
+        failure (a privilege, a lock timeout, a lost connection) is raised: recovery must
+        never mistake an unreadable journal for a missing one."""
         try:
-            for table in (self.jobs, self.winners, self.markers):
-                query(conn, f"SELECT 1 FROM {table} WHERE 1=0")
+            query(conn, f"SELECT 1 FROM {self.jobs} WHERE 1=0")
             return True
-        except Exception:
-            return False
+        except Exception as exc:
+            if self.dialect.is_missing_table(exc):
+                return False
+            raise
 
-    def ensure(self, conn: Any) -> None:
-        """Create the bookkeeping tables if missing (DDL, before any branch opens)."""
-        if self.exists(conn):
-            self.upgrade(conn)
-            return
+    def ensure(self, conn: Any, spec: ConnectionSpec) -> Journal:
+        """Create the bookkeeping tables and the tag if missing (DDL, before any branch
+        opens); returns the journal with its tag."""
         d = self.dialect
         ts = d.timestamp_type
+        legacy = self.tag if self.exists(conn) else None
         statements = [
             d.create_table_sql(
                 self.jobs,
@@ -117,26 +171,57 @@ class Journal:
                 "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT NOT "
                 "NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, attempt)",
             ),
+            d.create_table_sql(
+                self.meta, "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL"
+            ),
         ]
         for sql in statements:
             execute(conn, sql)
+        self._upgrade(conn)
+        tag = self._stored_tag(conn)
+        if tag is None:
+            try:  # two first writers may race: one insert wins, both read the winner's tag
+                execute(
+                    conn,
+                    f"INSERT INTO {self.meta} (id, tag) VALUES (1, ?)",
+                    (legacy or secrets.token_hex(4),),
+                )
+            except Exception:
+                if self._stored_tag(conn) is None:
+                    raise
+            tag = self._stored_tag(conn)
+        return replace(self, tag=str(tag))
 
-    def upgrade(self, conn: Any) -> None:
-        """Add what later versions keep in the jobs table (apply_plan: staged modes)."""
-        try:
-            query(conn, f"SELECT apply_plan FROM {self.jobs} WHERE 1=0")
-        except Exception:
-            execute(conn, f"ALTER TABLE {self.jobs} ADD apply_plan {self.dialect.long_text_type}")
+    #: Columns added after the first release: (table property, column, type attribute).
+    _ADDED = (
+        ("jobs", "apply_plan", "long_text_type"),
+        ("jobs", "lease_seconds", "BIGINT"),
+        ("jobs", "resolved_by", "text_type"),
+        ("jobs", "resolution", "long_text_type"),
+        ("winners", "row_count", "BIGINT"),
+    )
+
+    def _upgrade(self, conn: Any) -> None:
+        """Add what later versions keep in the journal's tables."""
+        for table_attr, column, type_attr in self._ADDED:
+            table = getattr(self, table_attr)
+            try:
+                query(conn, f"SELECT {column} FROM {table} WHERE 1=0")
+            except Exception:
+                sql_type = getattr(self.dialect, type_attr, type_attr)
+                execute(conn, f"ALTER TABLE {table} ADD {column} {sql_type}")
 
     # -- the driver's job lifecycle --------------------------------------------------
-    def begin_job(self, conn: Any, job_id: str, table: str, plan: ApplyPlan | None) -> None:
+    def begin_job(
+        self, conn: Any, job_id: str, table: str, plan: ApplyPlan | None, lease: float
+    ) -> None:
         """Register the job, and its staging table (if any) before that table exists."""
         now = self.dialect.now_sql
         execute(
             conn,
             f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-            f"heartbeat_at, apply_plan) VALUES (?, ?, ?, 0, {now}, {now}, ?)",
-            (job_id, table, RUNNING, plan.to_json() if plan else None),
+            f"heartbeat_at, apply_plan, lease_seconds) VALUES (?, ?, ?, 0, {now}, {now}, ?, ?)",
+            (job_id, table, RUNNING, plan.to_json() if plan else None, int(lease + 0.999)),
         )
 
     def heartbeat(self, conn: Any, job_id: str) -> None:
@@ -147,8 +232,12 @@ class Journal:
             (job_id, RUNNING, COMMITTING),
         )
 
-    def decide_commit(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> bool:
-        """Durably record the commit decision; False if the job is no longer running."""
+    def decide_commit(
+        self, conn: Any, job_id: str, winners: Iterable[tuple[int, int, int]]
+    ) -> bool:
+        """Durably record the commit decision; False if the job is no longer running.
+
+        `winners` are (partition, attempt, rows)."""
         with local_transaction(conn):
             changed = execute(
                 conn,
@@ -157,13 +246,32 @@ class Journal:
                 (COMMITTING, job_id, RUNNING),
             )
             if changed == 1:
-                self._batch(
-                    conn,
-                    f"INSERT INTO {self.winners} (job_id, partition_id, attempt) VALUES (?, ?, ?)",
-                    job_id,
-                    winners,
+                statement = conn.prepareStatement(
+                    f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
+                    "VALUES (?, ?, ?, ?)"
                 )
+                try:
+                    for partition, attempt, rows in winners:
+                        statement.setString(1, job_id)
+                        statement.setInt(2, partition)
+                        statement.setLong(3, attempt)
+                        statement.setLong(4, rows)
+                        statement.addBatch()
+                    statement.executeBatch()
+                finally:
+                    statement.close()
         return changed == 1
+
+    def fence_decision(self, conn: Any, job_id: str) -> str | None:
+        """After the decision's commit failed ambiguously: settle it for good.
+
+        A conditional abort waits for the decision's transaction if it is still in flight
+        (it holds the row lock). If it changes the row, the decision never happened and now
+        never will; otherwise the state read afterwards is final. Returns ABORTED when this
+        call aborted the job, else the state found (COMMITTING: the decision holds)."""
+        if self.abort(conn, job_id):
+            return ABORTED
+        return self.state(conn, job_id)
 
     def abort(self, conn: Any, job_id: str, beats: int | None = None) -> bool:
         """Mark a running job aborted; with `beats`, only if no heartbeat came since."""
@@ -191,75 +299,112 @@ class Journal:
             sql += " AND apply_plan IS NOT NULL"
         return execute(conn, sql, params) == 1
 
-    def finish(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> None:
+    def finish(self, conn: Any, job_id: str, winners: Iterable[Winner]) -> bool:
         """Phase 2 is complete: mark the job committed and drop its now useless markers.
 
         A staged job's apply runs in the same local transaction, after the conditional
-        state change: it happens once, together with `committed`, or not at all."""
+        state change: it happens once, together with `committed`, or not at all. Returns
+        whether this call made the change (False: another process finished or ended it)."""
         with local_transaction(conn):
             changed = self._end(conn, job_id, COMMITTING, COMMITTED)
-            plan = self.apply_plan(conn, job_id) if changed else None
-            if plan is not None:
-                apply(conn, self.dialect, plan)
-            # Exact keys only: a late, still-prepared loser's marker row stays untouched
-            # (a range delete would wait on its lock).
-            self._batch(
-                conn,
-                f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? AND attempt = ?",
-                job_id,
-                winners,
-            )
+            if changed:
+                plan = self.apply_plan(conn, job_id)
+                if plan is not None:
+                    self._check_apply_order(conn, job_id, plan)
+                    check_stage(conn, self.dialect, plan)
+                    apply(conn, self.dialect, plan)
+                # Exact keys only: a late, still-prepared loser's marker row stays untouched
+                # (a range delete would wait on its lock).
+                self._batch(
+                    conn,
+                    f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? "
+                    "AND attempt = ?",
+                    job_id,
+                    winners,
+                )
+        return changed
+
+    def _check_apply_order(self, conn: Any, job_id: str, plan: ApplyPlan) -> None:
+        """Staged jobs on one table are applied in decision order: an older decided job
+        that is not finished yet blocks this one (it would otherwise be applied later and
+        overwrite newer data)."""
+        rows = query(
+            conn,
+            f"SELECT o.job_id FROM {self.jobs} o, {self.jobs} j WHERE j.job_id = ? "
+            "AND o.target_table = j.target_table AND o.state = ? AND o.job_id <> j.job_id "
+            "AND o.apply_plan IS NOT NULL AND (o.decided_at < j.decided_at OR "
+            "(o.decided_at = j.decided_at AND o.job_id < j.job_id)) ORDER BY o.decided_at",
+            (job_id, COMMITTING),
+        )
+        if rows:
+            raise JobOrderError(str(rows[0][0]), plan)
 
     def finish_or_refuse(
         self, conn: Any, job_id: str, winners: Iterable[Winner]
-    ) -> Exception | None:
-        """`finish`, except that when the target refuses a staged job's rows (SQLSTATE class
-        22/23: retrying cannot help) the job is abandoned and the refusal returned. Any
-        other failure propagates, leaving the decision for recovery."""
+    ) -> tuple[bool, Exception | None]:
+        """`finish`, except that when the target refuses a staged job's rows (a data error:
+        retrying cannot help) the job is abandoned and the refusal returned. Any other
+        failure propagates, leaving the decision for recovery. Returns (finished by this
+        call, refusal)."""
         try:
-            self.finish(conn, job_id, winners)
-            return None
+            return self.finish(conn, job_id, winners), None
         except Exception as exc:
             if is_data_error(exc) and self.abandon(conn, job_id):
-                return exc
+                return False, exc
             raise
 
     def abandon(self, conn: Any, job_id: str) -> bool:
         """Abort a decided *staged* job that can never be applied (the target refused its
         rows, or a winner was lost). Its apply is one transaction, so the target was never
-        changed. An append job is never abandoned: other branches' rows are in the table."""
+        changed. An append job is never abandoned here: other branches' rows are in the
+        table (an operator closes it with `xasink resolve --abandon`)."""
         return self._end(conn, job_id, COMMITTING, ABORTED, staged_only=True)
 
     def apply_plan(self, conn: Any, job_id: str) -> ApplyPlan | None:
-        rows = query(conn, f"SELECT apply_plan FROM {self.jobs} WHERE job_id = ?", (job_id,))
-        return ApplyPlan.from_json(rows[0][0]) if rows and rows[0][0] else None
+        rows = query(
+            conn, f"SELECT apply_plan, target_table FROM {self.jobs} WHERE job_id = ?", (job_id,)
+        )
+        if not rows or not rows[0][0]:
+            return None
+        return self._trusted_plan(job_id, str(rows[0][0]), str(rows[0][1]))
 
-    def finished_stages(self, conn: Any) -> list[tuple[str, ApplyPlan]]:
-        """Staging tables of jobs that are over (committed or aborted), still to drop."""
+    def _trusted_plan(self, job_id: str, text: str, table: str) -> ApplyPlan:
+        """The apply plan of a journal row, refused unless it names this job's own staging
+        table and the job's own target: recovery may run with more privileges than the
+        writers that can write journal rows, and must never drop or fill another table."""
+        plan = ApplyPlan.from_json(text)
+        expected = stage_name(job_id, self.schema)
+        if not valid_job_id(job_id) or plan.stage != expected or str(plan.target) != table:
+            raise JournalError(
+                f"Journal row {job_id[:64]!r} names staging table {plan.stage} for target "
+                f"{plan.target}, which is not what xasink creates for that job ({expected} for "
+                f"{table}). It was not written by xasink: refusing to act on it. Check who can "
+                f"write {self.jobs}."
+            )
+        return plan
+
+    def finished_stages(self, conn: Any) -> list[tuple[str, ApplyPlan | JournalError]]:
+        """Staging tables of jobs that are over, still to drop (or why one is refused)."""
         rows = query(
             conn,
-            f"SELECT job_id, apply_plan FROM {self.jobs} "
-            "WHERE apply_plan IS NOT NULL AND state IN (?, ?)",
-            (COMMITTED, ABORTED),
+            f"SELECT job_id, apply_plan, target_table FROM {self.jobs} "
+            "WHERE apply_plan IS NOT NULL AND state IN (?, ?, ?)",
+            FINAL_STATES,
         )
-        return [(str(job), ApplyPlan.from_json(str(text))) for job, text in rows]
-
-    def staged_running(self, conn: Any) -> list[str]:
-        """Running staged jobs: a silent one is aborted by recovery even without branches."""
-        rows = query(
-            conn,
-            f"SELECT job_id FROM {self.jobs} WHERE apply_plan IS NOT NULL AND state = ?",
-            (RUNNING,),
-        )
-        return [str(row[0]) for row in rows]
+        found: list[tuple[str, ApplyPlan | JournalError]] = []
+        for job, text, table in rows:
+            try:
+                found.append((str(job), self._trusted_plan(str(job), str(text), str(table))))
+            except JournalError as exc:
+                found.append((str(job), exc))
+        return found
 
     def release_stage(self, conn: Any, job_id: str, plan: ApplyPlan) -> None:
         """Drop a finished job's staging table, then forget it (idempotent)."""
-        drop_stage(conn, self.dialect, plan.stage)
+        drop_stage(conn, self.dialect, plan.stage, restore_seconds=self.lock_wait)
         execute(conn, f"UPDATE {self.jobs} SET apply_plan = NULL WHERE job_id = ?", (job_id,))
 
-    @staticmethod
-    def _batch(conn: Any, sql: str, job_id: str, branches: Iterable[Winner]) -> None:
+    def _batch(self, conn: Any, sql: str, job_id: str, branches: Iterable[Winner]) -> None:
         """Run `sql` once per (job, partition, attempt), as one JDBC batch."""
         statement = conn.prepareStatement(sql)
         try:
@@ -273,33 +418,69 @@ class Journal:
             statement.close()
 
     # -- reading ---------------------------------------------------------------------
+    def state(self, conn: Any, job_id: str) -> str | None:
+        """The job's state alone (one cheap read; None: no such job)."""
+        rows = query(conn, f"SELECT state FROM {self.jobs} WHERE job_id = ?", (job_id,))
+        return str(rows[0][0]) if rows else None
+
     def job(self, conn: Any, job_id: str) -> JobRecord | None:
-        records = self._records(conn, "job_id = ?", job_id)
+        records = self._records(conn, "job_id = ?", (job_id,))
         return records[0] if records else None
 
     def jobs_in_state(self, conn: Any, state: str) -> list[JobRecord]:
-        return self._records(conn, "state = ?", state)
+        """Jobs in `state`, oldest decision first (the order staged jobs must apply in)."""
+        return self._records(conn, "state = ?", (state,), order="decided_at, job_id")
 
-    def _records(self, conn: Any, where: str, value: str) -> list[JobRecord]:
+    def staged_running(self, conn: Any) -> list[str]:
+        """Running staged jobs: a silent one is aborted by recovery even without branches."""
         rows = query(
             conn,
-            f"SELECT job_id, target_table, state, heartbeat_at, beats, {self.dialect.now_sql} "
-            f"FROM {self.jobs} WHERE {where}",
-            (value,),
+            f"SELECT job_id FROM {self.jobs} WHERE apply_plan IS NOT NULL AND state = ?",
+            (RUNNING,),
+        )
+        return [str(row[0]) for row in rows]
+
+    def _records(
+        self, conn: Any, where: str, params: tuple[Any, ...], order: str = "job_id"
+    ) -> list[JobRecord]:
+        d = self.dialect
+        age = d.age_sql("heartbeat_at")
+        rows = query(
+            conn,
+            f"SELECT job_id, target_table, state, heartbeat_at, beats, {d.now_sql}, "
+            f"{age or 'NULL'}, lease_seconds, apply_plan IS NOT NULL "
+            f"FROM {self.jobs} WHERE {where} ORDER BY {order}",
+            params,
         )
         records = []
-        for job_id, table, state, heartbeat_at, beats, now in rows:
-            age = (now - heartbeat_at).total_seconds() if isinstance(now, dt.datetime) else 0.0
-            winners = frozenset(
-                (int(p), int(a))
-                for p, a in query(
-                    conn,
-                    f"SELECT partition_id, attempt FROM {self.winners} WHERE job_id = ?",
-                    (job_id,),
+        for job_id, table, state, heartbeat_at, beats, now, age_s, lease, staged in rows:
+            if age_s is not None:
+                seconds = float(age_s)
+            elif isinstance(now, dt.datetime) and isinstance(heartbeat_at, dt.datetime):
+                seconds = (now - heartbeat_at).total_seconds()
+            else:
+                seconds = float("inf")  # unknown is never "alive"
+            records.append(
+                JobRecord(
+                    str(job_id),
+                    str(table),
+                    str(state),
+                    self.winners_of(conn, str(job_id)),
+                    seconds,
+                    int(beats),
+                    float(lease or 0),
+                    bool(staged) and str(staged) not in ("0", "false", "False"),
                 )
             )
-            records.append(JobRecord(job_id, table, state, winners, age, int(beats)))
         return records
+
+    def winners_of(self, conn: Any, job_id: str) -> frozenset[Winner]:
+        rows = query(
+            conn,
+            f"SELECT partition_id, attempt FROM {self.winners} WHERE job_id = ?",
+            (job_id,),
+        )
+        return frozenset((int(p), int(a)) for p, a in rows)
 
     def marker_exists(self, conn: Any, job_id: str, partition: int, attempt: int) -> bool:
         rows = query(
@@ -319,39 +500,12 @@ class Journal:
         )
 
 
-class Heartbeat:
-    """Refreshes the job row while the driver lives, so recovery can tell it from a dead one."""
+class JobOrderError(JournalError):
+    """A staged job cannot be applied yet: an older decided job on its table comes first."""
 
-    def __init__(
-        self, journal: Journal, spec: ConnectionSpec, job_id: str, interval: float
-    ) -> None:
-        self._journal, self._spec, self._job_id = journal, spec, job_id
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="xasink-heartbeat", daemon=True)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        from .connect import open_session
-
-        session = None
-        try:
-            while not self._stop.wait(self._interval):
-                try:
-                    session = session or open_session(self._spec)
-                    self._journal.heartbeat(session.connection, self._job_id)
-                except Exception as exc:  # keep beating; recovery decides if we went silent
-                    log.warning("xasink heartbeat failed: %s", self._spec.redact(exc))
-                    if session is not None:
-                        session.close()
-                        session = None
-        finally:
-            if session is not None:
-                session.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def __init__(self, blocker: str, plan: ApplyPlan) -> None:
+        super().__init__(
+            f"job {blocker}, decided earlier on {plan.target}, is not finished yet; staged "
+            "jobs on one table are applied in decision order"
+        )
+        self.blocker = blocker

@@ -1,30 +1,49 @@
 """Resolve in-doubt xasink branches: roll forward what is decided, roll back the rest.
 
-Only branches whose XID carries xasink's formatId, gtrid layout *and* this journal's tag are
-ever touched. A job's fate comes from its journal row:
+Only branches whose XID carries xasink's formatId, gtrid layout *and* this journal's tag
+(stored in the journal) are ever touched. A job's fate comes from its journal row, read
+*before* a fresh XA RECOVER listing of the job's branches: every winner was prepared before
+the decision, so a winner that a listing taken after reading the decision lacks has been
+committed or rolled back, and its marker (or the job's `committed` state) tells which.
 
-* `committing` / `committed`: commit its winners, roll back every other attempt;
-* `aborted`, or no row at all (presumed abort): roll everything back;
-* `running`: alive while its heartbeat is younger than `grace`, and then left alone;
-  otherwise first marked `aborted` (conditionally, so a late decision cannot also win),
-  then rolled back.
+* `committing` / `committed`: commit its winners, roll back every other attempt (at once,
+  whatever the heartbeat: finishing a decided job twice is safe);
+* `aborted`: roll everything back;
+* `running`: alive while its heartbeat is younger than the grace (and the job's own lease),
+  and then left alone; otherwise first marked `aborted` (conditionally, so a late decision
+  cannot also win), then rolled back;
+* no row in an existing journal: rolled back once prepared longer than the grace (when the
+  server says when; otherwise only with a grace of 0);
+* no journal at all: nothing is touched, unless the operator names the tag to presume abort.
 
-A staged job (overwrite, upsert, merge) is finished once all its winners are committed: its
-staging table is applied to the target in the transaction that marks it `committed`. The
-staging tables of finished jobs are dropped. Job-level actions carry partition -1.
+Undecided jobs are resolved first (their branches may hold locks a decided job's apply
+waits for), then decided ones in decision order. A staged job (overwrite, upsert, merge) is
+finished once all its winners are committed: its staging table is applied to the target in
+the transaction that marks it `committed`. The staging tables of finished jobs are dropped.
+Job-level actions carry partition -1.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .commit import BranchOps, Outcome
-from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, JobRecord, Journal
-from .xid import BranchId
+from .errors import JournalError
+from .jdbc import query
+from .journal import (
+    ABANDONED,
+    ABORTED,
+    COMMITTED,
+    COMMITTING,
+    RUNNING,
+    JobOrderError,
+    JobRecord,
+    Journal,
+)
+from .xid import BranchId, valid_job_id
 
 log = logging.getLogger("xasink")
 
@@ -32,6 +51,8 @@ DEFAULT_GRACE = 120.0
 
 # Actions that leave something in doubt.
 LEFT, LOST, FAILED = "left", "LOST", "failed"
+#: How often one job is looked at again when it changes state while recovery acts on it.
+_LOOKS = 3
 
 
 @dataclass(frozen=True)
@@ -46,10 +67,12 @@ class BranchAction:
     def unresolved(self) -> bool:
         return self.action in (LEFT, LOST, FAILED) or self.action.startswith("would ")
 
+    @property
+    def is_branch(self) -> bool:
+        return self.partition >= 0
+
     def line(self) -> str:
-        branch = (
-            f" partition={self.partition} attempt={self.attempt}" if self.partition >= 0 else ""
-        )
+        branch = f" partition={self.partition} attempt={self.attempt}" if self.is_branch else ""
         text = f"job={self.job_id}{branch} action={self.action.replace(' ', '-')}"
         return f"{text} ({self.detail})" if self.detail else text
 
@@ -57,6 +80,8 @@ class BranchAction:
 @dataclass
 class RecoveryReport:
     dry_run: bool
+    #: Which journal was read, and its tag: a wrong schema shows here at once.
+    journal: str = ""
     actions: list[BranchAction] = field(default_factory=list)
 
     @property
@@ -67,10 +92,17 @@ class RecoveryReport:
     def ok(self) -> bool:
         return not self.unresolved
 
+    def summary(self) -> str:
+        branches = sum(1 for a in self.actions if a.is_branch)
+        jobs = len({a.job_id for a in self.actions})
+        left = len(self.unresolved)
+        return f"{branches} branch(es) of {jobs} job(s) handled, {left} action(s) left unresolved"
+
     def to_json(self) -> str:
         return json.dumps(
             {
                 "dry_run": self.dry_run,
+                "journal": self.journal,
                 "ok": self.ok,
                 "actions": [asdict(a) for a in self.actions],
             },
@@ -82,26 +114,13 @@ class RecoveryReport:
 class _Resolver:
     ops: BranchOps
     conn: Any
-    journal: Journal | None
+    journal: Journal
     grace: float
     dry_run: bool
     report: RecoveryReport
+    _ages: dict[str, float] | None = None
 
-    def act(self, branch: BranchId, commit: bool, why: str) -> None:
-        if self.dry_run:
-            verb = "would commit" if commit else "would rollback"
-            self._add(branch, verb, why)
-            return
-        try:
-            outcome = self.ops.commit(branch) if commit else self.ops.rollback(branch)
-        except Exception as exc:
-            self._add(branch, FAILED, f"{why}; {self.ops.spec.redact(exc)}")
-            return
-        if outcome is Outcome.LOST:
-            self._add(branch, LOST, "decided for commit, but gone without marker")
-        else:
-            self._add(branch, outcome.value, why)
-
+    # -- reporting -------------------------------------------------------------------
     def _add(self, branch: BranchId, action: str, detail: str) -> None:
         self._log(BranchAction(branch.job_id, branch.partition, branch.attempt, action, detail))
 
@@ -110,41 +129,97 @@ class _Resolver:
 
     def _log(self, action: BranchAction) -> None:
         self.report.actions.append(action)
-        log.info("xasink recover: %s", action.line())
+        level = logging.WARNING if action.action in (LOST, FAILED) else logging.INFO
+        log.log(level, "xasink recover: %s", action.line())
 
-    def record(self, job_id: str) -> JobRecord | None:
-        return self.journal.job(self.conn, job_id) if self.journal else None
+    def _redact(self, exc: BaseException) -> str:
+        return self.ops.spec.redact(exc)
 
-    def resolve_job(self, job_id: str, branches: list[BranchId], record: JobRecord | None) -> None:
-        if record is None or record.state == ABORTED:
-            why = "job aborted" if record else "no journal row: presumed abort"
-            for branch in branches:
-                self.act(branch, commit=False, why=why)
-        elif record.state in (COMMITTING, COMMITTED):
-            self._roll_forward(record, branches)
-        elif record.state == RUNNING:
-            self._resolve_running(record, branches)
+    # -- acting on branches ------------------------------------------------------------
+    def act(self, branch: BranchId, commit: bool, why: str) -> None:
+        if self.dry_run:
+            self._add(branch, "would commit" if commit else "would rollback", why)
+            return
+        try:
+            outcome = self.ops.commit(branch) if commit else self.ops.rollback(branch)
+        except Exception as exc:
+            self._add(branch, FAILED, f"{why}; {self._redact(exc)}")
+            return
+        if outcome is Outcome.LOST:
+            self._add(branch, LOST, _LOST_DETAIL)
         else:
-            for branch in branches:
-                self._add(branch, LEFT, f"unknown job state {record.state!r}")
+            self._add(branch, outcome.value, why)
+
+    def roll_back(self, branches: list[BranchId], why: str) -> None:
+        for branch in branches:
+            self.act(branch, commit=False, why=why)
+
+    # -- one job ---------------------------------------------------------------------
+    def resolve(self, job_id: str) -> None:
+        """Read the job's row, then list its branches, then act; again if it moved on."""
+        aborted_here = False
+        for _ in range(_LOOKS):
+            record = self.journal.job(self.conn, job_id)
+            branches = self.ops.prepared_of(job_id)
+            if record is None:
+                self._without_row(job_id, branches)
+                return
+            if record.state == ABORTED:
+                why = "no decision, job silent: aborted it" if aborted_here else "job aborted"
+                self.roll_back(branches, why)
+                return
+            if record.state in (COMMITTING, COMMITTED, ABANDONED):
+                self._roll_forward(record, branches)
+                return
+            if record.state != RUNNING:
+                for branch in branches:
+                    self._add(branch, LEFT, f"unknown job state {record.state!r}")
+                return
+            if self._alive(record):
+                for branch in branches:
+                    self._add(branch, LEFT, self._alive_detail(record))
+                return
+            if self.dry_run:
+                self.roll_back(branches, "no decision, job silent")
+                return
+            # Conditional: a decision (or a beat) since we read the row makes this fail,
+            # and then the row is read again, with a fresh listing.
+            aborted_here = self.journal.abort(self.conn, job_id, beats=record.beats)
+        self._job_action(job_id, LEFT, "the job kept changing while recovery looked at it")
+
+    def _without_row(self, job_id: str, branches: list[BranchId]) -> None:
+        """Presumed abort for branches whose job row is gone, once prepared long enough."""
+        for branch in branches:
+            age = self._prepared_age(branch)
+            if self.grace > 0 and (age is None or age < self.grace):
+                known = f"prepared {age:.0f}s ago" if age is not None else "prepare time unknown"
+                self._add(
+                    branch, LEFT, f"no journal row ({known}); rolled back after the grace period"
+                )
+            else:
+                self.act(branch, commit=False, why="no journal row: presumed abort")
+
+    def _prepared_age(self, branch: BranchId) -> float | None:
+        if self._ages is None:
+            sql = self.journal.dialect.prepared_ages_sql()
+            rows = query(self.conn, sql) if sql else []
+            self._ages = {str(gid): float(age) for gid, age in rows}
+        return self._ages.get(str(branch.xid))
 
     def _roll_forward(self, record: JobRecord, branches: list[BranchId]) -> None:
-        if record.state == COMMITTING and self._alive(record):
-            for branch in branches:
-                self._add(branch, LEFT, self._alive_detail(record))
-            return
         for branch in branches:
             winner = (branch.partition, branch.attempt) in record.winners
             self.act(branch, commit=winner, why="decided" if winner else "not a winner")
-        if record.state != COMMITTING or self.journal is None:
-            return
-        prepared = {(b.partition, b.attempt) for b in branches}
-        for partition, attempt in sorted(record.winners - prepared):
+        if record.state != COMMITTING:
+            return  # finished (or closed by an operator): these were stragglers
+        listed = {(b.partition, b.attempt) for b in branches}
+        for partition, attempt in sorted(record.winners - listed):
             branch = BranchId(self.journal.tag, record.job_id, partition, attempt)
-            if self.journal.marker_exists(self.conn, record.job_id, partition, attempt):
-                self._add(branch, Outcome.ALREADY_COMMITTED.value, "marker row found")
+            outcome = self.ops.settled(branch)
+            if outcome is Outcome.LOST:
+                self._add(branch, LOST, _LOST_DETAIL)
             else:
-                self._add(branch, LOST, "decided for commit, but gone without marker")
+                self._add(branch, outcome.value, "marker row or committed job found")
         mine = [a for a in self.report.actions if a.job_id == record.job_id]
         if any(a.action == LOST for a in mine) and not self.dry_run:
             self._abandon_if_staged(record)
@@ -152,13 +227,12 @@ class _Resolver:
             return
         if not self.dry_run:
             self._finish(record)
-        elif self.journal.apply_plan(self.conn, record.job_id) is not None:
+        elif record.staged:
             self._job_action(record.job_id, "would apply", "staging table to the target")
 
     def _abandon_if_staged(self, record: JobRecord) -> None:
         """A staged job missing a winner was never applied: abort it, target unchanged
         (an append job's other rows are in the table already; it stays for a person)."""
-        assert self.journal is not None
         if self.journal.abandon(self.conn, record.job_id):
             self._job_action(
                 record.job_id,
@@ -166,27 +240,59 @@ class _Resolver:
                 "a decided branch was lost before the apply: the target is unchanged; "
                 "run the write again",
             )
+        elif not record.staged:
+            self._job_action(
+                record.job_id,
+                LOST,
+                "append job with a lost branch: the other branches' rows are in the table. "
+                f"Close it with `xasink resolve {record.job_id} --abandon` once you have "
+                "dealt with the missing rows",
+            )
 
     def _finish(self, record: JobRecord) -> None:
         """Mark committed (and apply a staged job); a refused apply aborts it instead."""
-        assert self.journal is not None
-        staged = self.journal.apply_plan(self.conn, record.job_id) is not None
         try:
-            refusal = self.journal.finish_or_refuse(self.conn, record.job_id, record.winners)
+            finished, refusal = self.journal.finish_or_refuse(
+                self.conn, record.job_id, record.winners
+            )
+        except JobOrderError as exc:
+            self._job_action(record.job_id, LEFT, f"waits: {exc}")
+            return
         except Exception as exc:
-            detail = self.ops.spec.redact(exc)
+            detail = self._redact(exc)
+            if self.journal.dialect.is_lock_timeout(exc):
+                detail = blocked_detail(self.ops, self.conn, self.journal, record.job_id, detail)
             self._job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
             return
         if refusal is not None:
-            detail = self.ops.spec.redact(refusal)
+            detail = self._redact(refusal)
             log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
             self._job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
-        elif staged:
+        elif not finished:
+            self._job_action(record.job_id, "finished elsewhere", "another process finished it")
+        elif record.staged:
             self._job_action(record.job_id, "applied", "staging table applied to the target")
+        else:
+            self._job_action(record.job_id, "committed", "every winner committed")
 
-    def drop_finished_stages(self, table: str | None) -> None:
-        assert self.journal is not None
+    # -- liveness --------------------------------------------------------------------
+    def _alive(self, record: JobRecord) -> bool:
+        return self.grace > 0 and record.heartbeat_age < max(self.grace, record.lease)
+
+    def _alive_detail(self, record: JobRecord) -> str:
+        return (
+            f"job {record.state}, heartbeat {record.heartbeat_age:.0f}s ago < grace "
+            f"{max(self.grace, record.lease):.0f}s"
+        )
+
+    # -- staging tables --------------------------------------------------------------
+    def drop_finished_stages(self, table: str | None, job: str | None) -> None:
         for job_id, plan in self.journal.finished_stages(self.conn):
+            if job is not None and job_id != job:
+                continue
+            if isinstance(plan, JournalError):
+                self._job_action(job_id[:64], FAILED, str(plan))
+                continue
             if table is not None and str(plan.target) != table:
                 continue
             if self.dry_run:
@@ -196,67 +302,106 @@ class _Resolver:
                 self.journal.release_stage(self.conn, job_id, plan)
                 self._job_action(job_id, "dropped stage", str(plan.stage))
             except Exception as exc:
-                self._job_action(
-                    job_id, FAILED, f"dropping {plan.stage}: {self.ops.spec.redact(exc)}"
-                )
+                self._job_action(job_id, FAILED, f"dropping {plan.stage}: {self._redact(exc)}")
 
-    def _resolve_running(self, record: JobRecord, branches: list[BranchId]) -> None:
-        if self._alive(record):
-            for branch in branches:
-                self._add(branch, LEFT, self._alive_detail(record))
-            return
-        if self.dry_run or self.journal is None:
-            for branch in branches:
-                self.act(branch, commit=False, why="no decision, job silent")
-            return
-        if self.journal.abort(self.conn, record.job_id, beats=record.beats):
-            for branch in branches:
-                self.act(branch, commit=False, why="no decision, job silent: aborted it")
-            return
-        # The job moved on while we looked (it decided, or beat again): look once more.
-        fresh = self.record(record.job_id)
-        if fresh is not None and fresh.state != RUNNING:
-            self.resolve_job(record.job_id, branches, fresh)
-        else:
-            for branch in branches:
-                self._add(branch, LEFT, "job became active again")
 
-    def _alive(self, record: JobRecord) -> bool:
-        return self.grace > 0 and record.heartbeat_age < self.grace
+_LOST_DETAIL = (
+    "decided for commit, but rolled back without committing (no marker, job not committed): "
+    "its rows are NOT in the table"
+)
 
-    def _alive_detail(self, record: JobRecord) -> str:
-        return (
-            f"job {record.state}, heartbeat {record.heartbeat_age:.0f}s ago < grace "
-            f"{self.grace:.0f}s"
-        )
+
+def blocked_detail(ops: BranchOps, conn: Any, journal: Journal, job_id: str, reason: str) -> str:
+    """Name what a lock wait is probably stuck behind: prepared transactions still open."""
+    try:
+        others: dict[str, int] = {}
+        foreign = 0
+        for xid in ops.session.recover():
+            branch = BranchId.parse(xid)
+            if branch is None or branch.journal != journal.tag:
+                foreign += 1
+            elif branch.job_id != job_id:
+                others[branch.job_id] = others.get(branch.job_id, 0) + 1
+    except Exception:
+        return f"{reason}; gave up waiting for a lock"
+    held = [
+        f"xasink job {job} ({n} prepared branch(es), {journal.state(conn, job) or 'no row'})"
+        for job, n in sorted(others.items())
+    ]
+    if foreign:
+        held.append(f"{foreign} prepared transaction(s) of other applications or journals")
+    blockers = "; ".join(held) if held else "no prepared transaction: a long local transaction"
+    return (
+        f"gave up after {journal.lock_wait:.0f}s waiting for a lock ({reason}). Probably held "
+        f"by: {blockers}. Resolve those (`xasink recover`; other applications' with their "
+        "own tools), then run `xasink recover` to finish this job"
+    )
 
 
 def resolve_in_doubt(
     ops: BranchOps,
     conn: Any,
-    journal: Journal | None,
+    journal: Journal,
     *,
     table: str | None = None,
+    job: str | None = None,
     grace: float = DEFAULT_GRACE,
     dry_run: bool = False,
 ) -> RecoveryReport:
-    """Resolve this journal's in-doubt branches (of `table`'s jobs only, when given)."""
-    report = RecoveryReport(dry_run=dry_run)
+    """Resolve this journal's in-doubt branches (of `table`'s or `job`'s only, when given)."""
+    report = RecoveryReport(dry_run=dry_run, journal=describe(journal))
     resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
-    by_job: dict[str, list[BranchId]] = defaultdict(list)
-    for branch, _ in ops.prepared():
-        by_job[branch.job_id].append(branch)
-    decided = journal.jobs_in_state(conn, COMMITTING) if journal else []
-    for record in decided:
-        by_job.setdefault(record.job_id, [])
-    for job_id in journal.staged_running(conn) if journal else []:
-        by_job.setdefault(job_id, [])  # silent before any branch prepared: abort, drop stage
-    for job_id in sorted(by_job):
-        record = resolver.record(job_id)
+    candidates = {branch.job_id for branch, _ in ops.prepared()}
+    candidates.update(r.job_id for r in journal.jobs_in_state(conn, COMMITTING))
+    candidates.update(journal.staged_running(conn))  # silent before any branch prepared
+    undecided, decided = [], []
+    for job_id in sorted(candidates):
+        if job is not None and job_id != job:
+            continue
+        if not valid_job_id(job_id):
+            resolver._job_action(job_id[:64], FAILED, "not an xasink job id: row ignored")
+            continue
+        record = journal.job(conn, job_id)
         if table is not None and (record is None or record.table != table):
             continue
-        branches = sorted(by_job[job_id], key=lambda b: (b.partition, b.attempt))
-        resolver.resolve_job(job_id, branches, record)
-    if journal is not None:
-        resolver.drop_finished_stages(table)
+        (decided if record and record.state == COMMITTING else undecided).append(job_id)
+    order = {r.job_id: i for i, r in enumerate(journal.jobs_in_state(conn, COMMITTING))}
+    for job_id in undecided + sorted(decided, key=lambda j: order.get(j, len(order))):
+        resolver.resolve(job_id)
+    resolver.drop_finished_stages(table, job)
     return report
+
+
+def presume_abort(
+    ops: BranchOps, tag: str, *, grace: float, dry_run: bool, conn: Any, journal: Journal
+) -> RecoveryReport:
+    """No journal exists: roll back the prepared branches carrying `tag`, as the operator
+    asked, once prepared longer than the grace (when the server says when)."""
+    report = RecoveryReport(dry_run=dry_run, journal=f"no journal; presumed abort for tag {tag}")
+    resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
+    for job_id in sorted({b.job_id for b, _ in ops.prepared()}):
+        resolver._without_row(job_id, ops.prepared_of(job_id))
+    return report
+
+
+def no_journal(ops: BranchOps, journal: Journal, dry_run: bool) -> RecoveryReport:
+    """No journal here: touch nothing, and say what xasink-shaped branches are left."""
+    report = RecoveryReport(dry_run=dry_run, journal=f"no journal in {describe(journal)}")
+    for branch in ops.xasink_branches():
+        report.actions.append(
+            BranchAction(
+                branch.job_id,
+                branch.partition,
+                branch.attempt,
+                LEFT,
+                f"tag {branch.journal}: no journal here to decide by (wrong --journal-schema "
+                "or database?). Nothing was touched; --presume-abort TAG rolls back a tag's "
+                "branches when its journal is truly gone",
+            )
+        )
+    return report
+
+
+def describe(journal: Journal) -> str:
+    where = f"schema {journal.schema}" if journal.schema else "the default schema"
+    return f"journal in {where}, tag {journal.tag or '(none)'}"

@@ -22,7 +22,7 @@ from typing import Any
 
 from .dialects import Dialect
 from .errors import ConfigurationError, InputDataError
-from .jdbc import Param, execute, query, sql_state
+from .jdbc import Param, execute, query, sql_error_code, sql_state
 from .target import TableRef
 
 APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
@@ -186,8 +186,14 @@ def create_stage_sql(dialect: Dialect, plan: ApplyPlan, types: Sequence[str]) ->
 DROP_LOCK_WAIT_SECONDS = 10
 
 
-def drop_stage(conn: Any, dialect: Dialect, stage: TableRef) -> None:
+def drop_stage(
+    conn: Any, dialect: Dialect, stage: TableRef, *, restore_seconds: float | None = None
+) -> None:
+    """DROP the staging table, waiting at most DROP_LOCK_WAIT_SECONDS behind a branch that
+    still holds it; then the session's lock bound is `restore_seconds` (or the default)."""
     bound, unbound = dialect.lock_wait_sql(DROP_LOCK_WAIT_SECONDS)
+    if restore_seconds is not None:
+        unbound, _ = dialect.lock_wait_sql(max(1, int(restore_seconds)))
     if bound:
         execute(conn, bound)
     try:
@@ -201,8 +207,10 @@ def drop_stage(conn: Any, dialect: Dialect, stage: TableRef) -> None:
 def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
     """Why this branch's staged rows cannot be applied, or None.
 
-    Runs inside the branch before PREPARE and sees only this branch's rows; with key
-    routing every row of a key is here, so the duplicate check is complete."""
+    Runs inside the branch before PREPARE and sees only this branch's rows. Key routing
+    puts every row of a key in one branch, as Spark compares keys (binary); keys that only
+    the column's collation makes equal ('Bob' and 'bob' under a case-insensitive one) are
+    caught by `check_stage` over the whole staging table, in the apply transaction."""
     if not plan.key:
         return None
     q = dialect.quote
@@ -215,20 +223,9 @@ def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
         nulls = query(conn, f"SELECT {keys} FROM {stage} WHERE {q(ORDER_COLUMN)} IS NULL")
         if nulls:
             return f"the order column is NULL for key(s) {_show(plan.key, nulls)}"
-    group = keys + (f", {q(ORDER_COLUMN)}" if plan.ordered else "")
-    duplicates = query(
-        conn, f"SELECT {keys} FROM {stage} GROUP BY {group} HAVING COUNT(*) > 1 ORDER BY {keys}"
-    )
-    if duplicates:
-        if plan.ordered:
-            return (
-                f"rows share a key and an order value, so the last change is ambiguous: "
-                f"{_show(plan.key, duplicates)}"
-            )
-        return (
-            f"duplicate key(s) in the input: {_show(plan.key, duplicates)}. Pass order='<column>' "
-            "to keep the last row per key, or deduplicate the DataFrame"
-        )
+    problem = _duplicates(conn, dialect, plan)
+    if problem:
+        return problem
     if plan.op_values:
         known = [v for v, _ in plan.op_values]
         marks = ", ".join("?" for _ in known)
@@ -242,6 +239,41 @@ def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
             shown = ", ".join(repr(row[0]) for row in unknown[:SHOWN])
             return f"unknown op value(s) {shown}; op_values accepts {', '.join(map(repr, known))}"
     return None
+
+
+def _duplicates(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
+    """Keys (with `order`: key and order value) that occur twice in the staging table, as
+    the table's own collation compares them."""
+    q = dialect.quote
+    keys = ", ".join(q(k) for k in plan.key)
+    group = keys + (f", {q(ORDER_COLUMN)}" if plan.ordered else "")
+    duplicates = query(
+        conn,
+        f"SELECT {keys} FROM {dialect.qualified(plan.stage)} GROUP BY {group} "
+        f"HAVING COUNT(*) > 1 ORDER BY {keys}",
+    )
+    if not duplicates:
+        return None
+    if plan.ordered:
+        return (
+            f"rows share a key and an order value, so the last change is ambiguous: "
+            f"{_show(plan.key, duplicates)}"
+        )
+    return (
+        f"duplicate key(s) in the input: {_show(plan.key, duplicates)}. Pass order='<column>' "
+        "to keep the last row per key, or deduplicate the DataFrame"
+    )
+
+
+def check_stage(conn: Any, dialect: Dialect, plan: ApplyPlan) -> None:
+    """The whole staging table's keys are unambiguous (run in the apply transaction)."""
+    problem = plan.key and _duplicates(conn, dialect, plan)
+    if problem:
+        raise StagedRowsError(problem)
+
+
+class StagedRowsError(InputDataError):
+    """The staged rows of a job, taken together, cannot be applied."""
 
 
 def _show(key: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
@@ -296,10 +328,25 @@ def apply(conn: Any, dialect: Dialect, plan: ApplyPlan) -> int:
     return sum(execute(conn, sql, params) for sql, params in apply_statements(dialect, plan))
 
 
+#: Vendor codes of refused rows that MySQL reports under a generic SQLSTATE (HY000):
+#: CHECK (3819; MariaDB 4025), NOT NULL (1048), duplicate key (1062), foreign key (1452),
+#: bad value (1366).
+_REFUSED_ROW_CODES = (3819, 4025, 1048, 1062, 1452, 1366)
+#: SQLSTATEs of refused rows outside classes 22/23: cardinality (21000: ON CONFLICT would
+#: change a row twice), a trigger's RAISE EXCEPTION (P0001) or SIGNAL (45000).
+_REFUSED_ROW_STATES = ("21000", "P0001", "45000")
+
+
 def is_data_error(exc: BaseException) -> bool:
-    """The rows themselves were refused (SQLSTATE class 22 or 23): retrying cannot help."""
+    """The rows themselves were refused: retrying the same apply cannot help."""
+    if isinstance(exc, InputDataError):
+        return True
     state = sql_state(exc) or ""
-    return state[:2] in ("22", "23")
+    return (
+        state[:2] in ("22", "23")
+        or state in _REFUSED_ROW_STATES
+        or sql_error_code(exc) in _REFUSED_ROW_CODES
+    )
 
 
 def refused(plan: ApplyPlan, job_id: str, reason: str) -> InputDataError:

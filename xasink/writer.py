@@ -18,7 +18,7 @@ from .connect import open_session
 from .dialects import get_dialect
 from .errors import WriteError
 from .faults import Fault, trigger
-from .journal import Journal
+from .journal import RUNNING, Journal
 from .loaders import Loader, open_loader
 from .staging import ApplyPlan, branch_problem
 from .target import ConnectionSpec, TableRef
@@ -28,6 +28,10 @@ from .xid import BranchId, Xid
 log = logging.getLogger("xasink")
 
 #: The message each partition sends the driver.
+#: A branch's problem when its job is no longer running: the driver then reports that the
+#: job was aborted (by a recovery run), instead of Spark retrying the task in vain.
+JOB_ENDED = "job is no longer running"
+
 MESSAGE_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
@@ -151,6 +155,8 @@ def _write_branch(
         problem = plan.apply and branch_problem(
             session.connection, get_dialect(plan.spec.dialect), plan.apply
         )
+        if not problem and plan.journal.state(session.connection, plan.job_id) != RUNNING:
+            problem = JOB_ENDED  # aborted by a recovery run, or a zombie of a finished job
         if problem:
             _abandon(session, xid)
             return BranchOutcome(0, path, problem)
@@ -168,6 +174,10 @@ def _write_branch(
             _abandon(session, xid)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
+        if session is not None and _job_ended(plan, session):
+            # e.g. its staging table was dropped by the recovery run that aborted it:
+            # report that once, rather than fail the task for Spark to retry in vain.
+            return BranchOutcome(0, "", JOB_ENDED)
         raise WriteError(
             f"Writing partition {branch.partition} (task attempt {branch.attempt}) into "
             f"{plan.table} failed and its branch was rolled back: {type(exc).__name__}: "
@@ -182,6 +192,13 @@ def _write_branch(
 
 #: One idle session per connection spec, kept by a reused Python worker between tasks.
 _idle_sessions: dict[ConnectionSpec, XaSession] = {}
+
+
+def _job_ended(plan: WritePlan, session: XaSession) -> bool:
+    try:
+        return plan.journal.state(session.connection, plan.job_id) != RUNNING
+    except Exception:
+        return False  # cannot tell: let the task fail and Spark retry it
 
 
 def _start(spec: ConnectionSpec, idle: XaSession | None, xid: Xid) -> XaSession:

@@ -69,6 +69,11 @@ class Xid:
         return f"{self.format_id}_{gtrid}_{bqual}"
 
 
+def valid_job_id(job_id: object) -> bool:
+    """xasink job ids are 32 lowercase hex digits; anything else is not one of ours."""
+    return isinstance(job_id, str) and bool(_JOB_ID.match(job_id))
+
+
 @dataclass(frozen=True)
 class BranchId:
     """What an xasink XID encodes: whose journal, which job, which partition and attempt.

@@ -121,6 +121,28 @@ class Dialect:
         """A query naming the database (and schema) the journal lives in; None: use the URL."""
         return None
 
+    def age_sql(self, column: str) -> str | None:
+        """Seconds since the timestamp `column`, on the database's clock; None: unknown."""
+        return None
+
+    def prepared_ages_sql(self) -> str | None:
+        """A query of (gid, seconds since PREPARE) for this database's prepared transactions;
+        None when the server does not say when a transaction was prepared."""
+        return None
+
+    # -- classifying errors ----------------------------------------------------------
+    def is_missing_table(self, exc: BaseException) -> bool:
+        """The statement failed because a table does not exist (and for no other reason)."""
+        from ..jdbc import sql_error_code, sql_state
+
+        return sql_state(exc) in ("42P01", "42S02") or sql_error_code(exc) == 1146
+
+    def is_lock_timeout(self, exc: BaseException) -> bool:
+        """The statement gave up waiting for a lock another transaction holds."""
+        from ..jdbc import sql_error_code, sql_state
+
+        return sql_state(exc) == "55P03" or sql_error_code(exc) in (1205, 3572)
+
     # -- journal DDL -----------------------------------------------------------------
     def create_table_sql(self, table: str, columns: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS {table} ({columns})"

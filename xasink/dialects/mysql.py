@@ -110,10 +110,15 @@ class MySQLDialect(Dialect):
         return "SELECT DATABASE()"
 
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
+        # lock_wait_timeout bounds metadata locks (DDL), innodb_lock_wait_timeout row locks.
         return (
-            f"SET SESSION lock_wait_timeout = {int(seconds)}",
-            "SET SESSION lock_wait_timeout = DEFAULT",
+            f"SET SESSION lock_wait_timeout = {int(seconds)}, "
+            f"innodb_lock_wait_timeout = {max(1, int(seconds))}",
+            "SET SESSION lock_wait_timeout = DEFAULT, innodb_lock_wait_timeout = DEFAULT",
         )
+
+    def age_sql(self, column: str) -> str:
+        return f"TIMESTAMPDIFF(MICROSECOND, {column}, UTC_TIMESTAMP(6)) / 1000000.0"
 
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         # VALUES(c) is the row being inserted (MySQL 8.0.20 deprecates it, but keeps it, and

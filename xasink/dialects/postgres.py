@@ -67,6 +67,15 @@ class PostgresDialect(Dialect):
     def location_sql(self) -> str:
         return "SELECT current_database() || '.' || current_schema()"
 
+    def age_sql(self, column: str) -> str:
+        return f"EXTRACT(EPOCH FROM (clock_timestamp() - {column}))"
+
+    def prepared_ages_sql(self) -> str:
+        return (
+            "SELECT gid, EXTRACT(EPOCH FROM (clock_timestamp() - prepared)) "
+            "FROM pg_prepared_xacts WHERE database = current_database()"
+        )
+
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         return f"SET lock_timeout = '{int(seconds)}s'", "SET lock_timeout = DEFAULT"
 
