@@ -2,8 +2,10 @@
 
 Usage: python driver_process.py URL USER TABLE ROWS PARTITIONS FAULT_POINT [MODE]
 With MODE, it writes support.mode_case's input for that mode instead of ROWS events.
-The password comes from XASINK_TEST_PASSWORD. With a `hang` fault the script prints
-`XASINK-FAULT <point>` at that point and waits to be killed.
+The password comes from XASINK_TEST_PASSWORD. The fault's action is XASINK_TEST_FAULT_ACTION
+(default `hang`): at the point the script prints `XASINK-FAULT <point>`, then waits to be
+killed (`hang`) or stops itself until SIGCONT (`pause`). It ends by printing `RESULT {...}`,
+or `ERROR <class>: <message>` (exit 3) when write_xa raises.
 """
 
 from __future__ import annotations
@@ -23,20 +25,25 @@ def main() -> None:
     mode = sys.argv[7] if len(sys.argv) > 7 else None
     spark = spark_builder("xasink-driver-process").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    faults = [Fault(point, "hang", attempt_number=None)] if point != "none" else []
+    action = os.environ.get("XASINK_TEST_FAULT_ACTION", "hang")
+    faults = [Fault(point, action, attempt_number=None)] if point != "none" else []
     df, options = events_df(spark, int(rows), int(partitions)), {}
     if mode:
         df, options, _ = mode_case(spark, mode, int(partitions))
-    result = write_xa(
-        df,
-        url,
-        table,
-        **options,
-        user=user,
-        password=os.environ["XASINK_TEST_PASSWORD"],
-        heartbeat_interval=1.0,
-        _faults=faults,
-    )
+    try:
+        result = write_xa(
+            df,
+            url,
+            table,
+            **options,
+            user=user,
+            password=os.environ["XASINK_TEST_PASSWORD"],
+            heartbeat_interval=1.0,
+            _faults=faults,
+        )
+    except Exception as exc:
+        print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
+        sys.exit(3)
     print("RESULT " + json.dumps({"job_id": result.job_id, "rows": result.rows}), flush=True)
 
 

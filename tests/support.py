@@ -170,49 +170,88 @@ def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+class DriverProcess:
+    """A write_xa driver in its own process group that stops at a fault point: killed
+    there (`hang`), or stalled until `resume()` (`pause`)."""
+
+    def __init__(self, db, table: str, point: str, mode: str | None = None, action: str = "hang"):
+        self.point = point
+        self.output: list[str] = []
+        self._reached = threading.Event()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(TESTS / "driver_process.py"),
+                db.jdbc_url,
+                db.user,
+                table,
+                str(ROWS),
+                str(PARTITIONS),
+                point,
+                *([mode] if mode else []),
+            ],
+            cwd=TESTS,
+            env={
+                **os.environ,
+                "XASINK_TEST_PASSWORD": db.password,
+                "XASINK_TEST_FAULT_ACTION": action,
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._watch, daemon=True).start()
+        self._password = db.password
+
+    def _watch(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if line.startswith(f"XASINK-FAULT {self.point}"):
+                self._reached.set()
+
+    def wait_for_point(self) -> None:
+        deadline = time.monotonic() + 240
+        while not self._reached.wait(timeout=1) and self.proc.poll() is None:
+            assert time.monotonic() < deadline, "driver hung before " + self.point
+        self._reached.wait(timeout=5)  # the watcher may still be reading the last lines
+        assert self._reached.is_set(), (
+            f"driver never reached {self.point}: " + "".join(self.output[-30:])
+        )
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)
+        assert self._password not in "".join(self.output)
+
+    def resume(self, timeout: float = 240) -> str:
+        """Continue a paused driver; its last line (`RESULT ...` or `ERROR ...`)."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.proc.wait(timeout=timeout)
+        time.sleep(0.2)  # the watcher drains the pipe
+        text = "".join(self.output)
+        assert self._password not in text
+        finals = [ln for ln in self.output if ln.startswith(("RESULT ", "ERROR "))]
+        assert finals, "driver ended without a result: " + "".join(self.output[-30:])
+        return finals[-1].strip()
+
+    def job_id(self, db) -> str:
+        """The job this driver started (the newest job on the shared server)."""
+        with db.connect() as conn:
+            cursor = conn.cursor()
+            cursor.execute("SELECT job_id FROM xasink_jobs ORDER BY created_at DESC LIMIT 1")
+            return str(cursor.fetchone()[0])
+
+
 def kill_driver_at(db, table: str, point: str, mode: str | None = None) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group.
 
     It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(TESTS / "driver_process.py"),
-            db.jdbc_url,
-            db.user,
-            table,
-            str(ROWS),
-            str(PARTITIONS),
-            point,
-            *([mode] if mode else []),
-        ],
-        cwd=TESTS,
-        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    reached = threading.Event()
-    output: list[str] = []
-
-    def watch() -> None:
-        for line in proc.stdout:
-            output.append(line)
-            if line.startswith(f"XASINK-FAULT {point}"):
-                reached.set()
-
-    threading.Thread(target=watch, daemon=True).start()
+    driver = DriverProcess(db, table, point, mode)
     try:
-        deadline = time.monotonic() + 240
-        while not reached.wait(timeout=1) and proc.poll() is None:
-            assert time.monotonic() < deadline, "driver hung before " + point
-        reached.wait(timeout=5)  # the watcher may still be reading the last lines
-        assert reached.is_set(), "driver never reached " + point + "".join(output[-30:])
+        driver.wait_for_point()
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    assert db.password not in "".join(output)
+        driver.kill()
 
 
 # -- write modes: one seeded keyed table, and per mode an input and its exact outcome ------

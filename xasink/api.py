@@ -20,6 +20,7 @@ from .errors import (
     DecisionUnknownError,
     InputDataError,
     JobAbortedError,
+    JournalError,
     LostBranchError,
     PreflightError,
     XasinkError,
@@ -42,6 +43,7 @@ from .recovery import (
     BranchAction,
     RecoveryReport,
     blocked_detail,
+    describe,
     no_journal,
     presume_abort,
     resolve_in_doubt,
@@ -621,6 +623,44 @@ def _roll_back_others(plan: WritePlan, ops: BranchOps, keep: set[tuple[int, int]
     return done
 
 
+@contextlib.contextmanager
+def operate(
+    url: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    properties: Mapping[str, object] | None = None,
+    jars: Sequence[str] | None = None,
+    dialect: str | None = None,
+    xa_datasource: str | None = None,
+    journal_schema: str | None = None,
+    connect_timeout: int = 10,
+    lock_wait_timeout: float = DEFAULT_LOCK_WAIT,
+) -> Iterator[tuple[Any, Journal, BranchOps]]:
+    """(connection, journal, branch ops) for operating an existing journal."""
+    spec = make_spec(
+        url,
+        user=user,
+        password=password,
+        properties=properties,
+        dialect=dialect,
+        xa_datasource=xa_datasource,
+        jars=jars,
+        connect_timeout=connect_timeout,
+    )
+    session, journal = _open_journal(spec, journal_schema, lock_wait_timeout)
+    with session:
+        conn = session.connection
+        if not journal.exists(conn):
+            raise JournalError(
+                f"No xasink journal in {describe(journal)} at {spec.masked_url}: check --url "
+                "and --journal-schema."
+            )
+        journal = journal.ensure(conn, spec)
+        with BranchOps(spec, journal) as ops:
+            yield conn, journal, ops
+
+
 def recover(
     url: str,
     *,
@@ -671,7 +711,9 @@ def recover(
         if not exists:
             with BranchOps(spec, journal) as ops:
                 return no_journal(ops, journal, dry_run)
-        if not dry_run:
+        if dry_run:
+            journal.check_complete(conn)
+        else:
             journal = journal.ensure(conn, spec)  # upgrades an older journal's tables
         with BranchOps(spec, journal) as ops:
             return resolve_in_doubt(

@@ -1,107 +1,238 @@
-"""The `xasink` command line."""
+"""The `xasink` command line: recover, jobs, resolve, prune."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import XasinkError
+from .journal import DEFAULT_LOCK_WAIT
+from .masking import Redactor
 from .recovery import DEFAULT_GRACE
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
+
+
+def _connection_options() -> argparse.ArgumentParser:
+    """The options every subcommand needs to reach a database and its journal."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", required=True, help="JDBC URL, e.g. jdbc:postgresql://h/db")
+    common.add_argument("--user", help="database user")
+    common.add_argument(
+        "--password-env",
+        metavar="VAR",
+        help="name of the environment variable that holds the password (never pass it inline, "
+        "nor as user:password@ in --url: both are visible in the process list)",
+    )
+    common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
+    common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
+    common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
+    common.add_argument("--dialect", choices=("postgres", "mysql", "generic"))
+    common.add_argument(
+        "--lock-wait",
+        type=float,
+        default=DEFAULT_LOCK_WAIT,
+        metavar="SECONDS",
+        help=f"give up waiting for any lock after this long (default {DEFAULT_LOCK_WAIT:.0f})",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return common
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xasink",
         description="Exactly-once JDBC sink for PySpark. Subcommands act on a database that "
-        "xasink writes to.",
+        "xasink writes to. Exit status: 0 done and nothing left in doubt, 1 something is "
+        "left (live jobs, --dry-run, lost or failed branches), 2 an error.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _connection_options()
     recover = commands.add_parser(
         "recover",
+        parents=[common],
         help="resolve in-doubt xasink branches (commit decided jobs, roll back dead ones)",
         description="Scan XA RECOVER and resolve xasink's own prepared branches: commit the "
         "winners of jobs with a recorded commit decision, roll back every other attempt, and "
         "roll back jobs without a decision once their heartbeat is older than --grace. "
-        "Transactions of other applications are never touched. Exit status: 0 when nothing "
-        "is left in doubt, 1 when branches remain (live jobs, --dry-run, lost or failed "
-        "branches), 2 on an error.",
-    )
-    recover.add_argument("--url", required=True, help="JDBC URL, e.g. jdbc:postgresql://h/db")
-    recover.add_argument("--user", help="database user")
-    recover.add_argument(
-        "--password-env",
-        metavar="VAR",
-        help="name of the environment variable that holds the password (never pass it inline)",
+        "Transactions of other applications are never touched.",
     )
     recover.add_argument("--table", help="only jobs that wrote this table ('schema.table')")
+    recover.add_argument("--job", help="only this job")
     recover.add_argument(
         "--grace",
         type=float,
         default=DEFAULT_GRACE,
         metavar="SECONDS",
         help=f"treat an undecided job as dead once its heartbeat is this old (default "
-        f"{DEFAULT_GRACE:.0f}); 0 resolves now",
+        f"{DEFAULT_GRACE:.0f}, or the job's own lease if longer); 0 resolves now, and aborts "
+        "jobs that are still writing",
     )
     recover.add_argument("--dry-run", action="store_true", help="report only; change nothing")
-    recover.add_argument("--json", action="store_true", help="print a JSON report for scripts")
-    recover.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
-    recover.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
-    recover.add_argument("--xa-datasource", help="XADataSource class for other drivers")
-    recover.add_argument("--dialect", choices=("postgres", "mysql", "generic"))
-    recover.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    recover.add_argument(
+        "--presume-abort",
+        metavar="TAG",
+        help="only when the journal is gone for good: roll back the prepared branches "
+        "carrying this journal tag (once older than --grace where the server tells)",
+    )
+    jobs = commands.add_parser(
+        "jobs",
+        parents=[common],
+        help="list jobs: state, table, rows, age and what blocks them",
+    )
+    jobs.add_argument("--state", action="append", help="only jobs in this state (repeatable)")
+    jobs.add_argument("--table", help="only jobs that wrote this table")
+    jobs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    resolve = commands.add_parser(
+        "resolve",
+        parents=[common],
+        help="end a stuck job on purpose (--abandon)",
+        description="End a job that cannot finish. A running job, or a decided staged job, "
+        "is aborted: the target is unchanged. A decided append job with a lost branch ends "
+        "'abandoned': its other rows stay in the table. Who did it, and why, is recorded.",
+    )
+    resolve.add_argument("job_id", metavar="JOB")
+    resolve.add_argument("--abandon", action="store_true", required=True)
+    resolve.add_argument("--reason", default="", help="recorded with the job")
+    resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    prune = commands.add_parser(
+        "prune", parents=[common], help="delete the journal rows of long-finished jobs"
+    )
+    prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+    prune.add_argument("--dry-run", action="store_true", help="count only")
     return parser
+
+
+def _connection(args: argparse.Namespace) -> dict[str, Any]:
+    password = None
+    if args.password_env:
+        if args.password_env not in os.environ:
+            raise XasinkError(f"environment variable {args.password_env} is not set")
+        password = os.environ[args.password_env]
+    return {
+        "user": args.user,
+        "password": password,
+        "jars": args.jars,
+        "journal_schema": args.journal_schema,
+        "xa_datasource": args.xa_datasource,
+        "dialect": args.dialect,
+        "lock_wait_timeout": args.lock_wait,
+    }
 
 
 def _recover(args: argparse.Namespace) -> int:
     from .api import recover
 
-    password = None
-    if args.password_env:
-        if args.password_env not in os.environ:
-            print(f"xasink: environment variable {args.password_env} is not set", file=sys.stderr)
-            return EXIT_ERROR
-        password = os.environ[args.password_env]
     report = recover(
         args.url,
-        user=args.user,
-        password=password,
         table=args.table,
+        job=args.job,
         grace=args.grace,
         dry_run=args.dry_run,
-        jars=args.jars,
-        journal_schema=args.journal_schema,
-        xa_datasource=args.xa_datasource,
-        dialect=args.dialect,
+        presume_abort_tag=args.presume_abort,
+        **_connection(args),
     )
     if args.json:
         print(report.to_json())
     else:
+        print(report.journal)
         for action in report.actions:
             print(action.line())
-        left = len(report.unresolved)
-        summary = f"{len(report.actions)} branch(es) seen, {left} left unresolved"
-        print(summary + (" (dry run: nothing changed)" if args.dry_run else ""))
+        print(report.summary() + (" (dry run: nothing changed)" if args.dry_run else ""))
     return EXIT_OK if report.ok else EXIT_UNRESOLVED
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _jobs(args: argparse.Namespace) -> int:
+    from .api import operate
+    from .jobs import list_jobs
+
+    with operate(args.url, **_connection(args)) as (conn, journal, ops):
+        found = list_jobs(
+            ops, conn, journal, states=tuple(args.state or ()), table=args.table, limit=args.limit
+        )
+    if args.json:
+        print(json.dumps([j.as_dict() for j in found], indent=2))
+    else:
+        print(f"{'job':32}  {'state':10}  {'mode':9}  {'rows':>10}  {'age':>8}  table / blocker")
+        for j in found:
+            rows = "-" if j.rows is None else str(j.rows)
+            age = "-" if j.age_seconds is None else _duration(j.age_seconds)
+            print(f"{j.job_id:32}  {j.state:10}  {j.mode:9}  {rows:>10}  {age:>8}  {j.table}")
+            for note in (j.blocker, j.resolution):
+                if note:
+                    print(f"{'':32}  -> {note}")
+    return EXIT_UNRESOLVED if any(j.blocker for j in found) else EXIT_OK
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
+    from .api import operate
+    from .jobs import abandon
+
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise XasinkError("resolve --abandon asks for confirmation: pass --yes in scripts")
+        typed = ask(f"Abandon job {args.job_id}? Type the job id to confirm: ")
+        if typed.strip() != args.job_id:
+            print("xasink: not confirmed; nothing changed", file=sys.stderr)
+            return EXIT_ERROR
+    with operate(args.url, **_connection(args)) as (conn, journal, ops):
+        final, report = abandon(ops, conn, journal, args.job_id, args.reason)
+    if args.json:
+        print(json.dumps({"job_id": args.job_id, "state": final, **json.loads(report.to_json())}))
+    else:
+        print(f"job={args.job_id} state={final}")
+        for action in report.actions:
+            print(action.line())
+    return EXIT_OK if report.ok else EXIT_UNRESOLVED
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from .api import operate
+    from .jobs import prune
+
+    with operate(args.url, **_connection(args)) as (conn, journal, _):
+        count = prune(conn, journal, args.older_than, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    if args.json:
+        print(json.dumps({"dry_run": args.dry_run, "jobs": count}))
+    else:
+        print(
+            f"{verb} the journal rows of {count} job(s) finished over {args.older_than:g} days ago"
+        )
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None, ask: Callable[[str], str] = input) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    handlers = {"recover": _recover, "jobs": _jobs, "prune": _prune}
     try:
-        if args.command == "recover":
-            return _recover(args)
+        if args.command == "resolve":
+            return _resolve(args, ask)
+        return handlers[args.command](args)
     except XasinkError as exc:
         print(f"xasink: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    except Exception as exc:  # never a traceback, never a secret: exit 2 means "error"
+        secret = os.environ.get(args.password_env) if args.password_env else None
+        text = Redactor([secret])(f"{type(exc).__name__}: {exc}")
+        print(f"xasink: unexpected error: {text}", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -1,19 +1,20 @@
 """Test-only fault injection points, passed to write_xa as `_faults`.
 
-They let the test suite kill or fail a worker or the driver at the exact protocol step that
-matters (after rows, after PREPARE, before the decision, during phase 2). With no faults
+They let the test suite kill, fail or stall a worker or the driver at the exact protocol step
+that matters (after rows, after PREPARE, before the decision, during phase 2). With no faults
 given, `trigger` is a no-op.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
 
 POINTS = ("after_rows", "after_prepare", "before_decision", "after_first_commit", "before_finish")
-ACTIONS = ("raise", "exit", "hang")
+ACTIONS = ("raise", "exit", "hang", "pause")
 
 
 class InjectedFault(RuntimeError):
@@ -51,8 +52,12 @@ def trigger(
             raise InjectedFault(f"injected fault at {point} (partition {partition})")
         if fault.action == "exit":
             os._exit(17)
-        # "hang": announce the point, then wait to be killed from outside.
+        # "hang": announce the point, then wait to be killed from outside. "pause": announce
+        # it and stop this process (SIGSTOP) until a test sends SIGCONT: a stalled driver.
         print(f"XASINK-FAULT {point}", flush=True)
         sys.stdout.flush()
+        if fault.action == "pause":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         while True:
             time.sleep(3600)

@@ -147,12 +147,29 @@ class Journal:
                 return False
             raise
 
+    def check_complete(self, conn: Any) -> None:
+        """An existing journal must have all its tables: an empty stand-in for a missing
+        one would turn every decided job into an undecided one."""
+        for table in (self.winners, self.markers):
+            try:
+                query(conn, f"SELECT 1 FROM {table} WHERE 1=0")
+            except Exception as exc:
+                if not self.dialect.is_missing_table(exc):
+                    raise
+                raise JournalError(
+                    f"The journal is incomplete: {table} is missing although {self.jobs} "
+                    "exists. xasink will not recreate it (that would forget decisions) and "
+                    "touches nothing until it is restored."
+                ) from None
+
     def ensure(self, conn: Any, spec: ConnectionSpec) -> Journal:
         """Create the bookkeeping tables and the tag if missing (DDL, before any branch
-        opens); returns the journal with its tag."""
+        opens), or upgrade an existing journal; returns the journal with its tag."""
         d = self.dialect
         ts = d.timestamp_type
-        legacy = self.tag if self.exists(conn) else None
+        existed = self.exists(conn)
+        if existed:
+            self.check_complete(conn)
         statements = [
             d.create_table_sql(
                 self.jobs,
@@ -175,7 +192,7 @@ class Journal:
                 self.meta, "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL"
             ),
         ]
-        for sql in statements:
+        for sql in statements if not existed else statements[-1:]:
             execute(conn, sql)
         self._upgrade(conn)
         tag = self._stored_tag(conn)
@@ -184,7 +201,7 @@ class Journal:
                 execute(
                     conn,
                     f"INSERT INTO {self.meta} (id, tag) VALUES (1, ?)",
-                    (legacy or secrets.token_hex(4),),
+                    (self.tag if existed else secrets.token_hex(4),),
                 )
             except Exception:
                 if self._stored_tag(conn) is None:
@@ -374,7 +391,8 @@ class Journal:
         writers that can write journal rows, and must never drop or fill another table."""
         plan = ApplyPlan.from_json(text)
         expected = stage_name(job_id, self.schema)
-        if not valid_job_id(job_id) or plan.stage != expected or str(plan.target) != table:
+        own_stage = plan.stage.name == expected.name and plan.stage.schema in (None, self.schema)
+        if not valid_job_id(job_id) or not own_stage or str(plan.target) != table:
             raise JournalError(
                 f"Journal row {job_id[:64]!r} names staging table {plan.stage} for target "
                 f"{plan.target}, which is not what xasink creates for that job ({expected} for "

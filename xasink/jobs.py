@@ -1,0 +1,207 @@
+"""Operating the journal: list jobs and what blocks them, end a stuck job on purpose, and
+delete finished jobs' rows. These are the ways out the protocol leaves to a person."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .commit import BranchOps, Outcome
+from .errors import ConfigurationError
+from .jdbc import execute, query
+from .journal import (
+    ABANDONED,
+    ABORTED,
+    COMMITTING,
+    FINAL_STATES,
+    RUNNING,
+    Journal,
+)
+from .recovery import DEFAULT_GRACE, RecoveryReport, resolve_in_doubt
+from .xid import BranchId, valid_job_id
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    state: str
+    table: str
+    rows: int | None
+    age_seconds: float | None
+    heartbeat_seconds: float | None
+    mode: str
+    #: What keeps the job from being final, and what to do about it ("" when final).
+    blocker: str
+    resolution: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def list_jobs(
+    ops: BranchOps,
+    conn: Any,
+    journal: Journal,
+    *,
+    states: tuple[str, ...] = (),
+    table: str | None = None,
+    limit: int = 200,
+    grace: float = DEFAULT_GRACE,
+) -> list[JobInfo]:
+    """Jobs, newest first, with rows, age and what blocks the unfinished ones."""
+    d = journal.dialect
+    where, params = [], []
+    if states:
+        where.append(f"j.state IN ({', '.join('?' for _ in states)})")
+        params.extend(states)
+    if table is not None:
+        where.append("j.target_table = ?")
+        params.append(table)
+    rows = query(
+        conn,
+        f"SELECT j.job_id, j.state, j.target_table, "
+        f"(SELECT SUM(w.row_count) FROM {journal.winners} w WHERE w.job_id = j.job_id), "
+        f"{d.age_sql('j.created_at') or 'NULL'}, {d.age_sql('j.heartbeat_at') or 'NULL'}, "
+        f"j.apply_plan, j.resolution, j.lease_seconds FROM {journal.jobs} j "
+        f"{'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY j.created_at DESC",
+        params,
+    )[:limit]
+    prepared: dict[str, list[BranchId]] = {}
+    for branch, _ in ops.prepared():
+        prepared.setdefault(branch.job_id, []).append(branch)
+    jobs = []
+    for job_id, state, target, total, age, beat, plan, resolution, lease in rows:
+        job_id, state = str(job_id), str(state)
+        mode = _mode(plan)
+        jobs.append(
+            JobInfo(
+                job_id,
+                state,
+                str(target),
+                None if total is None else int(total),
+                None if age is None else float(age),
+                None if beat is None else float(beat),
+                mode,
+                _blocker(ops, conn, journal, job_id, state, beat, lease, prepared, grace),
+                str(resolution or ""),
+            )
+        )
+    return jobs
+
+
+def _mode(plan: object) -> str:
+    if not plan:
+        return "append"
+    try:
+        return str(json.loads(str(plan))["mode"])
+    except (ValueError, KeyError):
+        return "?"
+
+
+def _blocker(
+    ops: BranchOps,
+    conn: Any,
+    journal: Journal,
+    job_id: str,
+    state: str,
+    beat: object,
+    lease: object,
+    prepared: dict[str, list[BranchId]],
+    grace: float,
+) -> str:
+    mine = prepared.get(job_id, [])
+    if state in FINAL_STATES:
+        return f"{len(mine)} straggler branch(es): run `xasink recover`" if mine else ""
+    if state == RUNNING:
+        silent = float(beat) if beat is not None else float("inf")
+        if silent < max(grace, float(lease or 0)):
+            return f"writing (heartbeat {silent:.0f}s ago)"
+        return f"silent for {silent:.0f}s: `xasink recover` aborts it"
+    if state != COMMITTING:
+        return f"unknown state {state!r}"
+    winners = journal.winners_of(conn, job_id)
+    listed = {(b.partition, b.attempt) for b in mine}
+    lost = [
+        p
+        for p, a in sorted(winners - listed)
+        if ops.settled(BranchId(journal.tag, job_id, p, a)) is Outcome.LOST
+    ]
+    if lost:
+        return (
+            f"winning branch(es) of partition(s) {lost[:20]} were rolled back outside xasink: "
+            f"`xasink resolve {job_id} --abandon` ends the job"
+        )
+    pending = len(winners & listed)
+    if pending:
+        return f"decided, {pending} winner(s) still prepared: run `xasink recover`"
+    return "decided, all winners committed, not finished: run `xasink recover`"
+
+
+def abandon(
+    ops: BranchOps, conn: Any, journal: Journal, job_id: str, reason: str
+) -> tuple[str, RecoveryReport]:
+    """End a job that cannot finish, on an operator's word, and record who did what.
+
+    A running job is aborted. A decided staged job is aborted: its apply never ran, so the
+    target is unchanged. A decided append job ends `abandoned`: the decision stands for the
+    winners that are still prepared (they are committed), the lost ones stay lost. Then the
+    job's branches are resolved at once. Returns the final state and that recovery's report.
+    """
+    if not valid_job_id(job_id):
+        raise ConfigurationError(f"{job_id!r} is not an xasink job id (32 hex digits).")
+    record = journal.job(conn, job_id)
+    if record is None:
+        raise ConfigurationError(f"No job {job_id} in this journal (`xasink jobs` lists them).")
+    if record.state in FINAL_STATES:
+        raise ConfigurationError(f"Job {job_id} is already {record.state}; nothing to abandon.")
+    final = ABORTED if record.state == RUNNING or record.staged else ABANDONED
+    who = f"{getpass.getuser()}@{socket.gethostname()} as {ops.spec.user or '(default user)'}"
+    what = (
+        f"{record.state} -> {final} by `xasink resolve --abandon`"
+        + (f": {reason}" if reason else "")
+    )[:2000]
+    changed = execute(
+        conn,
+        f"UPDATE {journal.jobs} SET state = ?, finished_at = {journal.dialect.now_sql}, "
+        "resolved_by = ?, resolution = ? WHERE job_id = ? AND state = ?",
+        (final, who[:900], what, job_id, record.state),
+    )
+    if changed != 1:
+        raise ConfigurationError(
+            f"Job {job_id} changed state while it was being abandoned; look again with "
+            "`xasink jobs`."
+        )
+    report = resolve_in_doubt(ops, conn, journal, job=job_id, grace=0)
+    return final, report
+
+
+def prune(conn: Any, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
+    """Delete the journal rows of jobs that ended more than `older_than_days` ago (and
+    whose staging table is gone); returns how many jobs."""
+    if older_than_days < 0:
+        raise ConfigurationError("--older-than takes a number of days, 0 or more.")
+    d = journal.dialect
+    age = d.age_sql("finished_at")
+    if age is None:
+        raise ConfigurationError(f"The {d.name} dialect cannot compute ages; prune by hand.")
+    marks = ", ".join("?" for _ in FINAL_STATES)
+    old = (
+        f"SELECT job_id FROM {journal.jobs} WHERE state IN ({marks}) AND apply_plan IS NULL "
+        f"AND finished_at IS NOT NULL AND {age} > ?"
+    )
+    params = (*FINAL_STATES, older_than_days * 86400.0)
+    jobs = [str(row[0]) for row in query(conn, old, params)]
+    if dry_run or not jobs:
+        return len(jobs)
+    for start in range(0, len(jobs), 500):
+        chunk = jobs[start : start + 500]
+        marks_j = ", ".join("?" for _ in chunk)
+        for table in (journal.winners, journal.markers, journal.jobs):
+            execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks_j})", chunk)
+    return len(jobs)
+
+
+__all__ = ["JobInfo", "abandon", "list_jobs", "prune"]
