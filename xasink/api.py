@@ -27,6 +27,7 @@ from .errors import (
 )
 from .faults import Fault, trigger
 from .heartbeat import Heartbeat
+from .jdbc import redacting_java_errors
 from .journal import (
     ABORTED,
     COMMITTED,
@@ -137,6 +138,7 @@ def _open_journal(
         raise
 
 
+@redacting_java_errors
 def write_xa(
     df: DataFrame,
     url: str,
@@ -661,6 +663,7 @@ def operate(
             yield conn, journal, ops
 
 
+@redacting_java_errors
 def recover(
     url: str,
     *,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import jpype
 
@@ -128,3 +129,30 @@ def java_message(exc: BaseException) -> str:
         if text is not None and str(text) not in messages:
             messages.append(str(text))
     return " / caused by: ".join(messages) if messages else type(exc).__name__
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def redacting_java_errors(func: F) -> F:
+    """No raw Java exception leaves a public call: it becomes an XasinkError whose message
+    has the call's passwords (argument, or `properties`) and URL credentials masked."""
+    from .errors import XasinkError
+    from .masking import Redactor
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except jpype.JException as exc:
+            properties = kwargs.get("properties") or {}
+            secrets = [kwargs.get("password")] + [
+                str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
+            ]
+            message = Redactor(secrets)(java_message(exc))
+            raise XasinkError(
+                f"{func.__name__} failed in the JDBC driver ({message}). Nothing was left "
+                "half-written; `xasink recover` resolves anything in doubt."
+            ) from None
+
+    return wrapper  # type: ignore[return-value]

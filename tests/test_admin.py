@@ -1,0 +1,147 @@
+"""The ways out for a person: `xasink jobs`, `xasink resolve --abandon`, `xasink prune`.
+
+Decided jobs that can never finish (finding H) are made for real: a winner rolled back by
+an administrator, a column dropped between the decision and the apply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from support import (
+    PARTITIONS,
+    ROWS,
+    assert_exactly,
+    cli,
+    job_states,
+    kill_driver_at,
+    new_table,
+    old_contents,
+    seeded_table,
+    stage_tables,
+    xasink_prepared,
+)
+from test_recovery import parsed_branches
+
+
+def xasink(db, *args: str) -> subprocess.CompletedProcess[str]:
+    """Any `xasink` subcommand, as a user runs it (password in an environment variable)."""
+    command, rest = args[0], args[1:]
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xasink",
+            command,
+            "--url",
+            db.jdbc_url,
+            "--user",
+            db.user,
+            "--password-env",
+            "XASINK_TEST_PASSWORD",
+            *rest,
+        ],
+        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+
+
+def job_row(db, job_id: str) -> dict[str, object]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT state, resolved_by, resolution FROM xasink_jobs WHERE job_id = %s", (job_id,)
+        )
+        state, who, what = cursor.fetchone()
+    return {"state": state, "resolved_by": who, "resolution": what}
+
+
+def test_an_append_job_with_a_lost_winner_is_listed_and_abandoned(db):
+    table = new_table(db)
+    kill_driver_at(db, table, "after_first_commit")
+    branches = parsed_branches(db)
+    job_id, lost = branches[0].job_id, branches[0]
+    # An administrator rolls back one decided winner: its rows can never arrive.
+    if db.kind == "postgres":
+        with db.admin_connect() as conn:
+            conn.execute(f"ROLLBACK PREPARED '{lost.xid}'")
+    else:
+        with db.admin_connect() as conn:
+            xid = f"X'{lost.xid.gtrid.hex()}',X'{lost.xid.bqual.hex()}',{lost.xid.format_id}"
+            conn.cursor().execute(f"XA ROLLBACK {xid}")
+    stuck = cli(db, "--grace", "0")
+    assert stuck.returncode == 1 and "action=LOST" in stuck.stdout, stuck.stdout
+    assert "rows are NOT in the table" in stuck.stdout
+    assert job_states(db)[job_id] == "committing"
+
+    listed = xasink(db, "jobs", "--json")
+    assert listed.returncode == 1, listed.stderr
+    mine = next(j for j in json.loads(listed.stdout) if j["job_id"] == job_id)
+    assert mine["state"] == "committing" and mine["rows"] == ROWS
+    assert f"partition(s) [{lost.partition}]" in mine["blocker"]
+    assert f"xasink resolve {job_id} --abandon" in mine["blocker"]
+
+    refused = xasink(db, "resolve", job_id, "--abandon")  # no terminal, no --yes
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = xasink(db, "resolve", job_id, "--abandon", "--yes", "--reason", "partition rewritten")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "state=abandoned" in done.stdout
+    row = job_row(db, job_id)
+    assert row["state"] == "abandoned"
+    assert f"as {db.user}" in str(row["resolved_by"])
+    assert "partition rewritten" in str(row["resolution"])
+    assert db.password not in done.stdout + done.stderr
+    per_partition = ROWS // PARTITIONS
+    missing = range(lost.partition * per_partition, (lost.partition + 1) * per_partition)
+    assert_exactly(db, table, [i for i in range(ROWS) if i not in missing])
+    assert cli(db, "--grace", "0").returncode == 0
+
+
+def test_a_staged_job_broken_by_schema_drift_is_abandoned_with_the_table_unchanged(db):
+    table = seeded_table(db)
+    kill_driver_at(db, table, "before_finish", mode="upsert")
+    # The apply writes column `v`; an administrator drops it after the decision.
+    with db.admin_connect() as conn:
+        conn.cursor().execute(f"ALTER TABLE {table} DROP COLUMN v")
+        if db.kind == "mariadb":
+            conn.commit()
+    stuck = cli(db, "--grace", "0")
+    assert stuck.returncode == 1 and "action=failed" in stuck.stdout, stuck.stdout
+    job_id = next(j for j, s in job_states(db).items() if s == "committing")
+    blocker = json.loads(xasink(db, "jobs", "--json", "--state", "committing").stdout)
+    assert [j["job_id"] for j in blocker] == [job_id]
+    done = xasink(db, "resolve", job_id, "--abandon", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert job_row(db, job_id)["state"] == "aborted"
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT id, name FROM {table}")
+        assert {i: n for i, n in cursor.fetchall()} == {
+            i: n for i, (n, _) in old_contents().items()
+        }
+    assert stage_tables(db) == [] and xasink_prepared(db) == []
+
+
+def test_prune_deletes_only_long_finished_jobs(db):
+    table = new_table(db)
+    kill_driver_at(db, table, "before_decision")  # leaves a running job with branches
+    running = next(j for j, s in job_states(db).items() if s == "running")
+    dry = xasink(db, "prune", "--older-than", "0", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    finished = [j for j, s in job_states(db).items() if s in ("committed", "aborted", "abandoned")]
+    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": len(finished)}
+    assert xasink(db, "prune", "--older-than", "3650").stdout.startswith(
+        "deleted the journal rows of 0 job(s)"
+    )
+    assert xasink(db, "prune", "--older-than", "0").returncode == 0
+    left = job_states(db)
+    assert set(left) == {running} | {j for j in left if left[j] in ("running", "committing")}
+    assert running in left and not set(finished) & set(left)
+    assert cli(db, "--grace", "0").returncode == 0
+    assert_exactly(db, table, [])
