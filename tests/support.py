@@ -147,14 +147,15 @@ def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
         yield spec, session, journal
 
 
-def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `xasink recover` as a user would, with the password in an environment variable."""
+def xasink_cli(db, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run an `xasink` subcommand as a user would, with the password in an environment
+    variable and no terminal (so nothing can wait for an answer)."""
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "xasink",
-            "recover",
+            command,
             "--url",
             db.jdbc_url,
             "--user",
@@ -166,8 +167,14 @@ def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
         capture_output=True,
         text=True,
+        stdin=subprocess.DEVNULL,
         timeout=300,
     )
+
+
+def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
+    """`xasink recover` with `args`."""
+    return xasink_cli(db, "recover", *args)
 
 
 class DriverProcess:
@@ -215,8 +222,8 @@ class DriverProcess:
         while not self._reached.wait(timeout=1) and self.proc.poll() is None:
             assert time.monotonic() < deadline, "driver hung before " + self.point
         self._reached.wait(timeout=5)  # the watcher may still be reading the last lines
-        assert self._reached.is_set(), (
-            f"driver never reached {self.point}: " + "".join(self.output[-30:])
+        assert self._reached.is_set(), f"driver never reached {self.point}: " + "".join(
+            self.output[-30:]
         )
 
     def kill(self) -> None:

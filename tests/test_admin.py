@@ -7,9 +7,6 @@ an administrator, a column dropped between the decision and the apply.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 from support import (
     PARTITIONS,
@@ -22,34 +19,10 @@ from support import (
     old_contents,
     seeded_table,
     stage_tables,
+    xasink_cli,
     xasink_prepared,
 )
 from test_recovery import parsed_branches
-
-
-def xasink(db, *args: str) -> subprocess.CompletedProcess[str]:
-    """Any `xasink` subcommand, as a user runs it (password in an environment variable)."""
-    command, rest = args[0], args[1:]
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "xasink",
-            command,
-            "--url",
-            db.jdbc_url,
-            "--user",
-            db.user,
-            "--password-env",
-            "XASINK_TEST_PASSWORD",
-            *rest,
-        ],
-        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
 
 
 def job_row(db, job_id: str) -> dict[str, object]:
@@ -80,16 +53,18 @@ def test_an_append_job_with_a_lost_winner_is_listed_and_abandoned(db):
     assert "rows are NOT in the table" in stuck.stdout
     assert job_states(db)[job_id] == "committing"
 
-    listed = xasink(db, "jobs", "--json")
+    listed = xasink_cli(db, "jobs", "--json")
     assert listed.returncode == 1, listed.stderr
     mine = next(j for j in json.loads(listed.stdout) if j["job_id"] == job_id)
     assert mine["state"] == "committing" and mine["rows"] == ROWS
     assert f"partition(s) [{lost.partition}]" in mine["blocker"]
     assert f"xasink resolve {job_id} --abandon" in mine["blocker"]
 
-    refused = xasink(db, "resolve", job_id, "--abandon")  # no terminal, no --yes
+    refused = xasink_cli(db, "resolve", job_id, "--abandon")  # no terminal, no --yes
     assert refused.returncode == 2 and "--yes" in refused.stderr
-    done = xasink(db, "resolve", job_id, "--abandon", "--yes", "--reason", "partition rewritten")
+    done = xasink_cli(
+        db, "resolve", job_id, "--abandon", "--yes", "--reason", "partition rewritten"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "state=abandoned" in done.stdout
     row = job_row(db, job_id)
@@ -114,9 +89,9 @@ def test_a_staged_job_broken_by_schema_drift_is_abandoned_with_the_table_unchang
     stuck = cli(db, "--grace", "0")
     assert stuck.returncode == 1 and "action=failed" in stuck.stdout, stuck.stdout
     job_id = next(j for j, s in job_states(db).items() if s == "committing")
-    blocker = json.loads(xasink(db, "jobs", "--json", "--state", "committing").stdout)
+    blocker = json.loads(xasink_cli(db, "jobs", "--json", "--state", "committing").stdout)
     assert [j["job_id"] for j in blocker] == [job_id]
-    done = xasink(db, "resolve", job_id, "--abandon", "--yes")
+    done = xasink_cli(db, "resolve", job_id, "--abandon", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert job_row(db, job_id)["state"] == "aborted"
     with db.connect() as conn:
@@ -132,14 +107,14 @@ def test_prune_deletes_only_long_finished_jobs(db):
     table = new_table(db)
     kill_driver_at(db, table, "before_decision")  # leaves a running job with branches
     running = next(j for j, s in job_states(db).items() if s == "running")
-    dry = xasink(db, "prune", "--older-than", "0", "--dry-run", "--json")
+    dry = xasink_cli(db, "prune", "--older-than", "0", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     finished = [j for j, s in job_states(db).items() if s in ("committed", "aborted", "abandoned")]
     assert json.loads(dry.stdout) == {"dry_run": True, "jobs": len(finished)}
-    assert xasink(db, "prune", "--older-than", "3650").stdout.startswith(
+    assert xasink_cli(db, "prune", "--older-than", "3650").stdout.startswith(
         "deleted the journal rows of 0 job(s)"
     )
-    assert xasink(db, "prune", "--older-than", "0").returncode == 0
+    assert xasink_cli(db, "prune", "--older-than", "0").returncode == 0
     left = job_states(db)
     assert set(left) == {running} | {j for j in left if left[j] in ("running", "committing")}
     assert running in left and not set(finished) & set(left)

@@ -236,7 +236,7 @@ def write_xa(
                         df, conn, spec, the_dialect, target, targets, options, apply_plan
                     )
                     plan = WritePlan(
-                        spec,
+                        spec.with_defaults(the_dialect.branch_properties()),
                         load_table,
                         tuple(c.name for c in columns),
                         journal,
@@ -626,33 +626,32 @@ def _roll_back_others(plan: WritePlan, ops: BranchOps, keep: set[tuple[int, int]
 
 
 @contextlib.contextmanager
+def _journal_session(
+    url: str, journal_schema: str | None, lock_wait_timeout: float, **connection: Any
+) -> Iterator[tuple[ConnectionSpec, Any, Journal]]:
+    """(spec, journal connection, journal as found) for the journal at `url`."""
+    spec = make_spec(url, **connection)
+    session, journal = _open_journal(spec, journal_schema, lock_wait_timeout)
+    with session:
+        yield spec, session.connection, journal
+
+
+@contextlib.contextmanager
 def operate(
     url: str,
     *,
-    user: str | None = None,
-    password: str | None = None,
-    properties: Mapping[str, object] | None = None,
-    jars: Sequence[str] | None = None,
-    dialect: str | None = None,
-    xa_datasource: str | None = None,
     journal_schema: str | None = None,
-    connect_timeout: int = 10,
     lock_wait_timeout: float = DEFAULT_LOCK_WAIT,
+    **connection: Any,
 ) -> Iterator[tuple[Any, Journal, BranchOps]]:
-    """(connection, journal, branch ops) for operating an existing journal."""
-    spec = make_spec(
-        url,
-        user=user,
-        password=password,
-        properties=properties,
-        dialect=dialect,
-        xa_datasource=xa_datasource,
-        jars=jars,
-        connect_timeout=connect_timeout,
-    )
-    session, journal = _open_journal(spec, journal_schema, lock_wait_timeout)
-    with session:
-        conn = session.connection
+    """(connection, journal, branch ops) for operating an existing journal; `connection`
+    takes make_spec's keyword arguments."""
+    connection = {"connect_timeout": 10, "properties": None, **connection}
+    with _journal_session(url, journal_schema, lock_wait_timeout, **connection) as (
+        spec,
+        conn,
+        journal,
+    ):
         if not journal.exists(conn):
             raise JournalError(
                 f"No xasink journal in {describe(journal)} at {spec.masked_url}: check --url "
@@ -687,8 +686,10 @@ def recover(
     Without a journal nothing is touched, unless `presume_abort_tag` names the tag whose
     prepared branches are to be rolled back (once older than `grace`, where the server
     tells a branch's age)."""
-    spec = make_spec(
+    with _journal_session(
         url,
+        journal_schema,
+        lock_wait_timeout,
         user=user,
         password=password,
         properties=properties,
@@ -696,10 +697,7 @@ def recover(
         xa_datasource=xa_datasource,
         jars=jars,
         connect_timeout=connect_timeout,
-    )
-    session, journal = _open_journal(spec, journal_schema, lock_wait_timeout)
-    with session:
-        conn = session.connection
+    ) as (spec, conn, journal):
         exists = journal.exists(conn)  # raises unless the journal is truly missing
         if presume_abort_tag is not None:
             if exists:

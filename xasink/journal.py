@@ -263,20 +263,13 @@ class Journal:
                 (COMMITTING, job_id, RUNNING),
             )
             if changed == 1:
-                statement = conn.prepareStatement(
+                self._batch(
+                    conn,
                     f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
-                    "VALUES (?, ?, ?, ?)"
+                    "VALUES (?, ?, ?, ?)",
+                    job_id,
+                    winners,
                 )
-                try:
-                    for partition, attempt, rows in winners:
-                        statement.setString(1, job_id)
-                        statement.setInt(2, partition)
-                        statement.setLong(3, attempt)
-                        statement.setLong(4, rows)
-                        statement.addBatch()
-                    statement.executeBatch()
-                finally:
-                    statement.close()
         return changed == 1
 
     def fence_decision(self, conn: Any, job_id: str) -> str | None:
@@ -422,14 +415,14 @@ class Journal:
         drop_stage(conn, self.dialect, plan.stage, restore_seconds=self.lock_wait)
         execute(conn, f"UPDATE {self.jobs} SET apply_plan = NULL WHERE job_id = ?", (job_id,))
 
-    def _batch(self, conn: Any, sql: str, job_id: str, branches: Iterable[Winner]) -> None:
-        """Run `sql` once per (job, partition, attempt), as one JDBC batch."""
+    def _batch(self, conn: Any, sql: str, job_id: str, branches: Iterable[tuple[int, ...]]) -> None:
+        """Run `sql` once per (job, partition, attempt, ...), as one JDBC batch."""
         statement = conn.prepareStatement(sql)
         try:
-            for partition, attempt in branches:
+            for numbers in branches:
                 statement.setString(1, job_id)
-                statement.setInt(2, partition)
-                statement.setLong(3, attempt)
+                for index, number in enumerate(numbers, start=2):
+                    statement.setLong(index, number)
                 statement.addBatch()
             statement.executeBatch()
         finally:

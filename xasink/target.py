@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigurationError
 from .masking import Redactor, mask_url
@@ -29,6 +29,12 @@ class ConnectionSpec:
     @property
     def redact(self) -> Redactor:
         return Redactor([self.password])
+
+    def with_defaults(self, properties: tuple[tuple[str, str], ...]) -> ConnectionSpec:
+        """This spec with more connection properties; the caller's own take precedence."""
+        given = {k for k, _ in self.properties}
+        extra = tuple((k, v) for k, v in properties if k not in given)
+        return replace(self, properties=extra + self.properties) if extra else self
 
     def __repr__(self) -> str:
         return (

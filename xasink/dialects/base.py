@@ -78,6 +78,10 @@ class Dialect:
             ds.setPassword(spec.password)
         return ds
 
+    def branch_properties(self) -> tuple[tuple[str, str], ...]:
+        """Connection properties only the executors' branch connections need."""
+        return ()
+
     def session_sql(self) -> list[str]:
         """Statements run on every new connection, before any branch starts."""
         return []

@@ -59,10 +59,7 @@ class MySQLDialect(Dialect):
         if datasource_class == MARIADB_DATASOURCE:
             # Connector/J 3 accepts jdbc:mysql: only with permitMysqlScheme; 2.x takes both.
             url = re.sub(r"^jdbc:mysql:", "jdbc:mariadb:", url)
-            props = {
-                "connectTimeout": str(spec.connect_timeout * 1000),
-                "allowLocalInfile": "true",
-            }
+            props = {"connectTimeout": str(spec.connect_timeout * 1000)}
         else:
             props = {
                 "connectTimeout": str(spec.connect_timeout * 1000),
@@ -71,6 +68,11 @@ class MySQLDialect(Dialect):
         props.update(dict(spec.properties))
         sep = "&" if "?" in url else "?"
         return url + sep + urlencode(props)
+
+    def branch_properties(self) -> tuple[tuple[str, str], ...]:
+        # LOAD DATA LOCAL lets the server ask the client for a file: only the branch
+        # connections that load rows allow it, never the journal, heartbeat or recovery ones.
+        return (("allowLocalInfile", "true"),)
 
     def bulk_loader(self) -> type | None:
         from ..loaders.mysql_load_data import MySQLLoadDataLoader
