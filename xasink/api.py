@@ -304,17 +304,22 @@ def _recover_table(
     their heartbeat, so a staged write never starts while an older decided one is pending:
     it would be applied after this one and overwrite newer data."""
     actions = resolve_in_doubt(ops, conn, journal, table=table, grace=grace).actions
+    stuck = {a.job_id for a in actions if a.unresolved and a.action != "left"}
     for action in actions:
-        if action.unresolved and action.action != "left":
+        if action.job_id in stuck:
             log.warning("xasink: an earlier job on %s needs attention: %s", table, action.line())
     if staged:
-        pending = [r for r in journal.jobs_in_state(conn, COMMITTING) if r.table == table]
-        if pending and any(r.staged for r in pending):
+        pending = [
+            r
+            for r in journal.jobs_in_state(conn, COMMITTING)
+            if r.staged and r.table == table and r.job_id in stuck
+        ]
+        if pending:
             raise PreflightError(
-                f"Job {pending[0].job_id} on {table} is decided but not finished, and staged "
-                "writes to one table are applied in decision order. Nothing was written. Run "
-                "`xasink recover` (and `xasink jobs` to see what blocks it); if it can never "
-                f"finish, `xasink resolve {pending[0].job_id} --abandon` ends it."
+                f"Job {pending[0].job_id} on {table} is decided but cannot be finished, and "
+                "staged writes to one table are applied in decision order. Nothing was "
+                "written. `xasink jobs` shows what blocks it; if it can never finish, "
+                f"`xasink resolve {pending[0].job_id} --abandon` ends it."
             )
     return actions
 
@@ -541,6 +546,26 @@ def _commit_all(
     return losers
 
 
+#: How often a staged job helps older decided jobs on its table finish before its own apply.
+_HELP_ROUNDS = 3
+
+
+def _finish_in_order(
+    plan: WritePlan, ops: BranchOps, conn: Any, winners: set[tuple[int, int]]
+) -> tuple[bool, Exception | None]:
+    """`finish_or_refuse`; while an older decided staged job on the table is unfinished,
+    finish that one first (as recovery would: it is decided), then try again."""
+    for attempt in range(_HELP_ROUNDS + 1):
+        try:
+            return plan.journal.finish_or_refuse(conn, plan.job_id, winners)
+        except JobOrderError as exc:
+            if attempt == _HELP_ROUNDS:
+                raise
+            log.info("xasink job %s: finishing older job %s first", plan.job_id, exc.blocker)
+            resolve_in_doubt(ops, conn, plan.journal, job=exc.blocker, grace=DEFAULT_GRACE)
+    raise AssertionError("unreachable")
+
+
 def _raise_lost(plan: WritePlan, conn: Any, lost: list[BranchId], rows_of: dict[int, int]) -> None:
     names = [b.name for b in lost]
     partitions = ", ".join(f"{b.partition} ({rows_of.get(b.partition, 0)} rows)" for b in lost)
@@ -572,12 +597,12 @@ def _finish(plan: WritePlan, ops: BranchOps, conn: Any, winners: set[tuple[int, 
     is reported only for a job that is `committed`, by this call or by another process."""
     journal = plan.journal
     try:
-        finished, refusal = journal.finish_or_refuse(conn, plan.job_id, winners)
+        finished, refusal = _finish_in_order(plan, ops, conn, winners)
     except JobOrderError as exc:
         raise CommitError(
-            f"Job {plan.job_id} is committed in its branches, but not applied yet: {exc}. "
-            f"Run `xasink recover` to finish both; `xasink jobs` shows what blocks job "
-            f"{exc.blocker}."
+            f"Job {plan.job_id} is committed in its branches, but not applied yet: {exc}, and "
+            f"it could not be finished now. Run `xasink recover` to finish both; `xasink "
+            f"jobs` shows what blocks job {exc.blocker}."
         ) from None
     except Exception as exc:
         reason = plan.spec.redact(exc)
