@@ -442,13 +442,10 @@ class Journal:
         """Jobs in `state`, oldest decision first (the order staged jobs must apply in)."""
         return self._records(conn, "state = ?", (state,), order="decided_at, job_id")
 
-    def staged_running(self, conn: Any) -> list[str]:
-        """Running staged jobs: a silent one is aborted by recovery even without branches."""
-        rows = query(
-            conn,
-            f"SELECT job_id FROM {self.jobs} WHERE apply_plan IS NOT NULL AND state = ?",
-            (RUNNING,),
-        )
+    def running(self, conn: Any) -> list[str]:
+        """Running jobs: a silent one is aborted by recovery even before any branch
+        prepared (a staged one's staging table is dropped then)."""
+        rows = query(conn, f"SELECT job_id FROM {self.jobs} WHERE state = ?", (RUNNING,))
         return [str(row[0]) for row in rows]
 
     def _records(

@@ -353,7 +353,7 @@ def resolve_in_doubt(
     resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
     candidates = {branch.job_id for branch, _ in ops.prepared()}
     candidates.update(r.job_id for r in journal.jobs_in_state(conn, COMMITTING))
-    candidates.update(journal.staged_running(conn))  # silent before any branch prepared
+    candidates.update(journal.running(conn))  # silent before any branch prepared
     undecided, decided = [], []
     for job_id in sorted(candidates):
         if job is not None and job_id != job:
