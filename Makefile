@@ -7,14 +7,17 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint test demo bench bench-quick breakdown clean
+.PHONY: help system-deps install lint test chaos demo bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
+	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit"
 	@echo "make bench-quick  the same, small (CI smoke)"
 	@echo "make install  install xasink (editable) with its test dependencies"
+	@echo "make model    exhaustively model-check the protocol with spin (model/xasink.pml)"
+	@echo "make model-mutants  check that spin finds each re-introduced old bug"
 
 system-deps:
 	@missing=""; \
@@ -34,6 +37,24 @@ lint:
 
 test: install lint
 	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q
+
+# The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.
+chaos: install
+	rm -f .pytest_cache/xasink-chaos/results.jsonl
+	XASINK_CHAOS_FULL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_chaos.py; \
+	status=$$?; $(PYTHON) -m tests.chaos_report || status=1; exit $$status
+
+# Exhaustive spin model checking of the commit protocol (model/README.md); no database needed.
+spin-deps:
+	@command -v spin >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 || { \
+	  echo "installing Debian packages: spin gcc"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq spin gcc; }
+
+model: spin-deps
+	sh model/check.sh model
+
+model-mutants: spin-deps
+	sh model/check.sh mutants
 
 demo: install
 	$(PYTHON) examples/demo.py

@@ -455,8 +455,7 @@ def _decide(plan: WritePlan, conn: Any, winners: list[BranchId], rows_of: dict[i
         if state == ABORTED:
             raise JobAbortedError(
                 f"Recording the commit decision for job {plan.job_id} failed ({reason}); the "
-                f"job is now aborted and nothing was committed: {_target_of(plan)} is "
-                "unchanged. Run the write again."
+                f"job is aborted and {_target_of(plan)} is unchanged. Run the write again."
             ) from None
         raise DecisionUnknownError(
             f"Recording the commit decision for job {plan.job_id} failed and its outcome is "

@@ -1,0 +1,94 @@
+#!/bin/sh
+# Exhaustive spin runs of model/xasink.pml (used by `make model` and `make model-mutants`).
+#   check.sh model     every configuration of the fixed protocol must verify (no error)
+#   check.sh mutants   every mutant must yield an assertion violation (a counterexample)
+# Generated files go to model/build/ (a trail of a failed run stays there).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+build="$here/build"
+mkdir -p "$build"
+
+# name | spin -D switches (see the header of xasink.pml)
+CONFIGS='append      | -DNO_R2 -DNO_LOSER3
+staged      | -DSTAGED -DNO_R2 -DNO_LOSER1
+append-mdb  | -DMARIADB -DREPLY_LOST -DRESTART -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
+staged-mdb  | -DSTAGED -DMARIADB -DREPLY_LOST -DRESTART -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
+append-adm  | -DADMIN -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
+staged-adm  | -DSTAGED -DADMIN -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
+staged-2R   | -DSTAGED -DD_STOPS_AT_DECISION -DNO_AMBIGUOUS -DNO_LOSER1 -DNO_LOSER3'
+
+# each mutant runs in the "append" configuration
+MUTANTS='A | -DMUTANT_A | recovery lists XA RECOVER before reading the job row
+B | -DMUTANT_B | NOTA + not listed + no marker = LOST, without reading the job state
+C | -DMUTANT_C | a failed journal existence check presumes abort at once
+F | -DMUTANT_F | ambiguous decision commit settled by a plain read, not the fence'
+MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
+
+# build NAME FLAGS: generate and compile the verifier in build/NAME
+build() {
+  dir="$build/$1"
+  rm -rf "$dir" && mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  (cd "$dir" && spin -a $2 "$here/xasink.pml" >spin.out 2>&1 &&
+    gcc -w -O1 -DSAFETY -DCOLLAPSE -DMEMLIM=8000 -o pan pan.c >gcc.out 2>&1) || {
+    echo "model: building $1 failed:"; cat "$dir/spin.out" "$dir/gcc.out" 2>/dev/null; return 2; }
+}
+
+# build_all LIST: every "name | flags ..." line of LIST (prefix $2), two compilers at a time
+build_all() {
+  pids="" n=0
+  while IFS='|' read -r name flags _; do
+    name=$(echo $name)
+    build "$2$name" "$3 $flags" &
+    pids="$pids $!" n=$((n + 1))
+    if [ $((n % 2)) = 0 ]; then for p in $pids; do wait "$p" || exit 2; done; pids=""; fi
+  done <<EOF_LIST
+$1
+EOF_LIST
+  for p in $pids; do wait "$p" || exit 2; done
+}
+
+# verify NAME: run pan exhaustively; sets $errors $states $secs $log
+verify() {
+  log="$build/$1/pan.out"
+  (cd "$build/$1" && ./pan -m200000 -w25 >"$log" 2>&1)
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$log")
+  states=$(sed -n 's/^ *\([0-9][0-9.e+]*\) states, stored.*/\1/p' "$log")
+  secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' "$log")
+  if [ -z "$errors" ] || grep -q "max search depth too small\|out of memory" "$log"; then
+    echo "model: $1: incomplete or failed search (see $log)"; exit 2
+  fi
+}
+
+start=$(date +%s)
+case "${1:-}" in
+model)
+  build_all "$CONFIGS" "" "" || exit 2
+  echo "$CONFIGS" | while IFS='|' read -r name flags; do
+    name=$(echo $name)
+    verify "$name"
+    if [ "$errors" != 0 ]; then
+      grep "pan:.*violated\|invalid end state\|pan:1:" "$log" | head -3
+      echo "model: $name: $errors error(s); trail in $build/$name (spin -t -p -k xasink.pml.trail$flags ../../xasink.pml)"
+      exit 1
+    fi
+    printf 'model %-11s ok  %10s states  %6ss  (%s)\n' "$name" "$states" "$secs" "$(echo $flags)"
+  done || exit 1
+  echo "model: all configurations verified, no errors ($(($(date +%s) - start))s in all)"
+  ;;
+mutants)
+  build_all "$MUTANTS" "mutant-" "$MUTANT_BASE" || exit 2
+  echo "$MUTANTS" | while IFS='|' read -r name flags what; do
+    name=$(echo $name)
+    verify "mutant-$name"
+    if [ "$errors" = 0 ] || ! grep -q "assertion violated" "$log"; then
+      echo "mutant $name NOT caught: $(echo $what)"; exit 1
+    fi
+    printf 'mutant %s caught (%s states, %ss): %s\n    %s\n' "$name" "$states" "$secs" \
+      "$(echo $what)" "$(grep -m1 'assertion violated' "$log" | cut -c1-150)"
+  done || exit 1
+  echo "model-mutants: every mutant caught ($(($(date +%s) - start))s in all)"
+  ;;
+*)
+  echo "usage: $0 model|mutants" >&2; exit 2 ;;
+esac
