@@ -1053,3 +1053,68 @@ def stop_shared_servers() -> None:
     with _shared_lock:
         _shared.clear()
         _shared_stack.close()
+
+
+# --------------------------------------------------------------------------
+# Restarting a private server (chaos tests)
+# --------------------------------------------------------------------------
+
+
+def _respawn(self: _Process, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+    """Stop this server abruptly (``sig`` to its whole process group: SIGKILL, or SIGQUIT
+    for a PostgreSQL immediate shutdown), then start it again with the same command line:
+    same data directory, same port, same log. The object keeps owning the new process, so
+    its ``stop()`` (registered when the server was started) stops the new one."""
+    pid = self.proc.pid
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        uid = os.geteuid()
+    run_as = pwd.getpwuid(uid) if uid != os.geteuid() else None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+    try:
+        self.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        self.proc.wait(timeout)
+    # Backends of a SIGQUIT/SIGKILLed postmaster may linger for a moment: wait (bounded).
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    self.__init__(self.argv, self.log, self.stop_signal, run_as)  # type: ignore[misc]
+
+
+_Process.respawn = _respawn  # type: ignore[attr-defined]
+
+
+def restart_server(
+    server: DbServer, sig: int = signal.SIGKILL, timeout: float = DEFAULT_TIMEOUT
+) -> None:
+    """Crash a server started from local binaries (SIGKILL of its process group by default,
+    i.e. no shutdown at all) and start it again on the same data directory and port; return
+    once it accepts connections again. Prepared transactions must survive this."""
+    if server.source != "local":
+        raise ServerUnavailable(f"only a local-binaries server can be restarted ({server.source})")
+    port_args = {f"--port={server.port}", str(server.port)}
+    owners = [p for p in list(_live_processes) if port_args & set(p.argv) and p.alive()]
+    if len(owners) != 1:
+        raise ServerUnavailable(f"no single local server process on port {server.port}")
+    owner = owners[0]
+    owner.respawn(sig, timeout)  # type: ignore[attr-defined]
+
+    def check_alive() -> None:
+        if not owner.alive():
+            raise ServerStartError(f"{server.kind} exited on restart:\n{_log_tail(owner.log)}")
+
+    _wait_until(
+        lambda: _probe(server, server.database),
+        timeout,
+        lambda: f"{server.kind} did not come back within {timeout:g}s:\n{_log_tail(owner.log)}",
+        check_alive,
+    )

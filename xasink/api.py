@@ -7,9 +7,9 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .commit import BranchOps, commit_group
 from .connect import check_reachable, classpath_for, open_session
@@ -23,6 +23,7 @@ from .errors import (
     JournalError,
     LostBranchError,
     PreflightError,
+    WriteError,
     XasinkError,
 )
 from .faults import Fault, trigger
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("xasink")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -363,7 +365,10 @@ def _prepare_all(
     try:
         with _job_description(df, f"xasink write_xa into {plan.table} (job {plan.job_id})"):
             writer = functools.partial(write_partition, plan)
-            messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
+            try:
+                messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
+            except Exception as exc:
+                raise _phase_one_failed(plan, exc) from exc
         phase_one = _winners(plan, messages, partitions)
         trigger(plan.faults, "before_decision")
         _decide(plan, conn, phase_one.winners, phase_one.rows_of)
@@ -373,6 +378,19 @@ def _prepare_all(
     except BaseException:
         _abort(plan, ops, conn)
         raise
+
+
+def _phase_one_failed(plan: WritePlan, exc: Exception) -> WriteError:
+    """Spark gave up on a partition (every attempt failed) or on the job: say so as xasink's
+    own error, with the first failure's own words. Spark's exception stays as the cause."""
+    text = plan.spec.redact(exc)
+    ours = [ln.strip() for ln in text.splitlines() if "WriteError:" in ln]
+    cause = ours[0].split("WriteError:", 1)[1].strip() if ours else text.strip().split("\n")[0]
+    return WriteError(
+        f"Writing job {plan.job_id} into {plan.table} failed in Spark ({type(exc).__name__}: "
+        f"{cause[:1500]}). Every branch of the job is rolled back: nothing was written. Fix "
+        "the cause and run the write again."
+    )
 
 
 @contextlib.contextmanager
@@ -545,6 +563,23 @@ def _commit_all(
     return losers
 
 
+def _on_live_connection(plan: WritePlan, conn: Any, call: Callable[[Any], T]) -> T:
+    """`call(conn)`; if that fails because `conn` died (e.g. the server restarted during
+    phase 2), once more on a fresh journal connection."""
+    try:
+        return call(conn)
+    except Exception:
+        try:
+            alive = bool(conn.isValid(2))
+        except Exception:
+            alive = False
+        if alive:
+            raise
+    session, _ = _open_journal(plan.spec, plan.journal.schema, plan.journal.lock_wait)
+    with session:
+        return call(session.connection)
+
+
 #: How often a staged job helps older decided jobs on its table finish before its own apply.
 _HELP_ROUNDS = 3
 
@@ -596,7 +631,9 @@ def _finish(plan: WritePlan, ops: BranchOps, conn: Any, winners: set[tuple[int, 
     is reported only for a job that is `committed`, by this call or by another process."""
     journal = plan.journal
     try:
-        finished, refusal = _finish_in_order(plan, ops, conn, winners)
+        finished, refusal = _on_live_connection(
+            plan, conn, lambda c: _finish_in_order(plan, ops, c, winners)
+        )
     except JobOrderError as exc:
         raise CommitError(
             f"Job {plan.job_id} is committed in its branches, but not applied yet: {exc}, and "
@@ -615,7 +652,7 @@ def _finish(plan: WritePlan, ops: BranchOps, conn: Any, winners: set[tuple[int, 
         raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
     if finished:
         return
-    state = journal.state(conn, plan.job_id)
+    state = _on_live_connection(plan, conn, lambda c: journal.state(c, plan.job_id))
     if state == COMMITTED:
         log.info("xasink job %s: another process (a recovery run) finished it", plan.job_id)
         return
