@@ -299,10 +299,21 @@ class _Resolver:
                 self._job_action(job_id, "would drop stage", str(plan.stage))
                 continue
             try:
-                self.journal.release_stage(self.conn, job_id, plan)
+                self._release(job_id, plan)
                 self._job_action(job_id, "dropped stage", str(plan.stage))
             except Exception as exc:
                 self._job_action(job_id, FAILED, f"dropping {plan.stage}: {self._redact(exc)}")
+
+    def _release(self, job_id: str, plan: Any) -> None:
+        """Drop a finished job's stage. A late attempt that prepared after this run listed
+        the job holds it: resolve the job once more (rolling such stragglers back), retry."""
+        try:
+            self.journal.release_stage(self.conn, job_id, plan)
+        except Exception as exc:
+            if not self.journal.dialect.is_lock_timeout(exc):
+                raise
+            self.resolve(job_id)
+            self.journal.release_stage(self.conn, job_id, plan)
 
 
 _LOST_DETAIL = (
@@ -351,8 +362,9 @@ def resolve_in_doubt(
     """Resolve this journal's in-doubt branches (of `table`'s or `job`'s only, when given)."""
     report = RecoveryReport(dry_run=dry_run, journal=describe(journal))
     resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
+    committing = journal.jobs_in_state(conn, COMMITTING)  # oldest decision first
     candidates = {branch.job_id for branch, _ in ops.prepared()}
-    candidates.update(r.job_id for r in journal.jobs_in_state(conn, COMMITTING))
+    candidates.update(r.job_id for r in committing)
     candidates.update(journal.running(conn))  # silent before any branch prepared
     undecided, decided = [], []
     for job_id in sorted(candidates):
@@ -365,7 +377,7 @@ def resolve_in_doubt(
         if table is not None and (record is None or record.table != table):
             continue
         (decided if record and record.state == COMMITTING else undecided).append(job_id)
-    order = {r.job_id: i for i, r in enumerate(journal.jobs_in_state(conn, COMMITTING))}
+    order = {r.job_id: i for i, r in enumerate(committing)}
     for job_id in undecided + sorted(decided, key=lambda j: order.get(j, len(order))):
         resolver.resolve(job_id)
     resolver.drop_finished_stages(table, job)
