@@ -43,6 +43,7 @@ from .journal import (
     JobRecord,
     Journal,
 )
+from .staging import ApplyPlan
 from .xid import BranchId, valid_job_id
 
 log = logging.getLogger("xasink")
@@ -124,7 +125,7 @@ class _Resolver:
     def _add(self, branch: BranchId, action: str, detail: str) -> None:
         self._log(BranchAction(branch.job_id, branch.partition, branch.attempt, action, detail))
 
-    def _job_action(self, job_id: str, action: str, detail: str) -> None:
+    def job_action(self, job_id: str, action: str, detail: str) -> None:
         self._log(BranchAction(job_id, -1, -1, action, detail))
 
     def _log(self, action: BranchAction) -> None:
@@ -162,7 +163,7 @@ class _Resolver:
             record = self.journal.job(self.conn, job_id)
             branches = self.ops.prepared_of(job_id)
             if record is None:
-                self._without_row(job_id, branches)
+                self.without_row(job_id, branches)
                 return
             if record.state == ABORTED:
                 why = "no decision, job silent: aborted it" if aborted_here else "job aborted"
@@ -185,9 +186,9 @@ class _Resolver:
             # Conditional: a decision (or a beat) since we read the row makes this fail,
             # and then the row is read again, with a fresh listing.
             aborted_here = self.journal.abort(self.conn, job_id, beats=record.beats)
-        self._job_action(job_id, LEFT, "the job kept changing while recovery looked at it")
+        self.job_action(job_id, LEFT, "the job kept changing while recovery looked at it")
 
-    def _without_row(self, job_id: str, branches: list[BranchId]) -> None:
+    def without_row(self, job_id: str, branches: list[BranchId]) -> None:
         """Presumed abort for branches whose job row is gone, once prepared long enough."""
         for branch in branches:
             age = self._prepared_age(branch)
@@ -228,20 +229,20 @@ class _Resolver:
         if not self.dry_run:
             self._finish(record)
         elif record.staged:
-            self._job_action(record.job_id, "would apply", "staging table to the target")
+            self.job_action(record.job_id, "would apply", "staging table to the target")
 
     def _abandon_if_staged(self, record: JobRecord) -> None:
         """A staged job missing a winner was never applied: abort it, target unchanged
         (an append job's other rows are in the table already; it stays for a person)."""
         if self.journal.abandon(self.conn, record.job_id):
-            self._job_action(
+            self.job_action(
                 record.job_id,
                 "aborted",
                 "a decided branch was lost before the apply: the target is unchanged; "
                 "run the write again",
             )
         elif not record.staged:
-            self._job_action(
+            self.job_action(
                 record.job_id,
                 LOST,
                 "append job with a lost branch: the other branches' rows are in the table. "
@@ -256,24 +257,24 @@ class _Resolver:
                 self.conn, record.job_id, record.winners
             )
         except JobOrderError as exc:
-            self._job_action(record.job_id, LEFT, f"waits: {exc}")
+            self.job_action(record.job_id, LEFT, f"waits: {exc}")
             return
         except Exception as exc:
             detail = self._redact(exc)
             if self.journal.dialect.is_lock_timeout(exc):
                 detail = blocked_detail(self.ops, self.conn, self.journal, record.job_id, detail)
-            self._job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
+            self.job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
             return
         if refusal is not None:
             detail = self._redact(refusal)
             log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
-            self._job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
+            self.job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
         elif not finished:
-            self._job_action(record.job_id, "finished elsewhere", "another process finished it")
+            self.job_action(record.job_id, "finished elsewhere", "another process finished it")
         elif record.staged:
-            self._job_action(record.job_id, "applied", "staging table applied to the target")
+            self.job_action(record.job_id, "applied", "staging table applied to the target")
         else:
-            self._job_action(record.job_id, "committed", "every winner committed")
+            self.job_action(record.job_id, "committed", "every winner committed")
 
     # -- liveness --------------------------------------------------------------------
     def _alive(self, record: JobRecord) -> bool:
@@ -291,20 +292,20 @@ class _Resolver:
             if job is not None and job_id != job:
                 continue
             if isinstance(plan, JournalError):
-                self._job_action(job_id[:64], FAILED, str(plan))
+                self.job_action(job_id[:64], FAILED, str(plan))
                 continue
             if table is not None and str(plan.target) != table:
                 continue
             if self.dry_run:
-                self._job_action(job_id, "would drop stage", str(plan.stage))
+                self.job_action(job_id, "would drop stage", str(plan.stage))
                 continue
             try:
                 self._release(job_id, plan)
-                self._job_action(job_id, "dropped stage", str(plan.stage))
+                self.job_action(job_id, "dropped stage", str(plan.stage))
             except Exception as exc:
-                self._job_action(job_id, FAILED, f"dropping {plan.stage}: {self._redact(exc)}")
+                self.job_action(job_id, FAILED, f"dropping {plan.stage}: {self._redact(exc)}")
 
-    def _release(self, job_id: str, plan: Any) -> None:
+    def _release(self, job_id: str, plan: ApplyPlan) -> None:
         """Drop a finished job's stage. A late attempt that prepared after this run listed
         the job holds it: resolve the job once more (rolling such stragglers back), retry."""
         try:
@@ -371,7 +372,7 @@ def resolve_in_doubt(
         if job is not None and job_id != job:
             continue
         if not valid_job_id(job_id):
-            resolver._job_action(job_id[:64], FAILED, "not an xasink job id: row ignored")
+            resolver.job_action(job_id[:64], FAILED, "not an xasink job id: row ignored")
             continue
         record = journal.job(conn, job_id)
         if table is not None and (record is None or record.table != table):
@@ -392,7 +393,7 @@ def presume_abort(
     report = RecoveryReport(dry_run=dry_run, journal=f"no journal; presumed abort for tag {tag}")
     resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
     for job_id in sorted({b.job_id for b, _ in ops.prepared()}):
-        resolver._without_row(job_id, ops.prepared_of(job_id))
+        resolver.without_row(job_id, ops.prepared_of(job_id))
     return report
 
 
