@@ -7,10 +7,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint test chaos demo bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint test chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
-	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults"
+	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
+	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit"
@@ -29,19 +30,21 @@ system-deps:
 	fi
 
 install: system-deps
-	$(PIP) install -q -e '.[test,bench]'
+	$(PIP) install -q --config-settings editable_mode=compat -e '.[test,bench,connect]'
 
 lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
+# Spark Connect client tests run in a pytest process of their own (tests/conftest.py).
 test: install lint
-	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q
+	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client"
+	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client
 
 # The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.
 chaos: install
 	rm -f .pytest_cache/xasink-chaos/results.jsonl
-	XASINK_CHAOS_FULL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_chaos.py; \
+	XASINK_CHAOS_FULL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_chaos.py tests/test_stream_kills.py; \
 	status=$$?; $(PYTHON) -m tests.chaos_report || status=1; exit $$status
 
 # Exhaustive spin model checking of the commit protocol (model/README.md); no database needed.
@@ -58,6 +61,10 @@ model-mutants: spin-deps
 
 demo: install
 	$(PYTHON) examples/demo.py
+	$(PYTHON) examples/streaming_demo.py
+
+demo-streaming: install
+	$(PYTHON) examples/streaming_demo.py
 
 bench: install
 	$(PYTHON) -m benchmarks

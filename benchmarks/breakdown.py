@@ -3,13 +3,16 @@
     python -m benchmarks.breakdown stages [--rows 1m] [--databases postgres,mariadb]
     python -m benchmarks.breakdown memory [--databases postgres,mariadb]
     python -m benchmarks.breakdown formats [--rows 1m]
+    python -m benchmarks.breakdown fixed [--databases postgres,mariadb]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
 Spark→Arrow only, + encoding (binary COPY on PostgreSQL, CSV on MariaDB, as write_xa
 does), + one Java crossing per batch, and the full write_xa.
 Differences between stages attribute the time; the XA prepare/commit phases come from
 WriteResult. `memory` writes one partition of 1M and one of 10M rows, each in a fresh
-Python worker (worker reuse off), and compares the writers' peak RSS.
+Python worker (worker reuse off), and compares the writers' peak RSS. `fixed` makes many
+small calls (the `small` workloads: 1k and 10k rows, 2 partitions) of write_xa and Spark
+JDBC in turn, and splits write_xa's median call into its driver steps (xasink.steps).
 """
 
 from __future__ import annotations
@@ -25,8 +28,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks.contenders import CONTENDERS, Contender, Target, write_xa
 from benchmarks.databases import Database, start_database
-from benchmarks.workloads import build_dataframe, parse_count, parse_workload, table_ddl
+from benchmarks.measure import Timing, run_rounds
+from benchmarks.workloads import (
+    build_dataframe,
+    parse_count,
+    parse_workload,
+    parse_workloads,
+    table_ddl,
+)
 
 RESULTS = Path(__file__).parent / "results"
 REPETITIONS = 3
@@ -266,6 +277,123 @@ def formats(rows: int) -> dict[str, Any]:
     return report
 
 
+def _recorded_write_xa(target: Target) -> dict[str, Any]:
+    """write_xa with its driver steps recorded (seconds per step name)."""
+    from xasink.steps import recording
+
+    with recording() as steps:
+        detail = write_xa(target)
+    return {**detail, "steps": dict(steps)}
+
+
+def fixed(databases: Sequence[str]) -> dict[str, Any]:
+    """Spark JDBC and write_xa, many small calls each, in turn; write_xa's steps per call."""
+    import os
+
+    from benchmarks.run import driver_jars, spark_session
+
+    contenders = [
+        CONTENDERS["spark_jdbc"],
+        Contender("write_xa", "xasink write_xa", _recorded_write_xa),
+    ]
+    jars = driver_jars(databases)
+    spark = spark_session("local[2,4]", "2g", list(jars.values()))
+    report: dict[str, Any] = {"load_average_start": os.getloadavg(), "databases": {}}
+    workloads = parse_workloads(["small"], 2)
+    with contextlib.ExitStack() as stack:
+        for kind in databases:
+            db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
+            report["databases"][kind] = {}
+            for workload in workloads:
+                df = build_dataframe(spark, workload).cache()
+                df.count()
+                table = "fixed_" + workload.name.replace("-", "_")
+                db.drop(table)
+                db.execute(table_ddl(db.kind, workload, table))
+                timings: list[Timing] = []
+                target = Target(db=db, table=table, df=df, csv=None, rows=workload.rows)
+                run_rounds(
+                    contenders,
+                    target,
+                    timings,
+                    workload=workload.name,
+                    warmups=workload.warmups or 0,
+                    repetitions=workload.repetitions or REPETITIONS,
+                )
+                report["databases"][kind][workload.name] = _fixed_summary(timings)
+                db.drop(table)
+                df.unpersist(blocking=True)
+    report["load_average_end"] = os.getloadavg()
+    spark.stop()
+    return report
+
+
+def _fixed_summary(timings: Sequence[Timing]) -> dict[str, Any]:
+    timed = [t for t in timings if not t.warmup]
+    errors = [t.error for t in timings if t.error]
+    seconds = {
+        name: [t.seconds for t in timed if t.contender == name and t.seconds is not None]
+        for name in ("spark_jdbc", "write_xa")
+    }
+    medians = {name: statistics.median(v) if v else None for name, v in seconds.items()}
+    calls = [t.detail["steps"] for t in timed if t.contender == "write_xa" and not t.error]
+    names = list(dict.fromkeys(name for call in calls for name in call))
+    steps = {name: statistics.median(call.get(name, 0.0) for call in calls) for name in names}
+    spark_s, xa_s = medians["spark_jdbc"], medians["write_xa"]
+    return {
+        "median_seconds": medians,
+        "write_xa_over_spark_jdbc_time": xa_s / spark_s if xa_s and spark_s else None,
+        "step_median_seconds": steps,
+        "samples": seconds,
+        "load_averages": [t.load_average for t in timed],
+        "errors": errors,
+    }
+
+
+def _fixed_markdown(report: dict[str, Any]) -> str:
+    start, end = report["load_average_start"], report["load_average_end"]
+    lines = [
+        f"1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end "
+        "(2 cores, shared: noisy).",
+        "",
+    ]
+    for kind, sizes in report["databases"].items():
+        names = list(
+            dict.fromkeys(n for data in sizes.values() for n in data["step_median_seconds"])
+        )
+        head = " | ".join(f"{w} ms" for w in sizes)
+        lines += [
+            f"**{kind}**, median per call:",
+            "",
+            f"| step | {head} |",
+            "|---|" + "---:|" * len(sizes),
+        ]
+        for name in names:
+            cells = " | ".join(
+                f"{1000 * data['step_median_seconds'].get(name, 0.0):.1f}"
+                for data in sizes.values()
+            )
+            lines.append(f"| {name} | {cells} |")
+        for label, key in (("write_xa call", "write_xa"), ("Spark JDBC call", "spark_jdbc")):
+            cells = " | ".join(_ms(data["median_seconds"][key]) for data in sizes.values())
+            lines.append(f"| **{label}** | {cells} |")
+        ratios = " | ".join(
+            f"{r:.2f}" if (r := data["write_xa_over_spark_jdbc_time"]) else "—"
+            for data in sizes.values()
+        )
+        lines += [f"| **write_xa time / Spark JDBC time** | {ratios} |", ""]
+        for workload, data in sizes.items():
+            if data["errors"]:
+                lines.append(
+                    f"{workload}: {len(data['errors'])} failed call(s): {data['errors'][0][:200]}"
+                )
+    return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return f"**{1000 * seconds:.0f}**" if seconds else "—"
+
+
 def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
     medians = data["median_seconds"]
     order = ["spark→arrow", "+ encode", "+ java crossing", "write_xa"]
@@ -289,7 +417,7 @@ def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("stages", "memory", "formats"))
+    parser.add_argument("mode", choices=("stages", "memory", "formats", "fixed"))
     parser.add_argument("--databases", default="postgres,mariadb")
     parser.add_argument("--rows", default="1m", help="rows for `stages` (default 1m)")
     parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
@@ -312,6 +440,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for f in ("csv", "binary")
             ]
         )
+    elif args.mode == "fixed":
+        report = fixed(databases)
+        text = _fixed_markdown(report)
     elif args.mode == "stages":
         rows = parse_count(args.rows)
         report = stages(databases, rows)

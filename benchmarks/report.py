@@ -42,6 +42,16 @@ def _by_key(summaries: Sequence[Summary]) -> dict[tuple[str, str], dict[str, Sum
     return grouped
 
 
+def _own_rounds(meta: dict[str, Any]) -> list[str]:
+    """Workloads measured with their own number of calls (the small ones)."""
+    own = [w for w in meta["config"]["workloads"] if w.get("repetitions")]
+    lines = [
+        f"{w['name']}: {w.get('warmups') or 0} warm-up + median of {w['repetitions']} calls."
+        for w in own
+    ]
+    return ["", *lines] if lines else []
+
+
 def markdown(
     summaries: Sequence[Summary],
     contenders: Sequence[str],
@@ -61,6 +71,7 @@ def markdown(
         f" · Spark {meta['machine']['spark']} `{meta['machine']['spark_master']}` · "
         f"{meta['config']['warmups']} warm-up + median of {meta['config']['repetitions']} run(s),"
         " contenders round-robin.",
+        *_own_rounds(meta),
         "",
         _load_line(meta),
         "",

@@ -21,7 +21,7 @@ from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, source_digest
 from .measure import Timing, run_rounds, summarise
-from .workloads import Workload, build_dataframe, parse_workload, table_ddl
+from .workloads import Workload, build_dataframe, parse_workloads, table_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,7 +52,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--workloads",
         type=_csv,
         default=None,
-        help=f"comma list; tiny or narrow-<n>/wide-<n> (n like 100k, 1m). "
+        help=f"comma list; tiny, small (1k and 10k rows per call, many calls), small-<n>, "
+        f"or narrow-<n>/wide-<n> (n like 100k, 1m). "
         f"Default: {','.join(DEFAULT_WORKLOADS)}",
     )
     parser.add_argument(
@@ -94,7 +95,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.repetitions < 1 or args.warmups < 0 or args.partitions < 1:
         parser.error("need --repetitions >= 1, --warmups >= 0 and --partitions >= 1")
     try:
-        args.workload_specs = [parse_workload(w, args.partitions) for w in args.workloads]
+        args.workload_specs = parse_workloads(args.workloads, args.partitions)
     except ValueError as exc:
         parser.error(str(exc))
     return args
@@ -195,8 +196,8 @@ def run_workload(
                     target,
                     timings,
                     workload=workload.name,
-                    warmups=args.warmups,
-                    repetitions=args.repetitions,
+                    warmups=workload.warmups if workload.warmups is not None else args.warmups,
+                    repetitions=workload.repetitions or args.repetitions,
                 )
             finally:
                 try:

@@ -41,6 +41,14 @@ SQL_TYPES: dict[Kind, dict[str, str]] = {
 TINY_PARTITIONS = 200
 TINY_ROWS_PER_PARTITION = 100
 
+#: The small workloads: many calls of a few rows, so the fixed cost per *call* dominates
+#: (preflight, journal, recovery scan, job row, decision). `small` means both sizes.
+SMALL_ROWS = (1_000, 10_000)
+SMALL_PARTITIONS = 2
+#: Timed calls per contender (the median is taken) and untimed ones first, per size.
+SMALL_CALLS = 15
+SMALL_WARMUPS = 3
+
 EPOCH_SECONDS = 1_700_000_000
 
 
@@ -61,6 +69,9 @@ class Workload:
     shape: Shape
     rows: int
     partitions: int
+    #: Timed runs and warm-ups of each contender; None: the command line's.
+    repetitions: int | None = None
+    warmups: int | None = None
 
     @property
     def columns(self) -> list[ColumnSpec]:
@@ -128,12 +139,28 @@ def parse_count(text: str) -> int:
     return int(number) * {"": 1, "k": 1_000, "m": 1_000_000}[suffix]
 
 
+def _count_name(rows: int) -> str:
+    return f"{rows // 1000}k" if rows % 1000 == 0 else str(rows)
+
+
+def parse_workloads(names: list[str], partitions: int) -> list[Workload]:
+    """Each name's workloads, in order: `small` stands for small-1k and small-10k."""
+    expanded = [
+        f"small-{_count_name(rows)}" for name in names for rows in SMALL_ROWS if name == "small"
+    ]
+    chosen = [n for name in names for n in (expanded if name == "small" else [name])]
+    return [parse_workload(name, partitions) for name in dict.fromkeys(chosen)]
+
+
 def parse_workload(name: str, partitions: int) -> Workload:
-    """'tiny', or '<narrow|wide>-<count>' such as 'narrow-1m' or 'wide-100k'."""
+    """'tiny', 'small-<count>', or '<narrow|wide>-<count>' such as 'narrow-1m'."""
     if name == "tiny":
         return Workload(
             "tiny", "narrow", TINY_PARTITIONS * TINY_ROWS_PER_PARTITION, TINY_PARTITIONS
         )
+    if name.startswith("small-"):
+        rows = parse_count(name.removeprefix("small-"))
+        return Workload(name, "narrow", rows, SMALL_PARTITIONS, SMALL_CALLS, SMALL_WARMUPS)
     shape, _, count = name.partition("-")
     if shape not in ("narrow", "wide") or not count:
         raise ValueError(f"unknown workload {name!r}: use tiny, narrow-<count> or wide-<count>")

@@ -15,21 +15,31 @@ append-mdb  | -DMARIADB -DREPLY_LOST -DRESTART -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
 staged-mdb  | -DSTAGED -DMARIADB -DREPLY_LOST -DRESTART -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
 append-adm  | -DADMIN -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
 staged-adm  | -DSTAGED -DADMIN -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
-staged-2R   | -DSTAGED -DD_STOPS_AT_DECISION -DNO_AMBIGUOUS -DNO_LOSER1 -DNO_LOSER3'
+staged-2R   | -DSTAGED -DD_STOPS_AT_DECISION -DNO_AMBIGUOUS -DNO_LOSER1 -DNO_LOSER3
+sink        | 
+sink-format | -DCHECK_AFTER_BEGIN'
 
-# each mutant runs in the "append" configuration
+# each mutant of xasink.pml runs in the "append" configuration; sink-* mutants in sink.pml
 MUTANTS='A | -DMUTANT_A | recovery lists XA RECOVER before reading the job row
 B | -DMUTANT_B | NOTA + not listed + no marker = LOST, without reading the job state
 C | -DMUTANT_C | a failed journal existence check presumes abort at once
-F | -DMUTANT_F | ambiguous decision commit settled by a plain read, not the fence'
+F | -DMUTANT_F | ambiguous decision commit settled by a plain read, not the fence
+sink-cond | -DMUTANT_NO_CONDITION | a streaming decision ignores the sink mark
+sink-restore | -DMUTANT_NO_RESTORE | a decided batch that aborts keeps the sink mark
+sink-skip | -DMUTANT_SKIP_UNFINISHED | a replay skips a decided batch without finishing it'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
+
+# model_of NAME: configurations and mutants named sink* check sink.pml, the rest xasink.pml
+model_of() {
+  case "$1" in sink*|mutant-sink*) echo "$here/sink.pml" ;; *) echo "$here/xasink.pml" ;; esac
+}
 
 # build NAME FLAGS: generate and compile the verifier in build/NAME
 build() {
   dir="$build/$1"
   rm -rf "$dir" && mkdir -p "$dir"
   # shellcheck disable=SC2086
-  (cd "$dir" && spin -a $2 "$here/xasink.pml" >spin.out 2>&1 &&
+  (cd "$dir" && spin -a $2 "$(model_of "$1")" >spin.out 2>&1 &&
     gcc -w -O1 -DSAFETY -DCOLLAPSE -DMEMLIM=8000 -o pan pan.c >gcc.out 2>&1) || {
     echo "model: building $1 failed:"; cat "$dir/spin.out" "$dir/gcc.out" 2>/dev/null; return 2; }
 }

@@ -457,6 +457,21 @@ proctype R(bit final) {
   :: else
   fi;
 #endif
+  /* write_xa's startup recovery (job.nothing_in_doubt) first reads the job row, then
+     counts prepared transactions in xasink's format (not the foreign one), and stops when
+     both are quiet. It only reads, so stopping is the same as a crash here; the final run
+     (`xasink recover`) never probes. */
+  if
+  :: !final ->
+       rstate = job;                              /* journal.table_settled */
+       CRASH;
+       listing(lst);                              /* dialect.prepared_count */
+       if
+       :: rstate != J_RUNNING && rstate != J_COMMITTING && lst == 0 -> goto dead
+       :: else -> CRASH
+       fi
+  :: skip                                         /* `xasink recover`: no probe */
+  fi;
 
 look:                                             /* _Resolver.resolve */
   atomic { rstate = job; rbeats = beats; rwin = winm }  /* journal.job: row, then winners */

@@ -13,10 +13,8 @@ import json
 import os
 import random
 import select
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from servers import DbServer
 from support import (
     TESTS,
     Contents,
+    WatchedDriver,
     contents,
     mode_rows,
     old_contents,
@@ -239,60 +238,30 @@ def proxied(db: DbServer) -> Iterator[tuple[DbServer, TcpProxy]]:
 # -- a long-lived driver host whose forked write_xa drivers are SIGKILLed ---------------
 
 
-class DriverHost:
+class DriverHost(WatchedDriver):
     """tests/chaos_driver.py in its own process group: one Spark for many jobs, each job's
     xasink driver a forked child that is SIGKILLed at the requested moment (see there)."""
 
     def __init__(self, db: DbServer) -> None:
-        self.password = db.password
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(TESTS / "chaos_driver.py"), db.jdbc_url, db.user],
-            cwd=TESTS,
-            env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._watch, daemon=True).start()
+        args = [db.jdbc_url, db.user]
+        super().__init__("chaos_driver.py", args, db.password, {}, stdin=subprocess.PIPE)
         self._await(lambda ln: ln.startswith("READY"), 240)
 
-    def _watch(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
     def _await(self, match: Any, timeout: float, start: int = 0) -> str:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for line in self.lines[start:]:
-                    if match(line):
-                        return line
-                left = deadline - time.monotonic()
-                alive = self.proc.poll() is None
-                assert alive and left > 0, "driver host stuck or dead: " + "".join(self.lines[-30:])
-                self._cond.wait(min(left, 1.0))
+        line = self.line_from(start, match, timeout)
+        assert line is not None, "driver host stuck or dead: " + self.tail()
+        return line
 
     def run(self, table: str, mode: str, partitions: int, delay: float) -> dict[str, Any]:
         """One job, its driver SIGKILLed after `delay` s unless it ended; its report."""
-        start = len(self.lines)
+        start = len(self.output)
         assert self.proc.stdin is not None
         job = {"table": table, "mode": mode, "partitions": partitions, "delay": delay}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         line = self._await(lambda ln: ln.startswith("DONE "), delay + 240, start)
-        assert self.password not in "".join(self.lines)
+        self.assert_no_secret()
         return dict(json.loads(line[len("DONE ") :]))
 
     def close(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=60)
+        self.kill()

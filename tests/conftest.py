@@ -30,9 +30,29 @@ except ImportError:  # tests/ imported as a package
     )
 
 
+#: pyspark picks classic or Connect for `functions.col` & co by a process-wide setting, so
+#: a Connect client cannot share a process with the classic session the other tests use.
+CONNECT_CLIENT = "connect_client"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register markers so ``--strict-markers`` accepts them."""
     config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+    config.addinivalue_line(
+        "markers",
+        f"{CONNECT_CLIENT}: Spark Connect client test; needs a pytest process of its own",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the Connect client tests, with the command that runs them, when the same run
+    also holds classic-session tests (`make test` runs both kinds, one process each)."""
+    clients = [item for item in items if item.get_closest_marker(CONNECT_CLIENT)]
+    if clients and len(clients) < len(items):
+        reason = f"Spark Connect client tests need their own process: pytest -m {CONNECT_CLIENT}"
+        for item in clients:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _server(kind: Kind, **settings: object) -> DbServer:

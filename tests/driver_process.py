@@ -4,7 +4,8 @@ Usage: python driver_process.py URL USER TABLE ROWS PARTITIONS FAULT_POINT [MODE
 With MODE, it writes support.mode_case's input for that mode instead of ROWS events.
 The password comes from XASINK_TEST_PASSWORD. The fault's action is XASINK_TEST_FAULT_ACTION
 (default `hang`): at the point the script prints `XASINK-FAULT <point>`, then waits to be
-killed (`hang`) or stops itself until SIGCONT (`pause`). It ends by printing `RESULT {...}`,
+killed (`hang`) or stops itself until SIGCONT (`pause`). XASINK_TEST_SINK="<sink id>:<batch
+id>" makes the write that batch of a stream. It ends by printing `RESULT {...}`,
 or `ERROR <class>: <message>` (exit 3) when write_xa raises.
 """
 
@@ -30,6 +31,10 @@ def main() -> None:
     df, options = events_df(spark, int(rows), int(partitions)), {}
     if mode:
         df, options, _ = mode_case(spark, mode, int(partitions))
+    sink = os.environ.get("XASINK_TEST_SINK")
+    if sink:
+        sink_id, batch_id = sink.rsplit(":", 1)
+        options.update(sink_id=sink_id, batch_id=int(batch_id))
     try:
         result = write_xa(
             df,
@@ -44,7 +49,8 @@ def main() -> None:
     except Exception as exc:
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
         sys.exit(3)
-    print("RESULT " + json.dumps({"job_id": result.job_id, "rows": result.rows}), flush=True)
+    outcome = {"job_id": result.job_id, "rows": result.rows, "skipped": result.skipped}
+    print("RESULT " + json.dumps(outcome), flush=True)
 
 
 if __name__ == "__main__":

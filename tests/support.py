@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,59 @@ def events_df(spark: Any, rows: int, partitions: int) -> Any:
         (F.col("id") * 0.5).alias("v"),
         (F.col("id") % 1000).cast("int").alias("n"),
         F.timestamp_seconds(F.col("id") + F.lit(1_700_000_000)).alias("ts"),
+    )
+
+
+def _python_path() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def run_script(code: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Python `code` run as a driver process of its own (tests/ importable), output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=TESTS,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *_python_path()])},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def failing_once(df: Any, at_id: int) -> Any:
+    """`df`, whose task that meets id `at_id` fails in its first attempt, mid-partition (a
+    Python UDF raises), and passes when Spark retries it. Works classic and under Connect."""
+    from pyspark.sql import functions as F
+
+    def check(value: int) -> int:
+        from pyspark import TaskContext
+
+        if value == at_id and TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError(f"planned task failure at id {value}")
+        return value
+
+    return df.withColumn("id", F.udf(check, "long")(F.col("id")))
+
+
+def stream_files(directory: Path, batches: int, per_batch: int, start: int = 0) -> None:
+    """One JSON file per micro-batch (id, name, v), ids start*per_batch onwards, each once.
+
+    File b is modified at second b of an old day: Spark takes new files in modification
+    order (ties in any order), so file b is the stream's b-th batch."""
+    directory.mkdir(exist_ok=True)
+    for b in range(start, start + batches):
+        rows = [{"id": b * per_batch + i, "name": f"b{b}", "v": 0.5} for i in range(per_batch)]
+        path = directory / f"part-{b:03d}.json"
+        path.write_text("\n".join(map(json.dumps, rows)) + "\n")
+        os.utime(path, (1_600_000_000 + b, 1_600_000_000 + b))
+
+
+def file_stream(spark: Any, directory: Path) -> Any:
+    """The streaming DataFrame over `stream_files`: one file per micro-batch."""
+    return (
+        spark.readStream.schema("id long, name string, v double")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(directory))
     )
 
 
@@ -120,6 +174,15 @@ def connection_args(server: DbServer) -> dict[str, Any]:
     return {"url": server.jdbc_url, "user": server.user, "password": server.password}
 
 
+def sink_mark(server: DbServer, sink_id: str) -> tuple[int, str | None] | None:
+    """A streaming sink's (highest decided batch, its job), read independently."""
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SELECT batch_id, job_id FROM xasink_sinks WHERE sink_id = %s", (sink_id,))
+        row = cursor.fetchone()
+    return None if row is None else (int(row[0]), None if row[1] is None else str(row[1]))
+
+
 def spec_for(server: DbServer) -> Any:
     """xasink's ConnectionSpec for a test server, as write_xa would build it."""
     from xasink.api import make_spec
@@ -139,7 +202,7 @@ def spec_for(server: DbServer) -> Any:
 @contextlib.contextmanager
 def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
     """(spec, session, journal) for driving xasink's internals against `server`."""
-    from xasink.api import _open_journal
+    from xasink.job import open_journal as _open_journal
 
     spec = spec_for(server)
     session, journal = _open_journal(spec, None)
@@ -177,69 +240,111 @@ def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
     return xasink_cli(db, "recover", *args)
 
 
-class DriverProcess:
-    """A write_xa driver in its own process group that stops at a fault point: killed
-    there (`hang`), or stalled until `resume()` (`pause`)."""
+class WatchedDriver:
+    """A driver script in its own process group, its output collected line by line, that a
+    test can wait on and SIGKILL (the whole group: Spark's JVM and Python workers too)."""
 
-    def __init__(self, db, table: str, point: str, mode: str | None = None, action: str = "hang"):
-        self.point = point
+    def __init__(
+        self,
+        script: str,
+        args: list[str],
+        password: str | None,
+        env: dict[str, str],
+        stdin: int | None = None,
+    ):
         self.output: list[str] = []
-        self._reached = threading.Event()
+        self._password = password
+        self._cond = threading.Condition()
+        self._ended = False  # the output is closed: the driver (group leader) has ended
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(TESTS / "driver_process.py"),
-                db.jdbc_url,
-                db.user,
-                table,
-                str(ROWS),
-                str(PARTITIONS),
-                point,
-                *([mode] if mode else []),
-            ],
+            [sys.executable, str(TESTS / script), *args],
             cwd=TESTS,
-            env={
-                **os.environ,
-                "XASINK_TEST_PASSWORD": db.password,
-                "XASINK_TEST_FAULT_ACTION": action,
-            },
+            env={**os.environ, "XASINK_TEST_PASSWORD": password or "", **env},
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
         )
         threading.Thread(target=self._watch, daemon=True).start()
-        self._password = db.password
 
     def _watch(self) -> None:
+        assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.output.append(line)
-            if line.startswith(f"XASINK-FAULT {self.point}"):
-                self._reached.set()
+            with self._cond:
+                self.output.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
 
-    def wait_for_point(self) -> None:
-        deadline = time.monotonic() + 240
-        while not self._reached.wait(timeout=1) and self.proc.poll() is None:
-            assert time.monotonic() < deadline, "driver hung before " + self.point
-        self._reached.wait(timeout=5)  # the watcher may still be reading the last lines
-        assert self._reached.is_set(), f"driver never reached {self.point}: " + "".join(
-            self.output[-30:]
-        )
+    def wait_for(self, prefix: str | tuple[str, ...], timeout: float = 240) -> bool:
+        """True once a line starts with `prefix`; False if the driver ended or `timeout`
+        passed without one."""
+        return self.line_from(0, lambda line: line.startswith(prefix), timeout) is not None
+
+    def line_from(self, start: int, match: Callable[[str], bool], timeout: float) -> str | None:
+        """The first output line from index `start` on that `match`es; None if the driver
+        ended or `timeout` passed without one."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = next((line for line in self.output[start:] if match(line)), None)
+                left = deadline - time.monotonic()
+                if found is not None or self._ended or left <= 0:
+                    return found
+                self._cond.wait(min(left, 0.5))
+
+    def tail(self, lines: int = 30) -> str:
+        return "".join(self.output[-lines:])
 
     def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=60)
-        assert self._password not in "".join(self.output)
+        self.assert_no_secret()
+
+    def finish(self, timeout: float = 240) -> int:
+        """Let the driver end; its exit code."""
+        code = self.proc.wait(timeout=timeout)
+        with self._cond:
+            self._cond.wait_for(lambda: self._ended, timeout=10)  # the watcher drains the pipe
+        self.assert_no_secret()
+        return code
+
+    def assert_no_secret(self) -> None:
+        if self._password:
+            assert self._password not in "".join(self.output), "the password was printed"
+
+
+class DriverProcess(WatchedDriver):
+    """A write_xa driver (driver_process.py) that stops at a fault point: killed there
+    (`hang`), or stalled until `resume()` (`pause`)."""
+
+    def __init__(
+        self,
+        db,
+        table: str,
+        point: str,
+        mode: str | None = None,
+        action: str = "hang",
+        sink: str | None = None,
+    ):
+        self.point = point
+        args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
+        env = {"XASINK_TEST_FAULT_ACTION": action, **({"XASINK_TEST_SINK": sink} if sink else {})}
+        super().__init__("driver_process.py", args + ([mode] if mode else []), db.password, env)
+
+    def wait_for_point(self) -> None:
+        reached = self.wait_for(f"XASINK-FAULT {self.point}")
+        assert reached, f"driver never reached {self.point}: " + self.tail()
 
     def resume(self, timeout: float = 240) -> str:
         """Continue a paused driver; its last line (`RESULT ...` or `ERROR ...`)."""
         os.kill(self.proc.pid, signal.SIGCONT)
-        self.proc.wait(timeout=timeout)
-        time.sleep(0.2)  # the watcher drains the pipe
-        text = "".join(self.output)
-        assert self._password not in text
+        self.finish(timeout)
         finals = [ln for ln in self.output if ln.startswith(("RESULT ", "ERROR "))]
-        assert finals, "driver ended without a result: " + "".join(self.output[-30:])
+        assert finals, "driver ended without a result: " + self.tail()
         return finals[-1].strip()
 
     def job_id(self, db) -> str:
@@ -250,11 +355,14 @@ class DriverProcess:
             return str(cursor.fetchone()[0])
 
 
-def kill_driver_at(db, table: str, point: str, mode: str | None = None) -> None:
+def kill_driver_at(
+    db, table: str, point: str, mode: str | None = None, sink: str | None = None
+) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group.
 
-    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input."""
-    driver = DriverProcess(db, table, point, mode)
+    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input; with `sink`
+    ("<sink id>:<batch id>"), as that batch of a stream."""
+    driver = DriverProcess(db, table, point, mode, sink=sink)
     try:
         driver.wait_for_point()
     finally:

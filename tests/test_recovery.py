@@ -181,3 +181,33 @@ def test_mariadb_branch_still_attached_to_its_session_is_not_lost(mariadb, opera
     expected = {"commit": (Outcome.COMMITTED, [7]), "rollback": (Outcome.ROLLED_BACK, [])}
     assert (outcome, ids_in(mariadb, table)) == expected[operation]
     assert mariadb.prepared_transactions() == []
+
+
+def test_startup_probe_is_quiet_only_when_nothing_is_in_doubt(db):
+    """write_xa skips its full recovery scan only on proof: no running or deciding job on
+    the table and no prepared transaction in xasink's format (whatever its tag); other
+    applications' prepared transactions neither count nor get touched."""
+    from xasink.job import nothing_in_doubt
+
+    table = new_table(db)
+    before = sorted(db.prepared_transactions())
+    with journal_session(db) as (spec, session, journal):
+        conn = session.connection
+        journal = journal.ensure(conn, spec)
+        assert nothing_in_doubt(conn, journal, table) == (before == [])
+        job_id = uuid.uuid4().hex
+        journal.begin_job(conn, job_id, table, None, 30.0)
+        assert not nothing_in_doubt(conn, journal, table)
+        assert journal.abort(conn, job_id)
+        make = _foreign_postgres if db.kind == "postgres" else _foreign_mariadb
+        make(db)
+        try:
+            assert not nothing_in_doubt(conn, journal, table)  # ours in format, not in tag
+            ours = (f"{FORMAT_ID}_",) if db.kind == "postgres" else ("not-our", "xasink1")
+            for prefix in ours:
+                db.rollback_prepared(prefix)
+            assert nothing_in_doubt(conn, journal, table) == (before == [])
+        finally:
+            for prefix in ("foreign-app", "1_", "other-app", f"{FORMAT_ID}_", "not-our", "xasink1"):
+                db.rollback_prepared(prefix)
+    assert sorted(db.prepared_transactions()) == before

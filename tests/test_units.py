@@ -121,3 +121,24 @@ def test_explicit_jars_win_and_must_exist(tmp_path):
     assert resolve_classpath(("postgres",), [str(jar)]) == [str(jar)]
     with pytest.raises(DriverNotFoundError, match=re.escape("missing.jar")):
         resolve_classpath(("postgres",), [str(tmp_path / "missing.jar")])
+
+
+def test_check_cache_expires_and_forgets_per_connection():
+    from xasink.checkcache import CheckCache
+
+    now = [0.0]
+    cache = CheckCache(ttl=60, clock=lambda: now[0])
+    one = ConnectionSpec(url="jdbc:postgresql://h/a", dialect="postgres")
+    two = ConnectionSpec(url="jdbc:postgresql://h/b", dialect="postgres")
+    cache.put(one, "server", 4)
+    cache.put(two, "server", 2)
+    now[0] = 59.9
+    assert cache.get(one, "server") == 4
+    with pytest.raises(RuntimeError), cache.forgotten_on_failure(one):
+        raise RuntimeError("the call failed")
+    assert cache.get(one, "server") is None and cache.get(two, "server") == 2
+    now[0] = 60.0
+    assert cache.get(two, "server") is None and len(cache) == 0
+    uncached = CheckCache(ttl=0)
+    uncached.put(one, "server", 4)
+    assert uncached.get(one, "server") is None

@@ -18,12 +18,14 @@ from .errors import (
     PreflightError,
     RecoveryError,
     SchemaMismatchError,
+    SinkConflictError,
     UnsupportedTypeError,
     WriteError,
     XaError,
     XasinkError,
 )
 from .recovery import BranchAction, RecoveryReport
+from .streaming import foreach_batch
 from .xid import FORMAT_ID, BranchId, Xid
 
 __version__ = "0.1.0"
@@ -44,12 +46,14 @@ __all__ = [
     "RecoveryError",
     "RecoveryReport",
     "SchemaMismatchError",
+    "SinkConflictError",
     "UnsupportedTypeError",
     "WriteError",
     "WriteResult",
     "XaError",
     "XasinkError",
     "Xid",
+    "foreach_batch",
     "recover",
     "write_xa",
 ]

@@ -164,7 +164,8 @@ def _jobs(args: argparse.Namespace) -> int:
             rows = "-" if j.rows is None else str(j.rows)
             age = "-" if j.age_seconds is None else _duration(j.age_seconds)
             print(f"{j.job_id:32}  {j.state:10}  {j.mode:9}  {rows:>10}  {age:>8}  {j.table}")
-            for note in (j.blocker, j.resolution):
+            stream = f"sink {j.sink_id} batch {j.batch_id}" if j.sink_id else ""
+            for note in (stream, j.blocker, j.resolution):
                 if note:
                     print(f"{'':32}  -> {note}")
     return EXIT_UNRESOLVED if any(j.blocker for j in found) else EXIT_OK

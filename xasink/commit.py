@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from . import idle
 from .connect import open_session
 from .errors import PreflightError
 from .journal import COMMITTED, Journal
@@ -25,6 +26,8 @@ from .xid import BranchId, Xid
 
 log = logging.getLogger("xasink")
 T = TypeVar("T")
+#: xasink.idle's name for the branch operations' session.
+OPS_ROLE = "branch ops"
 
 
 class Outcome(enum.Enum):
@@ -39,18 +42,26 @@ class BranchOps:
     """Commit / rollback / recover for one database, with reconnect-and-retry."""
 
     def __init__(
-        self, spec: ConnectionSpec, journal: Journal, retries: int = 5, backoff: float = 0.5
+        self,
+        spec: ConnectionSpec,
+        journal: Journal,
+        retries: int = 5,
+        backoff: float = 0.5,
+        reuse: bool = False,
     ) -> None:
         self.spec = spec
         self.journal = journal
         self.retries = retries
         self.backoff = backoff
+        #: Take a kept session and hand it back after a clean exit (xasink.idle).
+        self.reuse = reuse
         self._session: XaSession | None = None
 
     @property
     def session(self) -> XaSession:
         if self._session is None:
-            self._session = open_session(self.spec)
+            kept = idle.take(self.spec, OPS_ROLE) if self.reuse else None
+            self._session = kept or open_session(self.spec)
         return self._session
 
     def close(self) -> None:
@@ -61,7 +72,10 @@ class BranchOps:
     def __enter__(self) -> BranchOps:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        if self.reuse and exc_type is None and self._session is not None:
+            idle.give(self.spec, OPS_ROLE, self._session)
+            self._session = None
         self.close()
 
     def _retry(self, operation: str, call: Callable[[XaSession], T]) -> T:

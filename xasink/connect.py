@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 from typing import Any
 
 import jpype
 
 from .dialects import Dialect, get_dialect
 from .errors import ConfigurationError, PreflightError
-from .jars import resolve_classpath
+from .jars import resolve_classpath, visible
 from .jdbc import java_message
-from .jvm import ensure_jvm, jclass
+from .jvm import attach_as_daemon, ensure_jvm, jclass
+from .sparkenv import shipped_copy
 from .target import ConnectionSpec
 from .xa import XaSession, classify
 
@@ -40,8 +40,12 @@ def classpath_for(spec: ConnectionSpec) -> list[str]:
 
 
 def _local_jars(spec: ConnectionSpec) -> list[str]:
-    """The driver's resolved jars; on an executor where they are absent, look again here."""
-    if spec.jars and all(Path(jar).is_file() for jar in spec.jars):
+    """The driver's resolved jars: on an executor, the copies shipped with the job first;
+    else the driver's paths if they exist here; else this machine's own search."""
+    shipped = [shipped_copy(jar) for jar in spec.jars]
+    if spec.jars and all(shipped):
+        return [str(path) for path in shipped]
+    if spec.jars and all(visible(jar) for jar in spec.jars):
         return list(spec.jars)
     return resolve_classpath(get_dialect(spec.dialect).jar_kinds, None)
 
@@ -49,8 +53,10 @@ def _local_jars(spec: ConnectionSpec) -> list[str]:
 def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
     cached = _datasources.get(spec)
     if cached is not None:
+        attach_as_daemon()
         return cached
     ensure_jvm(_local_jars(spec))
+    attach_as_daemon()
     candidates = (spec.xa_datasource,) if spec.xa_datasource else dialect.datasource_classes
     if not candidates:
         raise ConfigurationError("Name the driver's XADataSource class with xa_datasource=...")

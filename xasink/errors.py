@@ -48,6 +48,11 @@ class DecisionUnknownError(CommitError):
     """The commit decision may or may not be durable; `xasink recover` settles it."""
 
 
+class SinkConflictError(JobAbortedError):
+    """Another job decided the same batch of a streaming sink first: two queries share one
+    sink_id. This job committed nothing."""
+
+
 class JournalError(XasinkError):
     """The journal holds something xasink did not write, or cannot be used as it is."""
 

@@ -1,12 +1,20 @@
-"""The driver's heartbeat: proof to recovery runs that a job's driver is still alive."""
+"""The driver's heartbeat: proof to recovery runs that a job's driver is still alive.
+
+One daemon thread per process beats every live job when its interval is due, instead of a
+thread per call: most small calls end before their first beat, and starting and joining a
+thread each time was a fixed cost of its own.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 
 from .journal import Journal
 from .target import ConnectionSpec
+from .xa import XaSession
 
 log = logging.getLogger("xasink")
 
@@ -18,48 +26,114 @@ LEASE_INTERVALS = 3
 class Heartbeat:
     """Refreshes the job row while the driver lives, so recovery can tell it from a dead one.
 
-    It runs on its own connection with bounded lock waits: a beat that waits behind the
-    job's own apply gives up and tries again, rather than queueing."""
+    Beats run on a connection of their own with bounded lock waits: a beat that waits
+    behind the job's own apply gives up and tries again, rather than queueing."""
 
     def __init__(
         self, journal: Journal, spec: ConnectionSpec, job_id: str, interval: float
     ) -> None:
-        self._journal, self._spec, self._job_id = journal, spec, job_id
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="xasink-heartbeat", daemon=True)
+        self.journal, self.spec, self.job_id = journal, spec, job_id
+        self.interval = interval
 
     @property
     def lease(self) -> float:
-        return LEASE_INTERVALS * self._interval
+        return LEASE_INTERVALS * self.interval
 
     def start(self) -> Heartbeat:
-        self._thread.start()
+        _BEATER.add(self)
         return self
 
+    def stop(self) -> None:
+        """No beat of this job runs once this returns (one in flight is waited for)."""
+        _BEATER.remove(self)
+
+
+class _Beater:
+    """The process's heartbeat thread and its sessions, one per (connection, lock bound)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[Heartbeat, float] = {}
+        self._beating: Heartbeat | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._sessions: dict[tuple[ConnectionSpec, int], XaSession] = {}
+
+    def add(self, heartbeat: Heartbeat) -> None:
+        with self._cond:
+            self._due[heartbeat] = time.monotonic() + heartbeat.interval
+            alive = self._thread is not None and self._thread.is_alive()
+            if not alive or self._pid != os.getpid():  # none yet, or forked after it started
+                self._sessions = {}
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._run, name="xasink-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def remove(self, heartbeat: Heartbeat) -> None:
+        with self._cond:
+            self._due.pop(heartbeat, None)
+            while self._beating is heartbeat:
+                self._cond.wait()
+            self._cond.notify_all()
+
+    def _next(self) -> Heartbeat | None:
+        """Wait for the next due beat (None: no job is left; close the sessions)."""
+        with self._cond:
+            while True:
+                if not self._due:
+                    if self._sessions:
+                        return None
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                heartbeat, due = min(self._due.items(), key=lambda item: item[1])
+                if due <= now:
+                    self._due[heartbeat] = now + heartbeat.interval
+                    self._beating = heartbeat
+                    return heartbeat
+                self._cond.wait(due - now)
+
     def _run(self) -> None:
+        while True:
+            heartbeat = self._next()
+            if heartbeat is None:
+                self._close_all()
+                continue
+            try:
+                self._beat(heartbeat)
+            finally:
+                with self._cond:
+                    self._beating = None
+                    self._cond.notify_all()
+
+    def _beat(self, heartbeat: Heartbeat) -> None:
         from .connect import open_session
         from .jdbc import execute
 
-        session = None
-        bound, _ = self._journal.dialect.lock_wait_sql(max(1, int(self._interval)))
+        bound_seconds = max(1, int(heartbeat.interval))
+        key = (heartbeat.spec, bound_seconds)
         try:
-            while not self._stop.wait(self._interval):
-                try:
-                    if session is None:
-                        session = open_session(self._spec)
-                        if bound:
-                            execute(session.connection, bound)
-                    self._journal.heartbeat(session.connection, self._job_id)
-                except Exception as exc:  # keep beating; recovery decides if we went silent
-                    log.warning("xasink heartbeat failed: %s", self._spec.redact(exc))
-                    if session is not None:
-                        session.close()
-                        session = None
-        finally:
-            if session is not None:
-                session.close()
+            session = self._sessions.get(key)
+            if session is None:
+                session = open_session(heartbeat.spec)
+                self._sessions[key] = session
+                bound, _ = heartbeat.journal.dialect.lock_wait_sql(bound_seconds)
+                if bound:
+                    execute(session.connection, bound)
+            heartbeat.journal.heartbeat(session.connection, heartbeat.job_id)
+        except Exception as exc:  # keep beating; recovery decides if we went silent
+            log.warning("xasink heartbeat failed: %s", heartbeat.spec.redact(exc))
+            broken = self._sessions.pop(key, None)
+            if broken is not None:
+                broken.close()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def _close_all(self) -> None:
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            session.close()
+
+
+_BEATER = _Beater()

@@ -10,6 +10,9 @@ from pathlib import Path
 from .errors import DriverNotFoundError
 
 JARS_ENV = "XASINK_JARS"
+#: Test-only: folders (os.pathsep-separated) whose jars this process must not see, to play
+#: an executor on a machine that lacks the driver's jars (tests/test_cluster.py).
+HIDDEN_ENV = "XASINK_TEST_HIDE_JAR_DIRS"
 SYSTEM_DIRS: tuple[Path, ...] = (Path("/usr/share/java"), Path("/usr/local/share/java"))
 _PROJECT_JARS = Path(__file__).resolve().parent.parent / "jars"
 
@@ -38,12 +41,19 @@ def search_dirs() -> list[Path]:
     return unique
 
 
+def visible(path: str | Path) -> bool:
+    """Whether a jar file exists here (and is not hidden by HIDDEN_ENV)."""
+    resolved = Path(path).resolve()
+    hidden = [Path(p).resolve() for p in os.environ.get(HIDDEN_ENV, "").split(os.pathsep) if p]
+    return resolved.is_file() and not any(resolved.is_relative_to(d) for d in hidden)
+
+
 def explicit_jars(jars: Sequence[str] | None) -> list[str]:
     """Jars named by the caller or by `XASINK_JARS`; each must exist."""
     named = list(jars or [])
     env = os.environ.get(JARS_ENV, "")
     named += [p for p in env.split(os.pathsep) if p]
-    missing = [p for p in named if not Path(p).is_file()]
+    missing = [p for p in named if not visible(p)]
     if missing:
         raise DriverNotFoundError(
             f"JDBC jar(s) not found: {', '.join(missing)}. Check the paths given in jars=[...] "
@@ -65,7 +75,7 @@ def find_driver_jar(kind: str, folders: Sequence[Path] | None = None) -> str | N
             p.resolve()
             for pattern in DRIVER_JAR_PATTERNS[kind]
             for p in folder.glob(pattern)
-            if p.is_file()
+            if visible(p)
         }
         if found:
             return str(max(found, key=_version_key))

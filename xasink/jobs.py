@@ -11,7 +11,7 @@ from typing import Any
 
 from .commit import BranchOps, Outcome
 from .errors import ConfigurationError
-from .jdbc import execute, query
+from .jdbc import execute, local_transaction, query
 from .journal import (
     ABANDONED,
     ABORTED,
@@ -36,6 +36,9 @@ class JobInfo:
     #: What keeps the job from being final, and what to do about it ("" when final).
     blocker: str
     resolution: str
+    #: A streaming job's sink and batch ("" / None otherwise).
+    sink_id: str = ""
+    batch_id: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,7 +68,8 @@ def list_jobs(
         f"SELECT j.job_id, j.state, j.target_table, "
         f"(SELECT SUM(w.row_count) FROM {journal.winners} w WHERE w.job_id = j.job_id), "
         f"{d.age_sql('j.created_at') or 'NULL'}, {d.age_sql('j.heartbeat_at') or 'NULL'}, "
-        f"j.apply_plan, j.resolution, j.lease_seconds FROM {journal.jobs} j "
+        f"j.apply_plan, j.resolution, j.lease_seconds, j.sink_id, j.batch_id "
+        f"FROM {journal.jobs} j "
         f"{'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY j.created_at DESC",
         params,
     )[:limit]
@@ -73,7 +77,7 @@ def list_jobs(
     for branch, _ in ops.prepared():
         prepared.setdefault(branch.job_id, []).append(branch)
     jobs = []
-    for job_id, state, target, total, age, beat, plan, resolution, lease in rows:
+    for job_id, state, target, total, age, beat, plan, resolution, lease, sink, batch in rows:
         job_id, state = str(job_id), str(state)
         mode = _mode(plan)
         jobs.append(
@@ -87,6 +91,8 @@ def list_jobs(
                 mode,
                 _blocker(ops, conn, journal, job_id, state, beat, lease, prepared, grace),
                 str(resolution or ""),
+                str(sink or ""),
+                None if batch is None else int(batch),
             )
         )
     return jobs
@@ -163,12 +169,15 @@ def abandon(
         f"{record.state} -> {final} by `xasink resolve --abandon`"
         + (f": {reason}" if reason else "")
     )[:2000]
-    changed = execute(
-        conn,
-        f"UPDATE {journal.jobs} SET state = ?, finished_at = {journal.dialect.now_sql}, "
-        "resolved_by = ?, resolution = ? WHERE job_id = ? AND state = ?",
-        (final, who[:900], what, job_id, record.state),
-    )
+    with local_transaction(conn):
+        changed = execute(
+            conn,
+            f"UPDATE {journal.jobs} SET state = ?, finished_at = {journal.dialect.now_sql}, "
+            "resolved_by = ?, resolution = ? WHERE job_id = ? AND state = ?",
+            (final, who[:900], what, job_id, record.state),
+        )
+        if changed == 1 and final == ABORTED:
+            journal.restore_sink(conn, job_id)  # a streaming batch is written again on replay
     if changed != 1:
         raise ConfigurationError(
             f"Job {job_id} changed state while it was being abandoned; look again with "

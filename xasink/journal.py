@@ -38,6 +38,8 @@ META_TABLE = "xasink_meta"
 JOBS_TABLE = "xasink_jobs"
 WINNERS_TABLE = "xasink_winners"
 MARKERS_TABLE = "xasink_markers"
+#: One row per streaming sink: the highest batch id whose commit decision is recorded.
+SINKS_TABLE = "xasink_sinks"
 
 RUNNING, COMMITTING, COMMITTED, ABORTED = "running", "committing", "committed", "aborted"
 #: Terminal state of an append job that an operator closed with a lost winner (`xasink
@@ -49,6 +51,28 @@ FINAL_STATES = (COMMITTED, ABORTED, ABANDONED)
 DEFAULT_LOCK_WAIT = 60.0
 
 Winner = tuple[int, int]  # (partition, attempt)
+
+#: `decide_commit`'s outcomes.
+DECIDED, JOB_ENDED, BATCH_TAKEN = "decided", "job ended", "batch taken"
+#: A sink's high-water mark before its first batch.
+NO_BATCH = -1
+
+
+@dataclass(frozen=True)
+class SinkBatch:
+    """A streaming job's place in its sink: batch `batch_id` of sink `sink_id`."""
+
+    sink_id: str
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class SinkMark:
+    """A sink's high-water mark: the highest decided batch and the job that decided it."""
+
+    sink_id: str
+    batch_id: int
+    job_id: str | None
 
 
 @dataclass(frozen=True)
@@ -97,6 +121,10 @@ class Journal:
     @property
     def markers(self) -> str:
         return self._table(MARKERS_TABLE)
+
+    @property
+    def sinks(self) -> str:
+        return self._table(SINKS_TABLE)
 
     # -- setup -----------------------------------------------------------------------
     @classmethod
@@ -188,11 +216,17 @@ class Journal:
                 "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT NOT "
                 "NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, attempt)",
             ),
+            # Tables added after the first release come last: an older journal gets them.
             d.create_table_sql(
                 self.meta, "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL"
             ),
+            d.create_table_sql(
+                self.sinks,
+                f"sink_id VARCHAR(200) NOT NULL PRIMARY KEY, batch_id BIGINT NOT NULL, "
+                f"job_id VARCHAR(64), updated_at {ts} NOT NULL",
+            ),
         ]
-        for sql in statements if not existed else statements[-1:]:
+        for sql in statements if not existed else statements[-2:]:
             execute(conn, sql)
         self._upgrade(conn)
         tag = self._stored_tag(conn)
@@ -216,6 +250,11 @@ class Journal:
         ("jobs", "resolved_by", "text_type"),
         ("jobs", "resolution", "long_text_type"),
         ("winners", "row_count", "BIGINT"),
+        ("jobs", "sink_id", "VARCHAR(200)"),
+        ("jobs", "batch_id", "BIGINT"),
+        # The sink's mark before this job's decision: restored if the decided job aborts.
+        ("jobs", "prev_batch_id", "BIGINT"),
+        ("jobs", "prev_job_id", "VARCHAR(64)"),
     )
 
     def _upgrade(self, conn: Any) -> None:
@@ -230,16 +269,54 @@ class Journal:
 
     # -- the driver's job lifecycle --------------------------------------------------
     def begin_job(
-        self, conn: Any, job_id: str, table: str, plan: ApplyPlan | None, lease: float
+        self,
+        conn: Any,
+        job_id: str,
+        table: str,
+        plan: ApplyPlan | None,
+        lease: float,
+        sink: SinkBatch | None = None,
     ) -> None:
         """Register the job, and its staging table (if any) before that table exists."""
         now = self.dialect.now_sql
+        streaming = ", sink_id, batch_id" if sink else ""
         execute(
             conn,
             f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-            f"heartbeat_at, apply_plan, lease_seconds) VALUES (?, ?, ?, 0, {now}, {now}, ?, ?)",
-            (job_id, table, RUNNING, plan.to_json() if plan else None, int(lease + 0.999)),
+            f"heartbeat_at, apply_plan, lease_seconds{streaming}) "
+            f"VALUES (?, ?, ?, 0, {now}, {now}, ?, ?{', ?, ?' if sink else ''})",
+            (
+                job_id,
+                table,
+                RUNNING,
+                plan.to_json() if plan else None,
+                int(lease + 0.999),
+                *((sink.sink_id, sink.batch_id) if sink else ()),
+            ),
         )
+
+    def _register_sink(self, conn: Any, sink_id: str) -> None:
+        if self.sink_mark(conn, sink_id) is not None:
+            return
+        try:  # two first batches may race: one insert wins
+            execute(
+                conn,
+                f"INSERT INTO {self.sinks} (sink_id, batch_id, job_id, updated_at) "
+                f"VALUES (?, ?, NULL, {self.dialect.now_sql})",
+                (sink_id, NO_BATCH),
+            )
+        except Exception:
+            if self.sink_mark(conn, sink_id) is None:
+                raise
+
+    def sink_mark(self, conn: Any, sink_id: str) -> SinkMark | None:
+        """The sink's high-water mark (None: the sink has never written)."""
+        rows = query(
+            conn, f"SELECT batch_id, job_id FROM {self.sinks} WHERE sink_id = ?", (sink_id,)
+        )
+        if not rows:
+            return None
+        return SinkMark(sink_id, int(rows[0][0]), str(rows[0][1]) if rows[0][1] else None)
 
     def heartbeat(self, conn: Any, job_id: str) -> None:
         execute(
@@ -250,19 +327,33 @@ class Journal:
         )
 
     def decide_commit(
-        self, conn: Any, job_id: str, winners: Iterable[tuple[int, int, int]]
-    ) -> bool:
-        """Durably record the commit decision; False if the job is no longer running.
+        self,
+        conn: Any,
+        job_id: str,
+        winners: Iterable[tuple[int, int, int]],
+        sink: SinkBatch | None = None,
+    ) -> str:
+        """Durably record the commit decision. Returns DECIDED, JOB_ENDED (the job is no
+        longer running) or BATCH_TAKEN (the sink's mark already reached this batch: another
+        job decided it, and nothing was recorded).
 
-        `winners` are (partition, attempt, rows)."""
-        with local_transaction(conn):
-            changed = execute(
-                conn,
-                f"UPDATE {self.jobs} SET state = ?, decided_at = {self.dialect.now_sql} "
-                "WHERE job_id = ? AND state = ?",
-                (COMMITTING, job_id, RUNNING),
-            )
-            if changed == 1:
+        `winners` are (partition, attempt, rows). A streaming job's decision also moves its
+        sink's mark to its batch, in the same local transaction and only if the mark is
+        below it, so one batch of a sink is decided once, whoever races for it."""
+        if sink is not None:
+            self._register_sink(conn, sink.sink_id)
+        try:
+            with local_transaction(conn):
+                changed = execute(
+                    conn,
+                    f"UPDATE {self.jobs} SET state = ?, decided_at = {self.dialect.now_sql} "
+                    "WHERE job_id = ? AND state = ?",
+                    (COMMITTING, job_id, RUNNING),
+                )
+                if changed != 1:
+                    return JOB_ENDED
+                if sink is not None:
+                    self._advance_sink(conn, job_id, sink)
                 self._batch(
                     conn,
                     f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
@@ -270,7 +361,51 @@ class Journal:
                     job_id,
                     winners,
                 )
-        return changed == 1
+        except _BatchTaken:  # rolled back: the job is still running, and undecided
+            return BATCH_TAKEN
+        return DECIDED
+
+    def _advance_sink(self, conn: Any, job_id: str, sink: SinkBatch) -> None:
+        """Move the sink's mark to this job's batch, remembering the mark it replaces."""
+        rows = query(
+            conn,
+            f"SELECT batch_id, job_id FROM {self.sinks} WHERE sink_id = ? FOR UPDATE",
+            (sink.sink_id,),
+        )
+        moved = execute(
+            conn,
+            f"UPDATE {self.sinks} SET batch_id = ?, job_id = ?, updated_at = "
+            f"{self.dialect.now_sql} WHERE sink_id = ? AND batch_id < ?",
+            (sink.batch_id, job_id, sink.sink_id, sink.batch_id),
+        )
+        if moved != 1 or not rows:
+            raise _BatchTaken()
+        execute(
+            conn,
+            f"UPDATE {self.jobs} SET sink_id = ?, batch_id = ?, prev_batch_id = ?, "
+            "prev_job_id = ? WHERE job_id = ?",
+            (sink.sink_id, sink.batch_id, int(rows[0][0]), rows[0][1], job_id),
+        )
+
+    def restore_sink(self, conn: Any, job_id: str) -> None:
+        """A decided streaming job ended without its rows (aborted after its decision): put
+        its sink's mark back, so that the batch's replay writes it instead of skipping it.
+        Runs in the caller's transaction, with the job's state change. A mark that moved on
+        since (a later batch decided) is left as it is."""
+        rows = query(
+            conn,
+            f"SELECT sink_id, prev_batch_id, prev_job_id FROM {self.jobs} WHERE job_id = ?",
+            (job_id,),
+        )
+        if not rows or rows[0][0] is None or rows[0][1] is None:
+            return
+        sink_id, previous, previous_job = rows[0]
+        execute(
+            conn,
+            f"UPDATE {self.sinks} SET batch_id = ?, job_id = ?, updated_at = "
+            f"{self.dialect.now_sql} WHERE sink_id = ? AND job_id = ?",
+            (int(previous), previous_job, str(sink_id), job_id),
+        )
 
     def fence_decision(self, conn: Any, job_id: str) -> str | None:
         """After the decision's commit failed ambiguously: settle it for good.
@@ -366,9 +501,14 @@ class Journal:
     def abandon(self, conn: Any, job_id: str) -> bool:
         """Abort a decided *staged* job that can never be applied (the target refused its
         rows, or a winner was lost). Its apply is one transaction, so the target was never
-        changed. An append job is never abandoned here: other branches' rows are in the
-        table (an operator closes it with `xasink resolve --abandon`)."""
-        return self._end(conn, job_id, COMMITTING, ABORTED, staged_only=True)
+        changed, and a streaming job's sink mark goes back with the state. An append job is
+        never abandoned here: other branches' rows are in the table (an operator closes it
+        with `xasink resolve --abandon`)."""
+        with local_transaction(conn):
+            ended = self._end(conn, job_id, COMMITTING, ABORTED, staged_only=True)
+            if ended:
+                self.restore_sink(conn, job_id)
+        return ended
 
     def apply_plan(self, conn: Any, job_id: str) -> ApplyPlan | None:
         rows = query(
@@ -442,6 +582,17 @@ class Journal:
         """Jobs in `state`, oldest decision first (the order staged jobs must apply in)."""
         return self._records(conn, "state = ?", (state,), order="decided_at, job_id")
 
+    def table_settled(self, conn: Any, table: str) -> bool:
+        """No job on `table` is running or deciding, and no finished job's staging table is
+        left (on any table): recovery scoped to `table` would find no job row to act on."""
+        rows = query(
+            conn,
+            f"SELECT COUNT(*) FROM {self.jobs} WHERE (target_table = ? AND state IN (?, ?)) "
+            "OR (apply_plan IS NOT NULL AND state IN (?, ?, ?))",
+            (table, RUNNING, COMMITTING, *FINAL_STATES),
+        )
+        return int(rows[0][0]) == 0
+
     def running(self, conn: Any) -> list[str]:
         """Running jobs: a silent one is aborted by recovery even before any branch
         prepared (a staged one's staging table is dropped then)."""
@@ -506,6 +657,10 @@ class Journal:
             "VALUES (?, ?, ?, ?)",
             (job_id, partition, attempt, rows),
         )
+
+
+class _BatchTaken(Exception):
+    """Raised inside the decision's transaction to roll it back."""
 
 
 class JobOrderError(JournalError):

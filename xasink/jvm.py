@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jpype
+import jpype.config
 
 from .xid import Xid
 
@@ -22,6 +23,7 @@ DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")
 _lock = threading.Lock()
 _loaded_jars: list[str] = []
 _loader: Any = None
+_thread_class: Any = None
 
 
 def ensure_jvm(classpath: Sequence[str]) -> None:
@@ -29,11 +31,18 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
     global _loader
     with _lock:
         if not jpype.isJVMStarted():
+            if threading.current_thread() is not threading.main_thread():
+                # The starting thread stays attached as a non-daemon, and the JVM's
+                # shutdown at exit would wait for it forever when it is a thread that
+                # never ends (a py4j callback thread running a foreachBatch function).
+                jpype.config.destroy_jvm = False
             options = list(DEFAULT_JVM_OPTIONS) + os.environ.get(JVM_OPTIONS_ENV, "").split()
             jpype.startJVM(
                 *options, classpath=list(classpath), convertStrings=False, interrupt=False
             )
             _loaded_jars.extend(classpath)
+            global _thread_class
+            _thread_class = jpype.JClass("java.lang.Thread")
             return
         extra = [jar for jar in classpath if jar not in _loaded_jars]
         if extra:
@@ -43,6 +52,16 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
             parent = _loader or jpype.JClass("java.lang.ClassLoader").getSystemClassLoader()
             _loader = jpype.JClass("java.net.URLClassLoader")(urls, parent)
             _loaded_jars.extend(extra)
+
+
+def attach_as_daemon() -> None:
+    """Attach the calling thread to the JVM as a daemon, before its first Java call.
+
+    JPype attaches a thread on its first call as a non-daemon, and the JVM's shutdown at
+    exit waits for those. Threads xasink does not own never end (py4j's callback threads,
+    which run foreachBatch functions, are reused), so the process would hang on exit."""
+    if _thread_class is not None and not _thread_class.isAttached():
+        _thread_class.attachAsDaemon()  # via a class looked up earlier: a lookup attaches
 
 
 def jclass(name: str) -> Any:

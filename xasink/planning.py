@@ -16,35 +16,47 @@ from .errors import ConfigurationError
 from .jdbc import execute
 from .journal import Journal
 from .preflight import table_columns
+from .sparkenv import default_parallelism, partition_count
 from .staging import ApplyPlan, ModeOptions, create_stage_sql, stage_name
 from .target import ConnectionSpec, TableRef
 from .writer import WritePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("xasink")
 
 
 def branch_count(
     df: DataFrame, max_branches: int | Literal["auto"] | None, options: ModeOptions
-) -> int:
-    """How many branches the job writes (see `shape_frame`).
+) -> tuple[int, bool]:
+    """How many branches the job writes (see `shape_frame`), and whether exactly that many
+    (False: at most; Spark Connect cannot tell a DataFrame's partition count).
 
     Each Python task costs tens of milliseconds and each branch holds a prepared slot, so
     200 tiny partitions are cheaper written as a few larger branches (like Spark JDBC's
     `numPartitions`). "auto" means twice Spark's default parallelism; None keeps every
     partition. Keyed modes repartition by key into that many branches."""
-    partitions = df.rdd.getNumPartitions()
+    partitions = partition_count(df)
     if max_branches is None:
-        return partitions
+        if partitions is None:
+            raise ConfigurationError(
+                "max_branches=None keeps every partition, but Spark Connect cannot tell how "
+                "many there are: pass max_branches=<n> (or 'auto')."
+            )
+        return partitions, True
     if max_branches == "auto":
-        limit = 2 * max(1, df.sparkSession.sparkContext.defaultParallelism)
+        limit = 2 * default_parallelism(df.sparkSession)
     elif isinstance(max_branches, int) and max_branches >= 1:
         limit = max_branches
     else:
         raise ConfigurationError("max_branches must be a positive integer, 'auto' or None.")
-    return limit if options.routed else min(partitions, limit)
+    if options.routed:
+        return limit, True
+    if partitions is None:
+        return limit, False
+    return min(partitions, limit), True
 
 
 def apply_plan_for(
@@ -67,11 +79,13 @@ def apply_plan_for(
         key=tuple(spelled[k] for k in options.key),
         ordered=options.order is not None,
         op_values=options.op_values,
+        op_fold=options.op_fold,
+        op_skip=options.op_skip,
     )
 
 
 def load_target(
-    df: DataFrame,
+    schema: StructType,
     conn: Any,
     spec: ConnectionSpec,
     dialect: Dialect,
@@ -87,7 +101,7 @@ def load_target(
     from .types import column_ddl_type
 
     steering = [
-        column_ddl_type(dialect.name, name, df.schema[frame].dataType, key=False)
+        column_ddl_type(dialect.name, name, schema[frame].dataType, key=False)
         for name, frame in zip(
             apply_plan.stage_columns[len(targets) :], options.steering, strict=True
         )
@@ -111,18 +125,27 @@ def shape_frame(
     same key)."""
     from pyspark.sql import functions as F
 
-    from .types import to_wire
+    from .types import needs_spark_conversion, to_wire
 
-    ordered = [*options.written(df.columns), *options.steering]
-    positions = [df.columns.index(c) for c in ordered]
-    scratch = [f"_xasink_{i}" for i in range(len(df.columns))]  # names select() cannot misparse
-    df = df.toDF(*scratch).select(*(scratch[i] for i in positions)).toDF(*plan.columns)
-    df = to_wire(df, dialect.name, columns)
+    names = list(df.columns)
+    positions = [names.index(c) for c in [*options.written(names), *options.steering]]
+    types = [df.schema.fields[i].dataType for i in positions]
+    converts = any(
+        needs_spark_conversion(t, dialect.name, c) for t, c in zip(types, columns, strict=False)
+    )
+    # Spark analyses every DataFrame operation on the driver at once (10-20 ms each here):
+    # none when the frame already has the writers' shape, else one projection.
+    if converts or positions != list(range(len(names))) or list(plan.columns) != names:
+        scratch = [f"_xasink_{i}" for i in range(len(names))]  # names select() cannot misparse
+        wire = to_wire([F.col(scratch[i]) for i in positions], types, dialect.name, columns)
+        aliased = (c.alias(n) for c, n in zip(wire, plan.columns, strict=True))
+        df = df.toDF(*scratch).select(*aliased)
     if options.routed:
         assert plan.apply is not None
         return df.repartition(branches, *(F.col(_escaped(k)) for k in plan.apply.key))
-    if df.rdd.getNumPartitions() > branches:
-        log.info("xasink: coalescing into %d branches", branches)
+    partitions = partition_count(df)
+    if partitions is None or partitions > branches:
+        log.info("xasink: coalescing into at most %d branches", branches)
         return df.coalesce(branches)
     return df
 

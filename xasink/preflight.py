@@ -13,6 +13,7 @@ from .masking import Redactor
 from .target import TableRef
 
 MIN_PYSPARK_MEMORY_MB = 2048
+PYSPARK_MEMORY = "spark.executor.pyspark.memory"
 
 
 def table_columns(conn: Any, dialect: Dialect, table: TableRef, redact: Redactor) -> dict[str, str]:
@@ -71,7 +72,7 @@ def _megabytes(size: str) -> float | None:
 
 def check_spark_conf(conf: dict[str, str]) -> None:
     """`spark.executor.pyspark.memory` caps the worker's address space; a JVM needs room."""
-    value = conf.get("spark.executor.pyspark.memory")
+    value = conf.get(PYSPARK_MEMORY)
     size = _megabytes(value) if value else None
     if size is not None and size < MIN_PYSPARK_MEMORY_MB:
         raise PreflightError(

@@ -29,11 +29,16 @@ APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
 MODES = (APPEND, OVERWRITE, UPSERT, MERGE)
 #: The staging table's names for the `op` and `order` columns (never written to the target).
 OP_COLUMN, ORDER_COLUMN = "xasink_op", "xasink_order"
-DEFAULT_OP_VALUES: Mapping[str, str | Sequence[str]] = {
-    "insert": "insert",
-    "update": "update",
-    "delete": "delete",
+#: Without `op_values`, merge knows the common change-feed spellings, case-insensitively:
+#: plain words, Debezium's c/u/d/r (r: a snapshot read), I/U/D, and Delta's change data feed
+#: (whose update_preimage rows are skipped: the postimage carries the change).
+CDC_OP_VALUES: Mapping[str, Sequence[str]] = {
+    "insert": ("insert", "c", "r", "i"),
+    "update": ("update", "u", "update_postimage"),
+    "delete": ("delete", "d"),
+    "skip": ("update_preimage",),
 }
+_OP_KINDS = ("insert", "update", "delete", "skip")
 _ROW_NUMBER = "xasink_rn"
 #: How many offending keys or values an error names.
 SHOWN = 5
@@ -49,6 +54,9 @@ class ModeOptions:
     order: str | None = None
     #: (value, is_delete) for every accepted op value.
     op_values: tuple[tuple[str, bool], ...] = ()
+    #: Op values compared lower-cased (the built-in spellings), and the ones to skip.
+    op_fold: bool = False
+    op_skip: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -88,8 +96,10 @@ class ModeOptions:
                 f"The DataFrame has no column(s) {', '.join(map(repr, missing))}; it has "
                 f"{', '.join(frame_columns)}."
             )
-        values = _op_values(op_values) if mode == MERGE else ()
-        return cls(mode, keys, op, order, values)
+        if mode != MERGE:
+            return cls(mode, keys, op, order)
+        values, skip = _op_values(CDC_OP_VALUES if op_values is None else op_values)
+        return cls(mode, keys, op, order, values, op_values is None, skip)
 
     @property
     def staged(self) -> bool:
@@ -110,21 +120,27 @@ class ModeOptions:
         return tuple(c for c in (self.op, self.order) if c)
 
 
-def _op_values(given: Mapping[str, str | Sequence[str]] | None) -> tuple[tuple[str, bool], ...]:
-    mapping = dict(DEFAULT_OP_VALUES if given is None else given)
-    unknown = set(mapping) - set(DEFAULT_OP_VALUES)
+def _op_values(
+    mapping: Mapping[str, str | Sequence[str]],
+) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]]:
+    """((value, is_delete) per applied value, skipped values) of an op_values mapping."""
+    unknown = set(mapping) - set(_OP_KINDS)
     if unknown or "delete" not in mapping:
         raise ConfigurationError(
-            "op_values maps 'insert', 'update' and 'delete' to the op column's values, e.g. "
-            f"{{'insert': 'c', 'update': 'u', 'delete': 'd'}}; got {given!r}."
+            "op_values maps 'insert', 'update' and 'delete' (and optionally 'skip') to the op "
+            f"column's values, e.g. {{'insert': 'c', 'update': 'u', 'delete': 'd'}}; got "
+            f"{dict(mapping)!r}."
         )
-    pairs: dict[str, bool] = {}
-    for op, values in mapping.items():
+    kinds: dict[str, str] = {}
+    for kind, values in mapping.items():
         for value in (values,) if isinstance(values, str) else tuple(values):
-            if value in pairs and pairs[value] != (op == "delete"):
-                raise ConfigurationError(f"op value {value!r} cannot mean both delete and not.")
-            pairs[str(value)] = op == "delete"
-    return tuple(sorted(pairs.items()))
+            earlier = kinds.setdefault(str(value), kind)
+            if earlier != kind and {earlier, kind} & {"delete", "skip"}:
+                raise ConfigurationError(
+                    f"op value {value!r} cannot mean both {earlier} and {kind}."
+                )
+    applied = tuple(sorted((v, k == "delete") for v, k in kinds.items() if k != "skip"))
+    return applied, tuple(sorted(v for v, k in kinds.items() if k == "skip"))
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,10 @@ class ApplyPlan:
     key: tuple[str, ...] = ()
     ordered: bool = False
     op_values: tuple[tuple[str, bool], ...] = ()
+    #: The op column is compared lower-cased (the built-in change-feed spellings).
+    op_fold: bool = False
+    #: Op values whose rows are dropped before the staging table (e.g. update_preimage).
+    op_skip: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -155,6 +175,8 @@ class ApplyPlan:
             key=tuple(raw["key"]),
             ordered=bool(raw["ordered"]),
             op_values=tuple((str(v), bool(d)) for v, d in raw["op_values"]),
+            op_fold=bool(raw.get("op_fold", False)),
+            op_skip=tuple(str(v) for v in raw.get("op_skip", ())),
         )
 
     @property
@@ -166,6 +188,11 @@ class ApplyPlan:
     @property
     def delete_values(self) -> tuple[str, ...]:
         return tuple(v for v, is_delete in self.op_values if is_delete)
+
+    def op_sql(self, dialect: Dialect, alias: str = "") -> str:
+        """The staged op column as the op values compare with it."""
+        column = f"{alias}{dialect.quote(OP_COLUMN)}"
+        return f"LOWER({column})" if self.op_fold else column
 
 
 def stage_name(job_id: str, schema: str | None) -> TableRef:
@@ -229,10 +256,11 @@ def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
     if plan.op_values:
         known = [v for v, _ in plan.op_values]
         marks = ", ".join("?" for _ in known)
+        op = plan.op_sql(dialect)
         unknown = query(
             conn,
             f"SELECT DISTINCT {q(OP_COLUMN)} FROM {stage} "
-            f"WHERE {q(OP_COLUMN)} IS NULL OR {q(OP_COLUMN)} NOT IN ({marks})",
+            f"WHERE {q(OP_COLUMN)} IS NULL OR {op} NOT IN ({marks})",
             known,
         )
         if unknown:
@@ -298,14 +326,14 @@ def apply_statements(dialect: Dialect, plan: ApplyPlan) -> list[tuple[str, tuple
     deletes = plan.delete_values
     marks = ", ".join("?" for _ in deletes)
     keys = ", ".join(q(k) for k in plan.key)
-    op = q(OP_COLUMN)
+    op = plan.op_sql(dialect, "s.")
     return [
         (
             f"DELETE FROM {target} WHERE ({keys}) IN "
-            f"(SELECT {keys} FROM {source} WHERE s.{op} IN ({marks}))",
+            f"(SELECT {keys} FROM {source} WHERE {op} IN ({marks}))",
             deletes,
         ),
-        (f"{insert}{source} WHERE s.{op} NOT IN ({marks}) {upsert}", deletes),
+        (f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes),
     ]
 
 

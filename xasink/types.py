@@ -45,7 +45,7 @@ from .columns import TableColumn
 from .errors import UnsupportedTypeError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column
 
 __all__ = ["StructType", "column_ddl_type", "compatibility_problem", "to_wire"]
 
@@ -335,30 +335,32 @@ def _article(data_type: DataType) -> str:
 
 
 # -- values on the wire ------------------------------------------------------------------
-def to_wire(df: DataFrame, dialect_name: str, columns: Sequence[TableColumn]) -> DataFrame:
-    """`df` with each array/map/struct column turned, inside Spark (JVM expressions, no
-    Python UDF), into the text its target column parses: a PostgreSQL array literal for a
-    PostgreSQL array column, JSON text otherwise. A boolean bound for a numeric column
-    becomes 0/1. Other columns are returned unchanged.
-
-    `df`'s columns are named and ordered like `columns` (columns[i] is the target of
-    df.columns[i]); columns beyond `len(columns)` (steering columns) pass unchanged.
+def to_wire(
+    sources: Sequence[Column],
+    data_types: Sequence[DataType],
+    dialect_name: str,
+    columns: Sequence[TableColumn],
+) -> list[Column]:
+    """Each source column (of type `data_types[i]`) as the value its target column
+    `columns[i]` takes: array/map/struct columns become, inside Spark (JVM expressions, no
+    Python UDF), the text that column parses: a PostgreSQL array literal for a PostgreSQL
+    array column, JSON text otherwise. A boolean bound for a numeric column becomes 0/1.
+    Other columns, and sources beyond `len(columns)` (steering columns), pass unchanged.
     JSON keeps timestamps' microseconds (instants in UTC with offset), writes binary as
     base64 and NaN/±Infinity as strings; map keys become JSON object keys, i.e. strings (a
     non-string key as its JSON text)."""
-    from pyspark.sql import functions as F
-
-    fields = df.schema.fields
-    if len(columns) > len(fields):
-        raise ValueError(f"to_wire: {len(columns)} target columns for {len(fields)} columns")
-    pairs = list(zip(fields[: len(columns)], columns, strict=True))
-    if not any(_changes(f.dataType, dialect_name, c) for f, c in pairs):
-        return df
+    if len(columns) > len(sources):
+        raise ValueError(f"to_wire: {len(columns)} target columns for {len(sources)} columns")
     converted = [
-        _wire_column(F.col(_quoted(f.name)), f.dataType, dialect_name, c).alias(f.name)
-        for f, c in pairs
+        _wire_column(source, data_type, dialect_name, column)
+        for source, data_type, column in zip(sources, data_types, columns, strict=False)
     ]
-    return df.select(*converted, *[F.col(_quoted(f.name)) for f in fields[len(columns) :]])
+    return [*converted, *sources[len(columns) :]]
+
+
+def needs_spark_conversion(data_type: DataType, dialect_name: str, column: TableColumn) -> bool:
+    """Whether `to_wire` changes this column (only Spark expressions can, not a loader)."""
+    return _changes(data_type, dialect_name, column)
 
 
 def _quoted(name: str) -> str:

@@ -6,6 +6,7 @@ worker's memory does not grow with its partition. The only output is one small m
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import resource
@@ -18,9 +19,10 @@ from .connect import open_session
 from .dialects import get_dialect
 from .errors import WriteError
 from .faults import Fault, trigger
-from .journal import RUNNING, Journal
+from .heartbeat import Heartbeat
+from .journal import RUNNING, Journal, SinkBatch
 from .loaders import Loader, open_loader
-from .staging import ApplyPlan, branch_problem
+from .staging import OP_COLUMN, ApplyPlan, branch_problem
 from .target import ConnectionSpec, TableRef
 from .xa import XaFailure, XaSession
 from .xid import BranchId, Xid
@@ -65,6 +67,11 @@ class WritePlan:
     column_types: tuple[str, ...] = ()
     #: Staged modes: `table` is the job's staging table, checked in each branch before PREPARE.
     apply: ApplyPlan | None = None
+    #: A streaming job's sink and batch: its decision moves the sink's mark to the batch.
+    sink: SinkBatch | None = None
+    #: Seconds between heartbeats sent by each task while it writes (0: the driver beats).
+    #: A Data Source job has no driver process that lives through the write.
+    task_heartbeat: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -75,49 +82,86 @@ class BranchOutcome:
     problem: str = ""
 
 
-def _message(
+@dataclass(frozen=True)
+class BranchReport:
+    """What one partition tells the driver (a message row, or a Data Source commit
+    message): its prepared branch's XID ("" for none), rows, and any problem."""
+
+    partition: int
+    attempt: int
+    xid: str
+    rows: int = 0
+    peak_rss_kb: int = 0
+    path: str = ""
+    problem: str = ""
+
+
+def _report(
     partition: int, attempt: int, xid: str, outcome: BranchOutcome | None = None
-) -> pa.RecordBatch:
+) -> BranchReport:
     # Peak RSS of this worker process so far: shows that memory does not grow with rows.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return pa.RecordBatch.from_pylist(
-        [
-            {
-                "partition": partition,
-                "attempt": attempt,
-                "xid": xid,
-                "rows": outcome.rows if outcome else 0,
-                "peak_rss_kb": peak,
-                "path": outcome.path if outcome else "",
-                "problem": outcome.problem if outcome else "",
-            }
-        ],
-        schema=MESSAGE_SCHEMA,
-    )
+    if outcome is None:
+        return BranchReport(partition, attempt, xid, peak_rss_kb=peak)
+    return BranchReport(partition, attempt, xid, outcome.rows, peak, outcome.path, outcome.problem)
 
 
 def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The mapInArrow function: write this partition into one prepared branch."""
+    report = write_task(plan, batches)
+    yield pa.RecordBatch.from_pylist([dataclasses.asdict(report)], schema=MESSAGE_SCHEMA)
+
+
+def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
+    """Write this task's rows into one prepared branch (none if it has no rows)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
-        raise WriteError("write_partition must run inside a Spark task.")
+        raise WriteError("xasink's partition writer must run inside a Spark task.")
     partition, attempt = context.partitionId(), context.taskAttemptId()
     attempt_number = context.attemptNumber()
+    if plan.apply is not None and plan.apply.op_skip:
+        batches = without_skipped_ops(plan.apply, batches)
     non_empty = (batch for batch in batches if batch.num_rows)
     first = next(non_empty, None)
     if first is None:
         # Nothing to write: no branch at all, so nothing to commit or to leave behind.
-        yield _message(partition, attempt, "")
-        return
+        return _report(partition, attempt, "")
     branch = BranchId(plan.journal.tag, plan.job_id, partition, attempt)
-    outcome = _write_branch(plan, branch, itertools.chain([first], non_empty), attempt_number)
+    heartbeat = (
+        Heartbeat(plan.journal, plan.spec, plan.job_id, plan.task_heartbeat).start()
+        if plan.task_heartbeat
+        else None
+    )
+    try:
+        rows = itertools.chain([first], non_empty)
+        outcome = _write_branch(plan, branch, rows, attempt_number)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
     if outcome.problem:
-        yield _message(partition, attempt, "", outcome)  # rolled back: nothing to commit
-        return
+        return _report(partition, attempt, "", outcome)  # rolled back: nothing to commit
     trigger(plan.faults, "after_prepare", partition, attempt_number)
-    yield _message(partition, attempt, str(branch.xid), outcome)
+    return _report(partition, attempt, str(branch.xid), outcome)
+
+
+def without_skipped_ops(
+    apply: ApplyPlan, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Drop the change rows that carry no change of their own (e.g. Delta's
+    update_preimage), before they reach the staging table."""
+    import pyarrow.compute as pc
+
+    skip = pa.array(apply.op_skip, pa.string())
+    for batch in batches:
+        ops = batch.column(batch.schema.get_field_index(OP_COLUMN))
+        if not pa.types.is_string(ops.type) and not pa.types.is_large_string(ops.type):
+            yield batch
+            continue
+        if apply.op_fold:
+            ops = pc.utf8_lower(ops)
+        yield batch.filter(pc.invert(pc.fill_null(pc.is_in(ops, value_set=skip), False)))
 
 
 def _write_branch(

@@ -134,6 +134,12 @@ class Dialect:
         None when the server does not say when a transaction was prepared."""
         return None
 
+    def prepared_count(self, conn: Any, format_id: int) -> int | None:
+        """How many prepared transactions with `format_id` the server lists where XA
+        RECOVER on this database would, read on an ordinary connection; None: this dialect
+        cannot tell (recovery then scans in full)."""
+        return None
+
     # -- classifying errors ----------------------------------------------------------
     def is_missing_table(self, exc: BaseException) -> bool:
         """The statement failed because a table does not exist (and for no other reason)."""

@@ -111,6 +111,13 @@ class MySQLDialect(Dialect):
     def location_sql(self) -> str:
         return "SELECT DATABASE()"
 
+    def prepared_count(self, conn: Any, format_id: int) -> int:
+        from ..jdbc import query
+
+        # Rows of (formatID, gtrid_length, bqual_length, data), the list XA RECOVER gives
+        # the connector's recover() too.
+        return sum(1 for row in query(conn, "XA RECOVER") if int(row[0]) == format_id)
+
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         # lock_wait_timeout bounds metadata locks (DDL), innodb_lock_wait_timeout row locks.
         return (

@@ -76,6 +76,20 @@ class PostgresDialect(Dialect):
             "FROM pg_prepared_xacts WHERE database = current_database()"
         )
 
+    def prepared_count(self, conn: Any, format_id: int) -> int:
+        from ..jdbc import query
+
+        # pgjdbc's gid is `formatId_base64(gtrid)_base64(bqual)`; its recover() lists only
+        # the current database's transactions.
+        return int(
+            query(
+                conn,
+                "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database() "
+                "AND split_part(gid, '_', 1) = ?",
+                (str(format_id),),
+            )[0][0]
+        )
+
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         return f"SET lock_timeout = '{int(seconds)}s'", "SET lock_timeout = DEFAULT"
 

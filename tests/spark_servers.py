@@ -1,0 +1,86 @@
+"""Spark beyond one process for the tests: a Spark Connect server started as its own process
+(pyspark's sbin/start-connect-server.sh), and a multi-process local cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+
+SPARK_HOME = Path(pyspark.__file__).parent
+#: Spark settings every test session shares (see support.spark_builder).
+COMMON_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.task.maxFailures": "4",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.5)
+    tail = log.read_text()[-3000:] if log.exists() else "(no log)"
+    raise RuntimeError(f"Spark Connect server did not listen on {port}:\n{tail}")
+
+
+@contextlib.contextmanager
+def connect_server(master: str = "local[2,4]", env: dict[str, str] | None = None) -> Iterator[str]:
+    """A Spark Connect server in its own process; yields its sc:// URL. `env` is added to
+    the server's environment (its executors' Python workers inherit it). local[2,4]: a
+    failed task is retried, as on a cluster."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="xasink-connect-") as work:
+        ident = f"xasink-test-{port}"
+        server_env = {
+            **os.environ,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_PID_DIR": work,
+            "SPARK_LOG_DIR": work,
+            "SPARK_IDENT_STRING": ident,
+            "PYSPARK_PYTHON": sys.executable,
+            **(env or {}),
+        }
+        conf = {**COMMON_CONF, "spark.connect.grpc.binding.port": str(port)}
+        args = [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--master", master]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        subprocess.run(args, env=server_env, check=True, capture_output=True, timeout=120)
+        logs = list(Path(work).glob("*.out"))
+        try:
+            _wait_for_port(port, logs[0] if logs else Path(work) / "missing")
+            yield f"sc://127.0.0.1:{port}"
+        finally:
+            subprocess.run(
+                [str(SPARK_HOME / "sbin" / "stop-connect-server.sh")],
+                env=server_env,
+                capture_output=True,
+                timeout=120,
+            )
+
+
+def connect_session(url: str):  # -> pyspark.sql.connect.session.SparkSession
+    """A Spark Connect client session (no SparkContext, no JVM in this process for Spark).
+
+    Made the way a user makes one; the process must not hold a classic session as well
+    (tests marked `connect_client` run in a pytest process of their own)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).create()  # a new session per server

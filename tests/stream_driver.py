@@ -1,0 +1,115 @@
+"""A Structured Streaming driver that the stream kill tests and the streaming demo SIGKILL
+and restart from its checkpoint.
+
+Usage: python stream_driver.py '<json>' with url, user, source, checkpoint, table, sink and
+optionally merge_table and stop_after_commit. The password comes from XASINK_TEST_PASSWORD.
+
+It streams `support.stream_files` (one file per micro-batch) through foreachBatch: each batch
+is appended to `table` (sink `<sink>-append`) and, with merge_table, merged into it as the
+change feed of `merge_changes` (sink `<sink>-merge`). It prints `BATCH <id>` when a batch
+starts, `COMMITTED <id>` when its writes returned, and `CONSUMED` when the input is done.
+With stop_after_commit, it prints `XASINK-FAULT after_sink_commit` after the first batch's
+writes and waits to be killed: the sink has committed, Spark's commit log has not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from support import WatchedDriver, file_stream, spark_builder
+
+from xasink import foreach_batch
+
+#: Keys of the merge feed: ids fold onto them, so most batches update or delete old keys.
+MERGE_KEYS = 150
+
+
+def launch(config: dict[str, Any], password: str | None, **extra: Any) -> WatchedDriver:
+    """This script as a driver process of its own, with `config` and `extra` as its JSON."""
+    return WatchedDriver("stream_driver.py", [json.dumps({**config, **extra})], password, {})
+
+
+def merge_changes(events: Any) -> Any:
+    """The change feed derived from events (id, name, v): key id % MERGE_KEYS, a delete for
+    every 7th id, else an update to (name, id); `seq` (the event id) orders one batch."""
+    from pyspark.sql import functions as F
+
+    return events.select(
+        (F.col("id") % MERGE_KEYS).alias("id"),
+        F.col("name"),
+        F.col("id").cast("double").alias("v"),
+        F.when(F.col("id") % 7 == 0, F.lit("delete")).otherwise(F.lit("update")).alias("op"),
+        F.col("id").alias("seq"),
+    )
+
+
+def expected_merge(start: dict[int, tuple[Any, Any]], ids: range, per_batch: int) -> dict:
+    """The merged table after every event of `ids`, applied in order, once."""
+    state = dict(start)
+    for i in ids:
+        if i % 7 == 0:
+            state.pop(i % MERGE_KEYS, None)
+        else:
+            state[i % MERGE_KEYS] = (f"b{i // per_batch}", float(i))
+    return state
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("xasink").setLevel(logging.INFO)  # batches committed or skipped
+    spark = spark_builder("xasink-stream-driver").getOrCreate()
+    spark.sparkContext.setLogLevel("OFF")
+    common = {
+        "user": config["user"],
+        "password": os.environ.get("XASINK_TEST_PASSWORD") or None,
+        "max_branches": 2,
+        "heartbeat_interval": 1.0,
+    }
+    sink, url = config["sink"], config["url"]
+    append = foreach_batch(url, config["table"], sink_id=f"{sink}-append", **common)
+    merge = None
+    if config.get("merge_table"):
+        merge = foreach_batch(
+            url,
+            config["merge_table"],
+            sink_id=f"{sink}-merge",
+            mode="merge",
+            key="id",
+            op="op",
+            order="seq",
+            **common,
+        )
+
+    def write(df: Any, batch_id: int) -> None:
+        print(f"BATCH {batch_id}", flush=True)
+        df.persist()
+        append(df, batch_id)
+        if merge:
+            merge(merge_changes(df), batch_id)
+        df.unpersist()
+        print(f"COMMITTED {batch_id}", flush=True)
+        if config.get("stop_after_commit"):
+            print("XASINK-FAULT after_sink_commit", flush=True)
+            while True:
+                time.sleep(60)
+
+    query = (
+        file_stream(spark, config["source"])
+        .writeStream.foreachBatch(write)
+        .option("checkpointLocation", config["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    print("CONSUMED", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

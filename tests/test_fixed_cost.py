@@ -1,0 +1,102 @@
+"""What write_xa keeps per process to cut its fixed cost per call, against real servers:
+the check cache (xasink.checkcache: a failed call forgets it, a changed table is described
+again after a failure or once its entry expired) and the shared heartbeat thread. Contents
+are read with psycopg / pymysql."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from support import assert_exactly, connection_args, events_df, journal_session, new_table
+
+import xasink.api
+from xasink import SchemaMismatchError, WriteError, write_xa
+from xasink.checkcache import CheckCache
+from xasink.heartbeat import Heartbeat
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """write_xa's cache on a clock the test moves."""
+    clock = Clock()
+    monkeypatch.setattr(xasink.api, "CHECKS", CheckCache(ttl=60, clock=clock))
+    return clock
+
+
+def drop_column(db, table: str, column: str) -> None:
+    with db.admin_connect() as conn:
+        conn.cursor().execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        if db.kind == "mariadb":
+            conn.commit()
+
+
+def test_a_failed_call_forgets_and_the_next_describes_the_table_again(spark, db, clock):
+    table = new_table(db)
+    df = events_df(spark, 100, 2)
+    write_xa(df, table=table, **connection_args(db))
+    assert len(xasink.api.CHECKS) == 3  # server, table, journal
+    drop_column(db, table, "n")
+    # Still cached: the stale description passes preflight, and the server refuses the rows.
+    with pytest.raises(WriteError):
+        write_xa(
+            df.withColumn("id", df.id + 100),
+            table=table,
+            **connection_args(db),
+        )
+    assert len(xasink.api.CHECKS) == 0
+    assert_exactly(db, table, range(100))
+    # Described again: preflight names the column, nothing is written.
+    with pytest.raises(SchemaMismatchError, match="'n'"):
+        write_xa(df, table=table, **connection_args(db))
+    assert_exactly(db, table, range(100))
+
+
+def test_a_changed_table_is_described_again_once_its_entry_expired(spark, db, clock):
+    table = new_table(db)
+    df = events_df(spark, 50, 1)
+    write_xa(df, table=table, **connection_args(db))
+    drop_column(db, table, "v")
+    clock.now += 61
+    with pytest.raises(SchemaMismatchError, match="'v'"):
+        write_xa(df.withColumn("id", df.id + 50), table=table, **connection_args(db))
+    assert_exactly(db, table, range(50))
+    write_xa(df.drop("v").withColumn("id", df.id + 50), table=table, **connection_args(db))
+    assert_exactly(db, table, range(100))
+
+
+def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):
+    def beats(job_id: str) -> int:
+        with db.connect() as conn:
+            cursor = conn.cursor()
+            cursor.execute(f"SELECT beats FROM xasink_jobs WHERE job_id = '{job_id}'")
+            return int(cursor.fetchone()[0])
+
+    table = new_table(db)
+    with journal_session(db) as (spec, session, journal):
+        journal = journal.ensure(session.connection, spec)
+        jobs = [uuid.uuid4().hex for _ in range(2)]
+        for job_id in jobs:
+            journal.begin_job(session.connection, job_id, table, None, 3.0)
+        hearts = [Heartbeat(journal, spec, job_id, 0.2).start() for job_id in jobs]
+        time.sleep(1.0)
+        threads = [t for t in threading.enumerate() if t.name == "xasink-heartbeat"]
+        assert len(threads) == 1
+        for heart in hearts:
+            heart.stop()
+        stopped = [beats(job_id) for job_id in jobs]
+        assert all(n >= 2 for n in stopped), stopped
+        time.sleep(0.6)
+        assert [beats(job_id) for job_id in jobs] == stopped
+        for job_id in jobs:
+            assert journal.abort(session.connection, job_id)

@@ -1,0 +1,238 @@
+"""df.write.format("xasink") and df.writeStream.format("xasink") (Python Data Source API):
+the same exactly-once guarantees as write_xa, checked with psycopg/pymysql.
+
+No registration call is made anywhere: Spark finds the source through `pyspark_xasink`.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from support import (
+    assert_exactly,
+    contents,
+    events_df,
+    failing_once,
+    file_stream,
+    new_table,
+    old_contents,
+    run_script,
+    seeded_table,
+    sink_mark,
+    stage_tables,
+    stream_files,
+)
+
+
+def writer(df, db, table, mode="append", **options):
+    w = (
+        df.write.format("xasink")
+        .mode(mode)
+        .option("url", db.jdbc_url)
+        .option("dbtable", table)
+        .option("user", db.user)
+        .option("password", db.password)
+    )
+    for name, value in options.items():
+        w = w.option(name, value)
+    return w
+
+
+def assert_clean(db) -> None:
+    assert db.prepared_transactions() == [], "prepared transactions were left behind"
+    assert stage_tables(db) == [], "a staging table was left behind"
+
+
+def latest_jobs(db, table: str) -> list[str]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT state FROM xasink_jobs WHERE target_table = %s ORDER BY created_at", (table,)
+        )
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def test_append_through_the_format(spark, db):
+    table = new_table(db)
+    writer(events_df(spark, 3000, 3), db, table).save()
+    assert_exactly(db, table, range(3000))
+    assert latest_jobs(db, table) == ["committed"]
+
+
+def test_append_and_overwrite_through_a_task_failure(spark, db):
+    """One task fails mid-partition in its first attempt and is retried: its first branch
+    never prepares and is rolled back; the retry's branch wins."""
+    table = new_table(db)
+    writer(failing_once(events_df(spark, 3000, 3), 1700), db, table).save()
+    assert_exactly(db, table, range(3000))
+    table = seeded_table(db)
+    rows = [(i, "new", i * 2.0) for i in range(50, 550)]
+    df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
+    writer(failing_once(df, 300), db, table, "overwrite").save()
+    assert contents(db, table) == {i: ("new", i * 2.0) for i in range(50, 550)}
+    assert_clean(db)
+
+
+def test_overwrite_and_upsert_through_the_format(spark, db):
+    table = seeded_table(db)
+    rows = [(i, "new", i * 2.0) for i in range(50, 150)]
+    df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
+    writer(df, db, table, "overwrite").save()
+    assert contents(db, table) == {i: ("new", i * 2.0) for i in range(50, 150)}
+    # Upsert without key routing: versions of one key land in different partitions, and
+    # the apply keeps the highest `order` across all of them.
+    changes = [(i, "v1", 1.0, 1) for i in range(100, 200)] + [
+        (i, "v2", 2.0, 2) for i in range(100, 120)
+    ]
+    df = spark.createDataFrame(changes, "id long, name string, v double, seq int")
+    writer(
+        df.repartition(4), db, table, **{"xasink.mode": "upsert", "key": "id", "order": "seq"}
+    ).save()
+    expected = {i: ("new", i * 2.0) for i in range(50, 100)}
+    expected |= {i: ("v1", 1.0) for i in range(100, 200)} | {
+        i: ("v2", 2.0) for i in range(100, 120)
+    }
+    assert contents(db, table) == expected
+    assert_clean(db)
+
+
+def test_duplicate_keys_in_different_partitions_are_refused_whole(spark, db):
+    """Spark does not route keys to partitions for a data source: the apply transaction's
+    check over the whole staging table must catch a key written by two partitions."""
+    table = seeded_table(db)
+    rows = [(i, "a", 1.0) for i in range(150, 160)] + [(155, "b", 2.0)]
+    df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
+    with pytest.raises(Exception, match="duplicate key"):
+        writer(df, db, table, **{"xasink.mode": "upsert", "key": "id"}).save()
+    assert contents(db, table) == old_contents()
+    assert latest_jobs(db, table)[-1] == "aborted"
+    assert_clean(db)
+
+
+def test_a_failing_partition_leaves_nothing(spark, db):
+    """A NULL into a NOT NULL column fails one task every attempt: Spark aborts the job,
+    abort() rolls back every branch, and the table is unchanged."""
+    table = new_table(db)
+    from pyspark.sql import functions as F
+
+    df = events_df(spark, 1000, 2).withColumn(
+        "id", F.when(F.col("id") == 777, F.lit(None)).otherwise(F.col("id"))
+    )
+    with pytest.raises(Exception, match=r"(?i)null"):
+        writer(df, db, table).save()
+    assert_exactly(db, table, [])
+    assert latest_jobs(db, table) == ["aborted"]
+
+
+def test_options_are_checked_with_clear_messages(spark, db):
+    df = events_df(spark, 10, 1)
+    with pytest.raises(Exception, match=r"Unknown option.*xasink.modee"):
+        writer(df, db, "t", **{"xasink.modee": "upsert"}).save()
+    with pytest.raises(Exception, match="does not take option 'createtablecolumntypes'"):
+        writer(df, db, "t", createTableColumnTypes="id INT").save()
+    with pytest.raises(Exception, match=r"mode\('overwrite'\) and xasink.mode='upsert' disagree"):
+        writer(df, db, "t", "overwrite", **{"xasink.mode": "upsert", "key": "id"}).save()
+    with pytest.raises(Exception, match=r"password authentication failed|Access denied") as bad:
+        writer(df, db, "t").option("password", db.password + "-wrong").save()
+    assert db.password not in str(bad.value)
+
+
+SECRETS_DRIVER = """
+import sys
+from support import events_df, failing_once, spark_builder
+url, user, password, table, events = sys.argv[1:6]
+spark = (
+    spark_builder("secrets-check")
+    .config("spark.eventLog.enabled", "true")
+    .config("spark.eventLog.dir", events)
+    .config("spark.eventLog.compress", "false")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("INFO")
+def writer(df, secret):
+    return (
+        df.write.format("xasink").mode("append").option("url", url).option("dbtable", table)
+        .option("user", user).option("password", secret)
+    )
+writer(failing_once(events_df(spark, 1000, 2), 700), password).save()
+try:
+    writer(events_df(spark, 10, 1), password + "-wrong").save()
+except Exception as exc:
+    print("REFUSED", exc)
+spark.stop()
+"""
+
+
+def test_the_password_is_in_no_plan_log_or_error(db, tmp_path):
+    """A driver with Spark's event log on (every plan, every task failure) and INFO logs
+    writes through a task failure, then with a wrong password: the password (and the wrong
+    one) appears in none of it, while the plans are there."""
+    table, events = new_table(db), tmp_path / "events"
+    events.mkdir()
+    done = run_script(SECRETS_DRIVER, db.jdbc_url, db.user, db.password, table, str(events))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "REFUSED" in done.stdout, done.stdout[-3000:]
+    assert_exactly(db, table, range(1000))
+    event_log = "".join(p.read_text() for p in events.rglob("*") if p.is_file())
+    assert "planned task failure" in event_log and "AppendData xasink" in event_log
+    for text in (done.stdout, done.stderr, event_log):
+        assert db.password not in text
+
+
+def test_more_partitions_than_num_partitions_is_refused(spark, db):
+    table = new_table(db)
+    with pytest.raises(Exception, match=r"coalesce\(2\)"):
+        writer(events_df(spark, 100, 4), db, table, numPartitions="2").save()
+    assert_exactly(db, table, [])
+
+
+# -- streaming ---------------------------------------------------------------------------------
+def _stream(spark, db, table, source, checkpoint) -> None:
+    query = (
+        file_stream(spark, source)
+        .writeStream.format("xasink")
+        .option("url", db.jdbc_url)
+        .option("dbtable", table)
+        .option("user", db.user)
+        .option("password", db.password)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def sink_of(db, table: str) -> str:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT DISTINCT sink_id FROM xasink_jobs WHERE target_table = %s "
+            "AND sink_id IS NOT NULL",
+            (table,),
+        )
+        sinks = [str(row[0]) for row in cursor.fetchall()]
+    assert len(sinks) == 1, sinks
+    return sinks[0]
+
+
+def test_a_stream_through_the_format_is_exactly_once_across_a_replay(spark, db, tmp_path):
+    """Three micro-batches; then Spark's record of the last batch is removed (as if the
+    query died after the sink committed it, before Spark noted it), so the restarted query
+    replays batch 2: the sink recognizes it and writes nothing twice."""
+    table, source, checkpoint = new_table(db), tmp_path / "in", tmp_path / "checkpoint"
+    stream_files(source, 3, 100)
+    _stream(spark, db, table, source, checkpoint)
+    assert_exactly(db, table, range(300))
+    sink = sink_of(db, table)
+    assert sink.startswith("checkpoint-")
+    assert sink_mark(db, sink)[0] == 2
+    (checkpoint / "commits" / "2").unlink()
+    shutil.rmtree(checkpoint / "commits" / ".2.crc", ignore_errors=True)
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    stream_files(source, 1, 100, start=3)
+    _stream(spark, db, table, source, checkpoint)
+    assert_exactly(db, table, range(400))
+    assert sink_mark(db, sink)[0] == 3
+    assert set(latest_jobs(db, table)) <= {"committed", "aborted"}
+    assert_clean(db)

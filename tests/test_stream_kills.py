@@ -1,0 +1,78 @@
+"""A foreachBatch stream whose driver is SIGKILLed (the whole process group) again and again,
+and restarted from its checkpoint until the input is consumed: once at the point between
+the sink's commit and Spark's commit log, then at random moments (seeded, see
+chaos_support; CI kills 10 times per database, `make chaos` more).
+
+Each batch is appended to one table and merged, as a change feed, into another. At the end
+the append table holds exactly the input ids, the merge table exactly the final state per
+key, and, after `xasink recover --grace 0`, no branch or staging table is left.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from chaos_support import FULL, leftovers, rng
+from stream_driver import expected_merge, launch
+from support import (
+    assert_exactly,
+    cli,
+    contents,
+    new_table,
+    old_contents,
+    seeded_table,
+    sink_mark,
+    stream_files,
+)
+
+KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 10))
+BATCHES, PER_BATCH = KILLS + 10, 100
+
+
+def test_a_stream_survives_driver_kills(db, tmp_path):
+    random = rng(f"stream-kills-{db.kind}")
+    table, merge_table = new_table(db), seeded_table(db)
+    sink = f"kills-{uuid.uuid4().hex[:8]}"
+    stream_files(tmp_path / "in", BATCHES, PER_BATCH)
+    config = {
+        "url": db.jdbc_url,
+        "user": db.user,
+        "source": str(tmp_path / "in"),
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "table": table,
+        "merge_table": merge_table,
+        "sink": sink,
+    }
+    # Killed after the sink committed batch 0, before Spark's commit log has it.
+    driver = launch(config, db.password, stop_after_commit=True)
+    assert driver.wait_for("XASINK-FAULT after_sink_commit"), driver.tail()
+    driver.kill()
+    assert sink_mark(db, f"{sink}-append")[0] == 0
+    kills, runs = 1, 1
+    while kills <= KILLS:
+        driver, runs = launch(config, db.password), runs + 1
+        if random.random() < 0.2:  # anywhere, start-up and replay included
+            consumed = driver.wait_for("CONSUMED", timeout=random.uniform(0, 8))
+        else:  # inside a batch: its writes, decisions and phase 2
+            assert driver.wait_for(("BATCH", "CONSUMED")), driver.tail()
+            consumed = driver.wait_for("CONSUMED", timeout=random.uniform(0, 4))
+        if consumed:
+            break
+        driver.kill()
+        kills += 1
+    if not driver.wait_for("CONSUMED", timeout=600):  # the last run was killed: once more
+        driver = launch(config, db.password)
+        assert driver.wait_for("CONSUMED", timeout=600), driver.tail()
+    assert driver.finish() == 0, driver.tail()
+    print(f"stream on {db.kind}: {kills} kills in {runs} runs")
+    assert kills > KILLS, f"the input ran out after {kills} kills; add batches"
+
+    ids = range(BATCHES * PER_BATCH)
+    assert_exactly(db, table, ids)
+    assert contents(db, merge_table) == expected_merge(old_contents(), ids, PER_BATCH)
+    assert sink_mark(db, f"{sink}-append")[0] == BATCHES - 1
+    assert sink_mark(db, f"{sink}-merge")[0] == BATCHES - 1
+    done = cli(db, "--grace", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert leftovers(db) == ([], [])

@@ -1,0 +1,98 @@
+"""A short per-process memory of write_xa's preflight checks that passed, so that many
+small calls do not repeat the same server, table and journal round trips.
+
+Why skipping them for a while is safe:
+
+* An entry only spares a *read* made before any branch opens. Nothing that decides a
+  commit is ever cached: the journal's tag, the job rows, the XA RECOVER listing, the
+  markers and the decision are read from the database on every call.
+* Without the cache, the same facts can already change between the check and the load
+  (nothing is locked in between). The cache widens that window to at most `ttl` seconds;
+  the database still enforces its own types, constraints and limits when the rows arrive,
+  inside the branch, so such a change fails the job before its decision (rolled back).
+* Every failed call forgets all entries of its connection, and the next call checks
+  again, with preflight's own message for what is wrong.
+* The journal entry is keyed by the journal's stored tag: a journal dropped and made
+  again (a new tag) is checked again at once.
+
+Only `write_xa` uses it: the format("xasink") writer fails in other processes, which
+could not forget the entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from .target import ConnectionSpec
+
+T = TypeVar("T")
+
+#: How long an entry lives, in seconds.
+DEFAULT_TTL = 60.0
+
+
+@dataclass(frozen=True)
+class _Entry(Generic[T]):
+    value: T
+    expires: float
+
+
+class CheckCache:
+    """Values keyed by (connection, what, ...), each forgotten after `ttl` seconds or
+    when a call on that connection fails."""
+
+    def __init__(self, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
+        self.ttl, self._clock = ttl, clock
+        self._entries: dict[tuple[ConnectionSpec, Hashable], _Entry[object]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: ConnectionSpec, key: Hashable) -> object | None:
+        """The live value, or None (missing or expired)."""
+        with self._lock:
+            entry = self._entries.get((spec, key))
+            if entry is None:
+                return None
+            if entry.expires <= self._clock():
+                del self._entries[(spec, key)]
+                return None
+            return entry.value
+
+    def put(self, spec: ConnectionSpec, key: Hashable, value: object) -> None:
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            self._entries[(spec, key)] = _Entry(value, self._clock() + self.ttl)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def forget(self, spec: ConnectionSpec) -> None:
+        """Drop every entry of this connection."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == spec]:
+                del self._entries[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    @contextlib.contextmanager
+    def forgotten_on_failure(self, spec: ConnectionSpec) -> Iterator[None]:
+        """Forget this connection's entries if the block raises (then re-raise)."""
+        try:
+            yield
+        except BaseException:
+            self.forget(spec)
+            raise
+
+
+#: The process's cache, used by write_xa.
+CHECKS = CheckCache()
+#: Remembers nothing: every check runs (the format("xasink") writer).
+UNCACHED = CheckCache(ttl=0)

@@ -1,0 +1,276 @@
+"""`df.write.format("xasink")` and `df.writeStream.format("xasink")`, through Spark's Python
+Data Source API, with write_xa's guarantees.
+
+The steps of one job run in different processes here: Spark calls `writer()` (batch) or
+`streamWriter()` (each micro-batch) in a Python worker on the driver, `write()` in each task,
+and `commit()` / `abort()` in another driver-side worker. So everything a later step needs
+travels in the pickled writer (the job's plan) or in the tasks' messages, and each step opens
+its own journal connection. Tasks send the job's heartbeat while they write, as no driver
+process lives through the whole job.
+
+Differences from write_xa, each checked: the input's partitions are the branches (Spark does
+not let a data source repartition; `numPartitions` bounds them), so upsert/merge rows of one
+key may sit in different branches, which the apply transaction's whole-table key check
+handles; array/map/struct columns need write_xa (their conversion runs as Spark expressions).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from .commit import BranchOps
+from .errors import ConfigurationError, WriteError, XasinkError
+from .jdbc import redacting_java_errors
+from .job import (
+    Begun,
+    JobRequest,
+    Preflight,
+    abort,
+    begin,
+    commit_all,
+    decide_all,
+    open_journal,
+    plan_job,
+    preflight,
+    release_stage,
+)
+from .journal import COMMITTING, SinkBatch
+from .options import FormatRequest, parse
+from .recovery import DEFAULT_GRACE, resolve_in_doubt
+from .sinks import decided_already
+from .sparkenv import task_property
+from .types import needs_spark_conversion
+from .writer import BranchReport, WritePlan, write_task
+
+log = logging.getLogger("xasink")
+
+#: A Data Source job's lease: how long recovery waits for it while no task is writing
+#: (before the first task starts, and between the last one and commit()).
+LEASE_SECONDS = 300.0
+#: The prepared-slot check's branch count when numPartitions is not given.
+DEFAULT_BRANCH_HINT = 8
+
+
+@dataclass
+class BranchMessage(WriterCommitMessage):
+    """One task's report, sent to commit()."""
+
+    report: BranchReport
+    #: Streaming: the write side's plan (commit() runs in a writer Spark made anew).
+    plan: WritePlan | None = None
+    #: Streaming: the batch id the task read from Spark.
+    batch_id: str | None = None
+
+
+class XasinkDataSource(DataSource):
+    """`format("xasink")`: see the module's docstring and README."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "xasink"
+
+    def schema(self) -> StructType:
+        raise ConfigurationError("format('xasink') writes only; read with format('jdbc').")
+
+    def writer(self, schema: StructType, overwrite: bool) -> XasinkBatchWriter:
+        return XasinkBatchWriter(parse(self.options, schema.names, overwrite=overwrite), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> XasinkStreamWriter:
+        format_request = parse(self.options, schema.names, overwrite=overwrite, streaming=True)
+        return XasinkStreamWriter(format_request, schema)
+
+
+@dataclass(frozen=True)
+class MintedJob:
+    """A job registered by writer()/streamWriter(), and how tasks turn their input into
+    its rows."""
+
+    plan: WritePlan
+    #: Input column positions, in the order of plan.columns.
+    positions: tuple[int, ...]
+
+
+@redacting_java_errors
+def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
+    """Preflight, recover what earlier jobs left on the table, register a job."""
+    request = fmt.request
+    frame = schema.names
+    branches = fmt.max_branches or DEFAULT_BRANCH_HINT
+    session, journal = open_journal(request.spec, request.journal_schema, request.lock_wait)
+    with session:
+        conn = session.connection
+        pre = preflight(conn, journal, request, schema, branches)
+        _check_conversions(request, pre, schema)
+        with BranchOps(request.spec, pre.journal, retries=request.commit_retries) as ops:
+            begun = begin(conn, ops, request, pre, frame, LEASE_SECONDS)
+            assert isinstance(begun, Begun)  # no sink here: never skipped
+            plan, _ = plan_job(conn, request, pre, begun, schema, fmt.heartbeat_interval)
+    ordered = [*request.options.written(frame), *request.options.steering]
+    log.info("xasink job %s: writing into %s (format xasink)", plan.job_id, request.target)
+    return MintedJob(plan, tuple(frame.index(c) for c in ordered))
+
+
+def _check_conversions(request: JobRequest, pre: Preflight, schema: StructType) -> None:
+    written = request.options.written(schema.names)
+    pairs = zip((schema[c] for c in written), pre.targets, strict=True)
+    needing = [
+        f.name for f, c in pairs if needs_spark_conversion(f.dataType, request.spec.dialect, c)
+    ]
+    if needing:
+        raise ConfigurationError(
+            f"Column(s) {', '.join(needing)} (arrays, maps, structs, or booleans into numbers) "
+            "are converted by Spark expressions, which format('xasink') cannot add: write "
+            "with xasink.write_xa(df, ...) instead, which has the same guarantees."
+        )
+
+
+def _rows(minted: MintedJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The input batches as the plan's columns (in its order, with its names)."""
+    names = list(minted.plan.columns)
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays([batch.column(i) for i in minted.positions], names=names)
+
+
+def _check_partition(fmt: FormatRequest) -> None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if fmt.max_branches and context is not None and context.partitionId() >= fmt.max_branches:
+        raise WriteError(
+            f"The DataFrame has more partitions than numPartitions={fmt.max_branches}, and a "
+            "data source cannot merge them: call df.coalesce("
+            f"{fmt.max_branches}) before .write, or raise numPartitions. Nothing was written."
+        )
+
+
+@redacting_java_errors
+def conclude(plan: WritePlan, request: JobRequest, reports: Sequence[BranchReport]) -> None:
+    """Decide and commit a job from its tasks' reports (phase 2, apply, stage release)."""
+    session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
+    with session:
+        conn = session.connection
+        with BranchOps(request.spec, plan.journal, retries=request.commit_retries) as ops:
+            try:
+                phase_one = decide_all(plan, ops, conn, reports, len(reports), True)
+                commit_all(plan, ops, conn, phase_one, request.commit_parallelism)
+            except XasinkError as exc:
+                exc.job_id = plan.job_id  # type: ignore[attr-defined]
+                raise
+            finally:
+                release_stage(plan.journal, conn, plan.job_id, plan.apply, request.spec)
+    log.info("xasink job %s: committed into %s", plan.job_id, request.target)
+
+
+@redacting_java_errors
+def cancel(plan: WritePlan, request: JobRequest) -> None:
+    """Spark gave up on the job (or on its commit): abort it unless its decision is
+    recorded, in which case it is finished instead (a decided job is never rolled back)."""
+    session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
+    with session:
+        conn = session.connection
+        with BranchOps(request.spec, plan.journal) as ops:
+            abort(plan, ops, conn)
+            if plan.journal.state(conn, plan.job_id) == COMMITTING:
+                resolve_in_doubt(ops, conn, plan.journal, job=plan.job_id, grace=DEFAULT_GRACE)
+            release_stage(plan.journal, conn, plan.job_id, plan.apply, request.spec)
+
+
+class XasinkBatchWriter(DataSourceArrowWriter):
+    """writer() registers the job; tasks prepare branches; commit() decides and commits."""
+
+    def __init__(self, fmt: FormatRequest, schema: StructType) -> None:
+        self.fmt = fmt
+        self.minted = mint(fmt, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BranchMessage:
+        _check_partition(self.fmt)
+        return BranchMessage(write_task(self.minted.plan, _rows(self.minted, iterator)))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        conclude(self.minted.plan, self.fmt.request, _reports(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        cancel(self.minted.plan, self.fmt.request)
+
+
+class XasinkStreamWriter(DataSourceStreamArrowWriter):
+    """Spark calls streamWriter() for every micro-batch twice: once for the writer it ships
+    to the tasks, and once for the one whose commit()/abort() it calls. Only the first is
+    ever pickled, so the batch's job is registered when the writer is pickled; the tasks'
+    messages carry that job's plan to commit(), which records the batch id (known only to
+    the tasks and to commit()) in the decision."""
+
+    def __init__(self, fmt: FormatRequest, schema: StructType) -> None:
+        self.fmt, self.schema = fmt, schema
+        self.minted: MintedJob | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.minted is None:
+            self.minted = mint(self.fmt, self.schema)
+        return self.__dict__
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BranchMessage:
+        assert self.minted is not None
+        _check_partition(self.fmt)
+        batch = task_property("streaming.sql.batchId")
+        report = write_task(self.minted.plan, _rows(self.minted, iterator))
+        return BranchMessage(report, plan=self.minted.plan, batch_id=batch)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        plan = self._batch_plan(messages, batchId)
+        if plan is None:
+            return  # no task ran: nothing was written
+        if self._decided_before(plan):
+            cancel(plan, self.fmt.request)  # its branches hold a replay's copy of the rows
+            return
+        conclude(plan, self.fmt.request, _reports(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        plan = self._batch_plan(messages, batchId)
+        if plan is not None:
+            cancel(plan, self.fmt.request)
+
+    def _batch_plan(
+        self, messages: list[WriterCommitMessage | None], batch_id: int
+    ) -> WritePlan | None:
+        """The write side's plan, from the messages, with this batch in its decision."""
+        sent = [m for m in messages if isinstance(m, BranchMessage) and m.plan is not None]
+        if not sent:
+            return None
+        plan = sent[0].plan
+        assert plan is not None
+        if any(m.plan is None or m.plan.job_id != plan.job_id for m in sent):
+            raise WriteError(f"Tasks of batch {batch_id} report different jobs; not committing.")
+        if any(m.batch_id not in (str(batch_id), None) for m in sent):
+            raise WriteError(f"Tasks wrote another batch than {batch_id}; not committing.")
+        return replace(plan, sink=SinkBatch(str(self.fmt.sink_id), int(batch_id)))
+
+    def _decided_before(self, plan: WritePlan) -> bool:
+        """A replayed batch: finish the job that decided it (nothing new is written)."""
+        assert plan.sink is not None
+        request = self.fmt.request
+        session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
+        with session, BranchOps(request.spec, plan.journal) as ops:
+            return decided_already(ops, session.connection, plan.journal, plan.sink) is not None
+
+
+def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[BranchReport]:
+    missing = [i for i, m in enumerate(messages) if not isinstance(m, BranchMessage)]
+    if missing:
+        raise WriteError(f"Partitions {missing[:20]} sent no report; refusing to commit.")
+    return [m.report for m in messages if isinstance(m, BranchMessage)]
+
+
+__all__ = ["BranchMessage", "XasinkDataSource"]

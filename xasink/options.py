@@ -1,0 +1,218 @@
+"""`format("xasink")`'s options, read into the same request `write_xa` builds.
+
+Spark JDBC's option names are used where they exist (`url`, `dbtable`, `user`, `password`,
+`batchsize`, `numPartitions`); xasink's own are `xasink.<name>` (`key`, `op` and `order` also
+without the prefix). As with Spark JDBC, any other option is passed to the JDBC driver as a
+connection property; an unknown `xasink.` option is an error. Keys are case-insensitive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+from .job import JobRequest, make_spec
+from .journal import DEFAULT_LOCK_WAIT
+from .recovery import DEFAULT_GRACE
+from .staging import APPEND, OVERWRITE, ModeOptions
+from .target import TableRef
+
+#: Spark JDBC options xasink has no use for (it picks the XADataSource itself).
+_IGNORED = frozenset({"driver", "path", "checkpointlocation"})
+#: Spark JDBC options that cannot mean what they mean there.
+_REFUSED = {
+    "createtablecolumntypes": "create the table yourself, or let xasink create it from the "
+    "DataFrame's schema (xasink.create=if_missing)",
+    "truncate": "overwrite replaces the rows in one transaction; the table is never dropped",
+    "isolationlevel": "each branch is one XA transaction at the server's isolation level",
+    "query": "write into a table (dbtable)",
+}
+_OWN = (
+    "mode",
+    "key",
+    "op",
+    "order",
+    "opvalues",
+    "create",
+    "bulk",
+    "jars",
+    "dialect",
+    "xadatasource",
+    "journalschema",
+    "connecttimeout",
+    "lockwaittimeout",
+    "grace",
+    "recoverfirst",
+    "commitretries",
+    "commitparallelism",
+    "heartbeatinterval",
+    "sinkid",
+)
+_UNPREFIXED = ("key", "op", "order")
+
+
+@dataclass(frozen=True)
+class FormatRequest:
+    """A format("xasink") write: the job request plus what only the writers need."""
+
+    request: JobRequest
+    #: The most branches the input may have (numPartitions; also sizes the server check).
+    max_branches: int | None
+    #: Seconds between heartbeats sent by the writing tasks.
+    heartbeat_interval: float
+    #: Streaming: the sink's id (given, or derived from the checkpoint location).
+    sink_id: str | None = None
+
+
+def parse(
+    options: Mapping[str, str],
+    columns: Sequence[str],
+    *,
+    overwrite: bool,
+    streaming: bool = False,
+) -> FormatRequest:
+    """Validate the options of one write (each message names the option to fix)."""
+    given = {str(k).lower(): str(v) for k, v in options.items()}
+    own = _own_options(given)
+    for name, why in _REFUSED.items():
+        if name in given:
+            raise ConfigurationError(f"format('xasink') does not take option {name!r}: {why}.")
+    url = given.get("url")
+    table = given.get("dbtable")
+    if not url or not table:
+        raise ConfigurationError(
+            "format('xasink') needs .option('url', 'jdbc:...') and .option('dbtable', "
+            "'table'): the database and the table to write."
+        )
+    mode = _mode(own.get("mode"), overwrite)
+    properties = {
+        k: v
+        for k, v in given.items()
+        if k not in ("url", "dbtable", "user", "password", "batchsize", "numpartitions")
+        and k not in _IGNORED
+        and not k.startswith("xasink.")
+        and k not in _UNPREFIXED
+    }
+    spec = make_spec(
+        url,
+        user=given.get("user"),
+        password=given.get("password"),
+        properties=properties,
+        dialect=own.get("dialect"),
+        xa_datasource=own.get("xadatasource"),
+        jars=_list(own.get("jars")),
+        connect_timeout=_number(own, "connecttimeout", 10, int),
+    )
+    key = _list(own.get("key"))
+    request = JobRequest(
+        spec=spec,
+        target=TableRef.parse(table),
+        options=ModeOptions.build(
+            mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
+        ),
+        create=own.get("create", "if_missing"),
+        batch_size=_number(given, "batchsize", 10_000, int),
+        bulk=_flag(own, "bulk", True),
+        journal_schema=own.get("journalschema"),
+        lock_wait=_number(own, "lockwaittimeout", DEFAULT_LOCK_WAIT, float),
+        grace=_number(own, "grace", DEFAULT_GRACE, float),
+        recover_first=_flag(own, "recoverfirst", True),
+        commit_retries=_number(own, "commitretries", 5, int),
+        commit_parallelism=_number(own, "commitparallelism", 4, int),
+    )
+    sink_id = own.get("sinkid")
+    if streaming and not sink_id:
+        sink_id = _sink_from_checkpoint(given.get("checkpointlocation"))
+    return FormatRequest(
+        request=request,
+        max_branches=int(_number(given, "numpartitions", 0, int)) or None,
+        heartbeat_interval=_number(own, "heartbeatinterval", 10.0, float),
+        sink_id=sink_id,
+    )
+
+
+def _own_options(given: Mapping[str, str]) -> dict[str, str]:
+    own = {k[len("xasink.") :]: v for k, v in given.items() if k.startswith("xasink.")}
+    unknown = sorted(set(own) - set(_OWN))
+    if unknown:
+        raise ConfigurationError(
+            f"Unknown option(s) {', '.join('xasink.' + u for u in unknown)}; xasink's options "
+            f"are {', '.join('xasink.' + o for o in _OWN)}."
+        )
+    for name in _UNPREFIXED:
+        if name in given:
+            if name in own and own[name] != given[name]:
+                raise ConfigurationError(f"Options {name!r} and 'xasink.{name}' disagree.")
+            own[name] = given[name]
+    return own
+
+
+def _mode(mode: str | None, overwrite: bool) -> str:
+    """Spark's save mode (append/overwrite) and xasink.mode (upsert/merge) together."""
+    if mode is None:
+        return OVERWRITE if overwrite else APPEND
+    if overwrite and mode != OVERWRITE:
+        raise ConfigurationError(
+            f"mode('overwrite') and xasink.mode={mode!r} disagree: use mode('append') with "
+            f"xasink.mode={mode!r}, or drop xasink.mode."
+        )
+    return mode
+
+
+def _list(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def _op_values(own: Mapping[str, str]) -> dict[str, str | list[str]] | None:
+    text = own.get("opvalues")
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ConfigurationError(
+            "xasink.opValues takes a JSON object, e.g. "
+            '{"insert": "c", "update": "u", "delete": "d"}.'
+        )
+    return value
+
+
+def _number(options: Mapping[str, str], name: str, default: float, kind: type) -> float | int:
+    text = options.get(name)
+    if text is None:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise ConfigurationError(f"Option {name!r} takes a number, 0 or more; got {text!r}.")
+    return value  # type: ignore[no-any-return]
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name)
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise ConfigurationError(f"Option 'xasink.{name}' takes true or false; got {text!r}.")
+    return text.lower() == "true"
+
+
+def _sink_from_checkpoint(location: str | None) -> str:
+    """A sink id that stays the same for every run of one query: its checkpoint's."""
+    if not location:
+        raise ConfigurationError(
+            "writeStream.format('xasink') needs a checkpointLocation (the batch ids it keeps "
+            "are what make replays exactly-once), or .option('xasink.sinkId', ...)."
+        )
+    digest = hashlib.sha256(location.rstrip("/").encode()).hexdigest()[:24]
+    return f"checkpoint-{digest}"
+
+
+__all__ = ["FormatRequest", "parse"]

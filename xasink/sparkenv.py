@@ -1,0 +1,149 @@
+"""What xasink asks of the Spark session, in one place, for classic PySpark and Spark Connect.
+
+A Spark Connect client has no SparkContext, no JVM gateway and no RDD API. Everything here
+works through what both offer (`spark.conf`, DataFrame operations, job tags), and falls back
+to the classic API only where that API exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("xasink")
+
+#: Branches per job under Spark Connect with max_branches="auto" when the session tells
+#: neither `spark.default.parallelism` nor a local master's cores.
+CONNECT_DEFAULT_PARALLELISM = 4
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect client session."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:  # the connect client's dependencies are not installed
+        return False
+    return isinstance(spark, ConnectSession)
+
+
+def conf(spark: SparkSession, key: str) -> str | None:
+    """A Spark configuration value, or None when unset."""
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:  # some deployments refuse to show certain keys
+        return None
+    return None if value is None else str(value)
+
+
+def partition_count(df: DataFrame) -> int | None:
+    """The DataFrame's partition count; None under Spark Connect, which cannot tell it
+    without running a job."""
+    if is_connect(df.sparkSession):
+        return None
+    return int(df.rdd.getNumPartitions())
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism (under Connect: the setting, a local master's cores, or
+    CONNECT_DEFAULT_PARALLELISM)."""
+    if not is_connect(spark):
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    setting = conf(spark, "spark.default.parallelism")
+    if setting and setting.isdigit():
+        return max(1, int(setting))
+    master = conf(spark, "spark.master") or ""
+    match = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
+    if match:
+        return max(1, int(match.group(1)))
+    return CONNECT_DEFAULT_PARALLELISM
+
+
+@contextlib.contextmanager
+def job_label(spark: SparkSession, text: str, tag: str) -> Iterator[None]:
+    """Name the Spark jobs run inside: the description in the classic UI, or an operation
+    tag under Connect (`spark.interruptTag(tag)` stops them)."""
+    if is_connect(spark):
+        try:
+            spark.addTag(tag)
+        except Exception:
+            yield
+            return
+        try:
+            yield
+        finally:
+            spark.removeTag(tag)
+        return
+    context = spark.sparkContext
+    previous = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(text)
+    try:
+        yield
+    finally:
+        context.setJobDescription(previous)
+
+
+_shipped: dict[int, set[str]] = {}
+_shipping = threading.Lock()
+
+
+def ship_jars(spark: SparkSession, jars: Sequence[str]) -> None:
+    """Send the driver's JDBC jars with the job, so executors without them can load the
+    driver: SparkContext.addFile (classic) or session artifacts (Connect). Executors find
+    them with `shipped_copy`. Each jar is shipped once per session."""
+    with _shipping:
+        done = _shipped.setdefault(id(spark), set())
+        for jar in jars:
+            if jar in done:
+                continue
+            try:
+                if is_connect(spark):
+                    spark.addArtifacts(jar, file=True)
+                else:
+                    spark.sparkContext.addFile(jar)
+            except Exception as exc:  # e.g. the same name already shipped from elsewhere
+                log.info("xasink: %s not shipped to executors (%s)", Path(jar).name, exc)
+            done.add(jar)
+
+
+def shipped_copy(jar: str) -> str | None:
+    """On an executor, this task's copy of a jar the driver shipped (None outside a task,
+    or when it was not shipped)."""
+    try:
+        from pyspark import SparkFiles, TaskContext
+    except ImportError:
+        return None
+    if TaskContext.get() is None:
+        return None
+    try:
+        path = Path(SparkFiles.get(Path(jar).name))
+    except Exception:
+        return None
+    return str(path) if path.is_file() else None
+
+
+def task_property(name: str) -> str | None:
+    """A local property of the running task (e.g. `streaming.sql.batchId`)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.getLocalProperty(name)
+
+
+__all__ = [
+    "conf",
+    "default_parallelism",
+    "is_connect",
+    "job_label",
+    "partition_count",
+    "ship_jars",
+    "shipped_copy",
+    "task_property",
+]

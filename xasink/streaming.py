@@ -1,0 +1,57 @@
+"""Structured Streaming: exactly once per micro-batch, through `foreachBatch`.
+
+Spark runs a micro-batch again after a crash, with the same batch id and (for a replayable
+source) the same rows. Each batch is one write_xa job whose commit decision also records the
+batch in the sink's row of the journal, so a replayed batch is recognised and skipped, and two
+queries sharing a sink cannot both commit one batch (see :mod:`xasink.sinks`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .api import write_xa
+from .errors import ConfigurationError
+from .sinks import sink_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("xasink")
+
+
+def foreach_batch(
+    url: str, table: str, *, sink_id: str, **write_options: Any
+) -> Callable[[DataFrame, int], None]:
+    """A function for `df.writeStream.foreachBatch(...)` that writes each micro-batch into
+    `table` exactly once, with write_xa's options (`mode`, `key`, `op`, `user`, ...).
+
+    `sink_id` names the stream's place in the journal: keep it for every run of the query
+    (as long as its checkpoint), and give every query its own.
+    """
+    sink_batch(sink_id, 0)  # validates sink_id now, not at the first batch
+    taken = {"sink_id", "batch_id"} & set(write_options)
+    if taken:
+        raise ConfigurationError(
+            f"foreach_batch sets {', '.join(sorted(taken))} itself; pass sink_id=... only."
+        )
+
+    def write_batch(df: DataFrame, batch_id: int) -> None:
+        result = write_xa(df, url, table, sink_id=sink_id, batch_id=int(batch_id), **write_options)
+        if not result.skipped:  # a skip was logged with its reason (xasink.sinks)
+            log.info(
+                "xasink sink %r: batch %d committed %d rows into %s (job %s, %.2fs)",
+                sink_id,
+                batch_id,
+                result.rows,
+                result.table,
+                result.job_id,
+                result.total_seconds,
+            )
+
+    return write_batch
+
+
+__all__ = ["foreach_batch"]
