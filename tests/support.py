@@ -62,12 +62,20 @@ def _python_path() -> list[str]:
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
+#: Driver processes print every thread's stack if they crash (an abort at exit included).
+DIAGNOSE_CRASHES = {"PYTHONFAULTHANDLER": "1"}
+
+
 def run_script(code: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """Python `code` run as a driver process of its own (tests/ importable), output captured."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=TESTS,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *_python_path()])},
+        env={
+            **os.environ,
+            **DIAGNOSE_CRASHES,
+            "PYTHONPATH": os.pathsep.join([str(TESTS), *_python_path()]),
+        },
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -259,7 +267,7 @@ class WatchedDriver:
         self.proc = subprocess.Popen(
             [sys.executable, str(TESTS / script), *args],
             cwd=TESTS,
-            env={**os.environ, "XASINK_TEST_PASSWORD": password or "", **env},
+            env={**os.environ, **DIAGNOSE_CRASHES, "XASINK_TEST_PASSWORD": password or "", **env},
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

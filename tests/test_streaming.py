@@ -338,3 +338,40 @@ def test_a_driver_exiting_mid_write_waits_for_it(db):
     assert "write(s) in progress before exit" in done.stderr
     assert_exactly(db, table, range(3000))
     assert db.prepared_transactions() == []
+
+
+QUIET_AT_JVM_STOP = """
+import atexit, sys, threading, time
+import jpype
+from pyspark.sql import functions as F
+from support import events_df, spark_builder
+url, user, password, table = sys.argv[1:5]
+
+def check():  # runs after xasink's exit handler and right before JPype stops the JVM
+    from xasink import idle
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("xasink")]
+    print("AT JVM STOP:", threads, len(idle._idle), flush=True)
+
+atexit.register(check)
+from xasink import write_xa
+spark = spark_builder("xasink-exit-quiet").getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+def slow(i):
+    if i % 500 == 0:
+        time.sleep(0.4)
+    return i
+df = events_df(spark, 2000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
+write_xa(df, url, table, user=user, password=password, heartbeat_interval=0.2)
+print("WRITTEN", flush=True)
+"""
+
+
+def test_no_xasink_thread_or_session_is_left_when_the_jvm_stops(db):
+    """At exit the heartbeat thread (which has beaten: the write outlasts its interval) has
+    ended and the kept sessions are closed before JPype stops the JVM, so no daemon thread
+    of ours can return from a Java call during finalization and abort the process."""
+    table = new_table(db)
+    done = run_script(QUIET_AT_JVM_STOP, db.jdbc_url, db.user, db.password, table)
+    assert done.returncode == 0 and "WRITTEN" in done.stdout, done.stderr[-3000:]
+    assert "AT JVM STOP: [] 0" in done.stdout, done.stdout
+    assert_exactly(db, table, range(2000))

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 
+from . import inflight
 from .journal import Journal
 from .target import ConnectionSpec
 from .xa import XaSession
@@ -58,6 +59,7 @@ class _Beater:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._sessions: dict[tuple[ConnectionSpec, int], XaSession] = {}
+        self._exiting = False
 
     def add(self, heartbeat: Heartbeat) -> None:
         with self._cond:
@@ -70,6 +72,7 @@ class _Beater:
                     target=self._run, name="xasink-heartbeat", daemon=True
                 )
                 self._thread.start()
+                inflight.call_at_exit(self.shutdown)
             self._cond.notify_all()
 
     def remove(self, heartbeat: Heartbeat) -> None:
@@ -79,10 +82,23 @@ class _Beater:
                 self._cond.wait()
             self._cond.notify_all()
 
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """End the thread at exit, after its beat in flight, and close its sessions: it must
+        not be inside a Java call when the interpreter ends (xasink.inflight)."""
+        with self._cond:
+            self._exiting = True
+            self._due.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread.is_alive() and self._pid == os.getpid():
+            thread.join(timeout)
+
     def _next(self) -> Heartbeat | None:
         """Wait for the next due beat (None: no job is left; close the sessions)."""
         with self._cond:
             while True:
+                if self._exiting:
+                    return None
                 if not self._due:
                     if self._sessions:
                         return None
@@ -101,6 +117,8 @@ class _Beater:
             heartbeat = self._next()
             if heartbeat is None:
                 self._close_all()
+                if self._exiting:
+                    return
                 continue
             try:
                 self._beat(heartbeat)

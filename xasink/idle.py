@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from . import inflight
 from .target import ConnectionSpec
 from .xa import XaSession
 
@@ -60,8 +61,18 @@ def give(spec: ConnectionSpec, role: str, session: XaSession) -> None:
     with _lock:
         previous = _idle.pop((spec, role), None)
         _idle[(spec, role)] = (session, time.monotonic())
+    inflight.call_at_exit(close_all)
     if previous is not None:
         previous[0].close()
+
+
+def close_all() -> None:
+    """Close every kept session (at exit: on the exiting thread, while the JVM runs)."""
+    with _lock:
+        kept = list(_idle.values())
+        _idle.clear()
+    for session, _ in kept:
+        session.close()
 
 
 @contextlib.contextmanager

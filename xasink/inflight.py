@@ -1,11 +1,18 @@
-"""Writes in progress in this process, so that the interpreter's exit waits for them.
+"""An orderly interpreter exit: no xasink thread may be inside a JPype call when it ends.
 
-A streaming driver can exit while a foreachBatch call still writes on one of py4j's callback
-threads: `query.stop()` interrupts Spark's side of the batch, not the Python call. At exit
-Python ends such daemon threads wherever they are; inside a JPype call that aborts the
-process ("FATAL: exception not rethrown", exit code -6) and leaves the job to recovery.
-Waiting a bounded time lets the call end as it would anyway: committed, or failed and
-rolled back.
+At exit Python ends daemon threads wherever they are. One that returns from a Java call
+during finalization is unwound through JPype's C++ frames, which aborts the process
+("FATAL: exception not rethrown", exit code -6). Two kinds of thread are ours:
+
+- a write on another thread, e.g. a foreachBatch call on one of py4j's callback threads
+  still running after `query.stop()` (which interrupts Spark's side of the batch, not the
+  Python call). The exit waits a bounded time for it to end as it would anyway: committed,
+  or failed and rolled back;
+- xasink's own background work (the heartbeat thread, idle sessions). It registers a
+  callback with `call_at_exit`, run after the writes ended: stop the thread, close the
+  sessions, on the exiting thread.
+
+The handler is registered on first use, after JPype's own, so it runs before the JVM stops.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 log = logging.getLogger("xasink")
@@ -23,18 +30,32 @@ EXIT_WAIT_SECONDS = 120.0
 
 _changed = threading.Condition()
 _calls: dict[int, int] = {}  # thread ident -> write_xa calls running on it
+_callbacks: list[Callable[[], None]] = []  # run at exit, once the writes ended
 _registered = False
+
+
+def _register() -> None:
+    """Register the exit handler once (caller holds `_changed`)."""
+    global _registered
+    if not _registered:  # registered late: runs before pyspark's and JPype's handlers
+        atexit.register(_at_exit)
+        _registered = True
+
+
+def call_at_exit(callback: Callable[[], None]) -> None:
+    """Run `callback` at exit, after writes on other threads ended (or the wait gave up)."""
+    with _changed:
+        _register()
+        if callback not in _callbacks:
+            _callbacks.append(callback)
 
 
 @contextmanager
 def write_in_progress() -> Iterator[None]:
     """Mark a write_xa call as running on this thread until the block ends."""
-    global _registered
     me = threading.get_ident()
     with _changed:
-        if not _registered:  # registered late: runs before pyspark's and JPype's handlers
-            atexit.register(wait_for_writes)
-            _registered = True
+        _register()
         _calls[me] = _calls.get(me, 0) + 1
     try:
         yield
@@ -63,3 +84,14 @@ def wait_for_writes(timeout: float = EXIT_WAIT_SECONDS) -> bool:
                 running,
             )
         return _changed.wait_for(lambda: not writes_in_progress(), timeout)
+
+
+def _at_exit() -> None:
+    wait_for_writes()
+    with _changed:
+        callbacks = list(_callbacks)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as exc:  # an exit must go on (the type only: no URL or secret)
+            log.warning("xasink: cleanup at exit failed (%s)", type(exc).__name__)
