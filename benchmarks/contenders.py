@@ -73,6 +73,20 @@ def write_xa(target: Target, **options: Any) -> dict[str, Any]:
     }
 
 
+def _drain_batches(batches: Any) -> Any:
+    for _ in batches:
+        pass
+    yield from ()
+
+
+def arrow_floor(target: Target) -> dict[str, Any]:
+    """No write at all: a no-op ``mapInArrow`` job over the same DataFrame. Spark→Arrow→
+    Python worker is what any Python writer pays first, so write_xa's time over this one is
+    what xasink itself adds (encoding, Java, the server's load, XA)."""
+    target.df.mapInArrow(_drain_batches, target.df.schema).count()
+    return {}
+
+
 def recover_write_xa(target: Target) -> dict[str, Any]:
     """After a failed write_xa: let xasink resolve its own in-doubt branches on this table.
 
@@ -104,6 +118,8 @@ class Contender:
     run: Callable[[Target], dict[str, Any]]
     #: Runs after a failed measurement, before the next one; its result goes in the detail.
     cleanup: Callable[[Target], dict[str, Any]] | None = None
+    #: False for a floor that writes nothing: its row count is not checked.
+    writes: bool = True
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -119,6 +135,7 @@ CONTENDERS: dict[str, Contender] = {
             recover_write_xa,
         ),
         Contender("raw", "raw COPY / LOAD DATA", raw),
+        Contender("arrow_floor", "no-op mapInArrow (floor)", arrow_floor, writes=False),
         # The staged modes' price: rows loaded into a staging table, then applied in one
         # transaction (the table is emptied before each run, so this is load + copy).
         Contender(
@@ -130,4 +147,4 @@ CONTENDERS: dict[str, Contender] = {
     )
 }
 #: What runs unless --contenders says otherwise (the staged-mode cost is opt-in).
-DEFAULT_CONTENDERS = ["spark_jdbc", "write_xa", "write_xa_per_partition", "raw"]
+DEFAULT_CONTENDERS = ["spark_jdbc", "write_xa", "write_xa_per_partition", "raw", "arrow_floor"]

@@ -18,12 +18,14 @@ RATIOS = (
     ("write_xa", "spark_jdbc"),
     ("write_xa", "raw"),
     ("write_xa_per_partition", "spark_jdbc"),
+    ("write_xa", "arrow_floor"),
 )
 RATIO_NAMES = {
     "write_xa": "write_xa",
     "spark_jdbc": "Spark JDBC",
     "raw": "raw",
     "write_xa_per_partition": "write_xa 1 branch/partition",
+    "arrow_floor": "floor",
 }
 
 
