@@ -171,6 +171,17 @@ def run_workload(
             repetitions=workload.repetitions or args.repetitions,
         )
         return
+    contenders = [
+        CONTENDERS[name]
+        for name in args.contenders
+        if name in CONTENDERS
+        # Only where it differs from write_xa: when "auto" would coalesce the partitions.
+        if name != "write_xa_per_partition"
+        or workload.partitions > 2 * spark.sparkContext.defaultParallelism
+    ]
+    if not contenders:
+        print(f"[{workload.name}] no bulk contender chosen: skipped", flush=True)
+        return
     started = time.monotonic()
     df = build_dataframe(spark, workload).cache()
     counted = df.count()
@@ -190,14 +201,6 @@ def run_workload(
         f"{time.monotonic() - started:.1f}s",
         flush=True,
     )
-    contenders = [
-        CONTENDERS[name]
-        for name in args.contenders
-        if name in CONTENDERS
-        # Only where it differs from write_xa: when "auto" would coalesce the partitions.
-        if name != "write_xa_per_partition"
-        or workload.partitions > 2 * spark.sparkContext.defaultParallelism
-    ]
     try:
         for db in databases:
             table = _table_name(workload)

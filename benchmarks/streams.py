@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 QUERY_TIMEOUT_SECONDS = 900
 #: Source file b is modified at this second + b: the file source takes the oldest first.
 SOURCE_EPOCH = 1_600_000_000
-#: Spark keeps this many progress reports per query (spark.sql.streaming.numRecentProgressUpdates).
+#: Spark keeps the last 100 progress reports of a query (numRecentProgressUpdates default).
 MAX_BATCHES = 100
 
 
