@@ -14,7 +14,7 @@ help:
 	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
-	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit"
+	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, and a stream of 1k-row micro-batches"
 	@echo "make bench-quick  the same, small (CI smoke)"
 	@echo "make install  install xasink (editable) with its test dependencies"
 	@echo "make model    exhaustively model-check the protocol with spin (model/xasink.pml)"

@@ -35,17 +35,21 @@ class Target:
     pg_binary: bytes | None = None
 
 
-def spark_jdbc(target: Target) -> dict[str, Any]:
-    """Spark's own writer: ``df.write.jdbc``, append, batched and rewritten inserts."""
-    db = target.db
-    properties = {
+def jdbc_properties(db: Database) -> dict[str, str]:
+    """Spark JDBC's connection properties: batched, rewritten inserts (streams use them too)."""
+    return {
         "user": db.server.user,
         "password": db.server.password,
         "driver": db.driver_class,
         "batchsize": str(JDBC_BATCH_SIZE),
         db.batch_rewrite_property: "true",
     }
-    target.df.write.jdbc(db.jdbc_url, target.table, mode="append", properties=properties)
+
+
+def spark_jdbc(target: Target) -> dict[str, Any]:
+    """Spark's own writer: ``df.write.jdbc``, append, batched and rewritten inserts."""
+    db = target.db
+    target.df.write.jdbc(db.jdbc_url, target.table, mode="append", properties=jdbc_properties(db))
     return {}
 
 
@@ -93,11 +97,15 @@ def recover_write_xa(target: Target) -> dict[str, Any]:
     Without this, a branch left prepared holds locks and every later run of the block
     would fail behind it. What recovery did is recorded with the failed run.
     """
+    return recover_table(target.db, target.table)
+
+
+def recover_table(db: Database, table: str) -> dict[str, Any]:
+    """`xasink.recover` of one table with no grace: what a failed write_xa left is resolved."""
     from xasink import recover
 
-    db = target.db
     report = recover(
-        db.jdbc_url, user=db.server.user, password=db.server.password, table=target.table, grace=0
+        db.jdbc_url, user=db.server.user, password=db.server.password, table=table, grace=0
     )
     return {"actions": [a.line() for a in report.actions], "ok": report.ok}
 

@@ -10,11 +10,14 @@ import os
 import statistics
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .contenders import Contender, Target
+
+if TYPE_CHECKING:
+    from .databases import Database
 
 
 @dataclass
@@ -69,13 +72,43 @@ class Summary:
         return self.rows / max(self.seconds), self.rows / min(self.seconds)
 
 
-def rotated(items: Sequence[Contender], by: int) -> list[Contender]:
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+def rotated(items: Sequence[T], by: int) -> list[T]:
     shift = by % len(items)
     return [*items[shift:], *items[:shift]]
 
 
 class SetupFailed(Exception):
     """The table could not be reset: later runs of this block would measure nothing."""
+
+
+def start_timing(
+    database: str, workload: str, contender: str, round_no: int, warmup: bool, rows: int
+) -> Timing:
+    """A Timing with no result yet, stamped with the time and the machine's load."""
+    return Timing(
+        database=database,
+        workload=workload,
+        contender=contender,
+        round=round_no,
+        warmup=warmup,
+        rows=rows,
+        seconds=None,
+        started_at=time.time(),
+        load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    )
+
+
+def truncate(db: Database, table: str, timing: Timing) -> None:
+    """Empty the table before a run; raises SetupFailed (with `timing`) if it cannot."""
+    try:
+        db.truncate(table)
+    except Exception as exc:
+        timing.error = f"setup: TRUNCATE failed: {type(exc).__name__}: {exc}"
+        raise SetupFailed(timing) from exc
 
 
 def measure_once(
@@ -86,22 +119,8 @@ def measure_once(
     Raises SetupFailed (with the failed Timing) when the table cannot even be truncated.
     """
     db = target.db
-    timing = Timing(
-        database=db.kind,
-        workload=workload,
-        contender=contender.name,
-        round=round_no,
-        warmup=warmup,
-        rows=target.rows,
-        seconds=None,
-        started_at=time.time(),
-        load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    )
-    try:
-        db.truncate(target.table)
-    except Exception as exc:
-        timing.error = f"setup: TRUNCATE failed: {type(exc).__name__}: {exc}"
-        raise SetupFailed(timing) from exc
+    timing = start_timing(db.kind, workload, contender.name, round_no, warmup, target.rows)
+    truncate(db, target.table, timing)
     try:
         started = time.perf_counter()
         timing.detail = contender.run(target)
@@ -111,14 +130,25 @@ def measure_once(
             raise AssertionError(f"table holds {found} rows after the run, expected {target.rows}")
         timing.seconds = elapsed
     except Exception as exc:
-        timing.error = f"{type(exc).__name__}: {exc}"
-        timing.detail["traceback"] = traceback.format_exc(limit=8)
-        if contender.cleanup is not None:
-            try:
-                timing.detail["cleanup"] = contender.cleanup(target)
-            except Exception as cleanup_exc:
-                timing.detail["cleanup"] = {"error": f"{type(cleanup_exc).__name__}: {cleanup_exc}"}
+        cleanup = contender.cleanup
+        record_failure(timing, exc, (lambda: cleanup(target)) if cleanup else None)
     return timing
+
+
+def record_failure(
+    timing: Timing, exc: Exception, cleanup: Callable[[], dict[str, Any]] | None
+) -> None:
+    """Mark `timing` failed (no speed), then run the contender's cleanup, keeping its result.
+
+    Call it from the `except` block: the traceback is the one being handled.
+    """
+    timing.error = f"{type(exc).__name__}: {exc}"
+    timing.detail["traceback"] = traceback.format_exc(limit=8)
+    if cleanup is not None:
+        try:
+            timing.detail["cleanup"] = cleanup()
+        except Exception as cleanup_exc:
+            timing.detail["cleanup"] = {"error": f"{type(cleanup_exc).__name__}: {cleanup_exc}"}
 
 
 def progress_line(timing: Timing, warmups: int, repetitions: int) -> str:
@@ -129,6 +159,13 @@ def progress_line(timing: Timing, warmups: int, repetitions: int) -> str:
     head = f"[{timing.database} {timing.workload}] {which:<11}"
     if timing.error:
         return f"{head} {timing.contender:<10} FAILED: {timing.error.splitlines()[0][:300]}"
+    if "batches_per_second" in timing.detail:
+        detail = timing.detail
+        return (
+            f"{head} {timing.contender:<15} {detail['timed_batches']} batches in "
+            f"{timing.seconds:6.2f}s = {detail['batches_per_second']:5.2f} batches/s; median "
+            f"batch {detail['median_batch_ms']:.0f} ms, write {detail['median_write_ms']:.0f} ms"
+        )
     extra = ""
     if "prepare_seconds" in timing.detail:
         detail = timing.detail
@@ -143,23 +180,25 @@ def progress_line(timing: Timing, warmups: int, repetitions: int) -> str:
 
 
 def run_rounds(
-    contenders: Sequence[Contender],
-    target: Target,
+    contenders: Sequence[C],
+    target: Any,
     timings: list[Timing],
     *,
     workload: str,
     warmups: int,
     repetitions: int,
+    measure: Callable[..., Timing] = measure_once,
 ) -> None:
     """`warmups` + `repetitions` rounds; in each, every contender runs once, in turn.
 
     Timings are appended to `timings` as they happen, so a crash keeps what was measured.
+    `measure` times one run (`measure_once`'s signature); streams bring their own.
     """
     total = warmups + repetitions
     for round_no in range(1, total + 1):
         for contender in rotated(contenders, round_no - 1):
             try:
-                timing = measure_once(
+                timing = measure(
                     contender,
                     target,
                     round_no=round_no,

@@ -13,6 +13,7 @@ from typing import Any
 
 from .contenders import CONTENDERS
 from .measure import Summary, Timing
+from .streams import STREAM_CONTENDERS, StreamSummary
 
 RATIOS = (
     ("write_xa", "spark_jdbc"),
@@ -20,7 +21,10 @@ RATIOS = (
     ("write_xa_per_partition", "spark_jdbc"),
     ("write_xa", "arrow_floor"),
 )
+#: Stream ratios, of batches/s and of median batch latency: (contender, against).
+STREAM_RATIOS = (("write_xa", "spark_jdbc"), ("write_xa_format", "spark_jdbc"))
 RATIO_NAMES = {
+    "write_xa_format": 'format("xasink")',
     "write_xa": "write_xa",
     "spark_jdbc": "Spark JDBC",
     "raw": "raw",
@@ -59,26 +63,45 @@ def markdown(
     contenders: Sequence[str],
     partitions: dict[str, int],
     meta: dict[str, Any],
+    streams: Sequence[StreamSummary] = (),
 ) -> str:
-    """Rows/s per contender (median run) and the write_xa ratios, plus every timed run."""
+    """Rows/s per contender (median run) and the write_xa ratios, plus every timed run; then
+    the stream workloads' batches/s and latencies, if any ran."""
+    machine = meta["machine"]
+    lines = [
+        "# xasink benchmark",
+        "",
+        f"{meta['created']} · {machine['cpu_count']} CPUs ({machine['cpu_model']})"
+        f" · Spark {machine['spark']} `{machine['spark_master']}`"
+        + (
+            f" · {meta['config']['warmups']} warm-up + median of "
+            f"{meta['config']['repetitions']} run(s), contenders round-robin."
+            if summaries
+            else "."
+        ),
+        *_own_rounds(meta),
+        "",
+        _load_line(meta),
+        "",
+        _xasink_line(meta),
+    ]
+    if summaries:
+        lines += ["", *_bulk_lines(summaries, contenders, partitions)]
+    if streams:
+        lines += ["", *_stream_lines(streams, meta)]
+    return "\n".join(lines) + "\n"
+
+
+def _bulk_lines(
+    summaries: Sequence[Summary], contenders: Sequence[str], partitions: dict[str, int]
+) -> list[str]:
+    """The bulk workloads' table of rows/s and ratios, and every timed run."""
     labels = [CONTENDERS[c].label for c in contenders]
     ratios = [(a, b) for a, b in RATIOS if a in contenders and b in contenders]
     head = ["database", "workload", "rows", "partitions"]
     head += [f"{label} rows/s" for label in labels]
     head += [f"{RATIO_NAMES[a]} / {RATIO_NAMES[b]}" for a, b in ratios]
     lines = [
-        "# xasink benchmark",
-        "",
-        f"{meta['created']} · {meta['machine']['cpu_count']} CPUs ({meta['machine']['cpu_model']})"
-        f" · Spark {meta['machine']['spark']} `{meta['machine']['spark_master']}` · "
-        f"{meta['config']['warmups']} warm-up + median of {meta['config']['repetitions']} run(s),"
-        " contenders round-robin.",
-        *_own_rounds(meta),
-        "",
-        _load_line(meta),
-        "",
-        _xasink_line(meta),
-        "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|",
     ]
@@ -111,7 +134,89 @@ def markdown(
             f"| {s.database} | {s.workload} | {CONTENDERS[s.contender].label} | {runs} |"
             f" {s.failures} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "—"
+
+
+def _stream_lines(streams: Sequence[StreamSummary], meta: dict[str, Any]) -> list[str]:
+    """Per contender batches/s and latencies, then the ratios of each pair in the same run."""
+    workloads = {w["name"]: w for w in meta["config"]["workloads"]}
+    lines = ["## Streams of micro-batches", ""]
+    for name in dict.fromkeys(s.workload for s in streams):
+        w = workloads[name]
+        lines.append(
+            f"{name}: per query {w['warmup_batches']} warm-up + {w['batches']} timed "
+            f"micro-batches of {w['rows']:,} rows (one parquet file each, "
+            "`maxFilesPerTrigger=1`, `trigger(availableNow=True)`); one query per contender "
+            f"per round, {w.get('repetitions') or meta['config']['repetitions']} round(s), "
+            "contenders round-robin."
+        )
+    lines += [
+        "",
+        "| database | workload | contender | batches/s | median batch ms | p90 batch ms |"
+        " median write ms | queries | failures |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in streams:
+        rate = f"{s.batches_per_second:.2f}" if s.batches_per_second else "failed"
+        write = _ms(s.median_write_ms) + (" (addBatch)" if s.write_measure == "addBatch" else "")
+        lines.append(
+            f"| {s.database} | {s.workload} | {STREAM_CONTENDERS[s.contender].label} | {rate} |"
+            f" {_ms(s.median_batch_ms)} | {_ms(s.p90_batch_ms)} | {write} | {len(s.seconds)} |"
+            f" {s.failures} |"
+        )
+    grouped: dict[tuple[str, str], dict[str, StreamSummary]] = {}
+    for s in streams:
+        grouped.setdefault((s.database, s.workload), {})[s.contender] = s
+    present = {s.contender for s in streams}
+    ratios = [(a, b) for a, b in STREAM_RATIOS if a in present and b in present]
+    if ratios:
+        head = ["database", "workload"]
+        for a, b in ratios:
+            pair = f"{RATIO_NAMES[a]} / {RATIO_NAMES[b]}"
+            head += [f"{pair} batches/s", f"{pair} median batch ms"]
+        lines += ["", "| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+        for (database, workload), row in grouped.items():
+            cells = [database, workload]
+            for a, b in ratios:
+                one, other = row.get(a), row.get(b)
+                cells.append(
+                    _ratio(
+                        one.batches_per_second if one else None,
+                        other.batches_per_second if other else None,
+                    )
+                )
+                cells.append(
+                    _ratio(
+                        one.median_batch_ms if one else None,
+                        other.median_batch_ms if other else None,
+                    )
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Batches/s = timed batches ÷ the median query's wall time for them (from the first"
+        " timed batch's trigger to the end of the last). Batch ms: Spark's `triggerExecution`"
+        " per batch (offsets, planning, the sink, the checkpoint's commit), over the timed"
+        " batches of all queries. Write ms: time inside the foreachBatch function; for"
+        ' `format("xasink")`, which has none, Spark\'s `addBatch`. Ratios of batches/s above 1'
+        " mean the first is faster; ratios of latency above 1 mean it is slower. Each query"
+        " starts from an empty table and a new checkpoint; afterwards every batch's row count"
+        " (Spark's progress) and the table's count are checked.",
+        "",
+        "Batches/s of every timed query:",
+        "",
+        "| database | workload | contender | batches/s |",
+        "|---|---|---|---|",
+    ]
+    for s in streams:
+        runs = ", ".join(f"{r:.2f}" for r in s.run_rates) or "—"
+        label = STREAM_CONTENDERS[s.contender].label
+        lines.append(f"| {s.database} | {s.workload} | {label} | {runs} |")
+    return lines
 
 
 def _load_line(meta: dict[str, Any]) -> str:
@@ -146,7 +251,11 @@ def _xasink_line(meta: dict[str, Any]) -> str:
 
 
 def write_json(
-    path: Path, meta: dict[str, Any], timings: Sequence[Timing], summaries: Sequence[Summary]
+    path: Path,
+    meta: dict[str, Any],
+    timings: Sequence[Timing],
+    summaries: Sequence[Summary],
+    streams: Sequence[StreamSummary] = (),
 ) -> None:
     summary_rows = [
         {
@@ -161,7 +270,12 @@ def write_json(
         }
         for s in summaries
     ]
-    document = {**meta, "timings": [t.as_json() for t in timings], "summary": summary_rows}
+    document = {
+        **meta,
+        "timings": [t.as_json() for t in timings],
+        "summary": summary_rows,
+        "stream_summary": [s.as_json() for s in streams],
+    }
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
 
 
@@ -170,7 +284,7 @@ def read_json(path: Path) -> tuple[dict[str, Any], list[Timing]]:
     document = json.loads(path.read_text())
     names = {f.name for f in dataclasses.fields(Timing)}
     timings = [Timing(**{k: v for k, v in t.items() if k in names}) for t in document["timings"]]
-    meta = {k: v for k, v in document.items() if k not in ("timings", "summary")}
+    meta = {k: v for k, v in document.items() if k not in ("timings", "summary", "stream_summary")}
     return meta, timings
 
 

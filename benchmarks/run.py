@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import rawload, report
+from . import rawload, report, streams
 from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, source_digest
@@ -27,8 +27,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_WORKLOADS = ("narrow-1m", "narrow-10m", "wide-1m", "wide-10m", "tiny")
+DEFAULT_WORKLOADS = ("narrow-1m", "narrow-10m", "wide-1m", "wide-10m", "tiny", "stream-1k")
 QUICK_WORKLOADS = ("narrow-100k", "tiny")
+#: Every contender runs on the workloads it applies to: the format sink only on streams,
+#: raw and one-branch-per-partition only on bulk writes.
+ALL_CONTENDERS = list(dict.fromkeys([*CONTENDERS, *streams.STREAM_CONTENDERS]))
+DEFAULT = [*DEFAULT_CONTENDERS, "write_xa_format"]
 
 
 def _csv(text: str) -> list[str]:
@@ -53,14 +57,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=_csv,
         default=None,
         help=f"comma list; tiny, small (1k and 10k rows per call, many calls), small-<n>, "
-        f"or narrow-<n>/wide-<n> (n like 100k, 1m). "
+        f"stream-<n> (a stream of n-row micro-batches), or narrow-<n>/wide-<n> (n like 100k, "
+        f"1m). "
         f"Default: {','.join(DEFAULT_WORKLOADS)}",
     )
     parser.add_argument(
         "--contenders",
         type=_csv,
-        default=DEFAULT_CONTENDERS,
-        help=f"comma list of {','.join(CONTENDERS)} (default: {','.join(DEFAULT_CONTENDERS)})",
+        default=DEFAULT,
+        help=f"comma list of {','.join(ALL_CONTENDERS)}; each workload runs those that apply "
+        f"(default: {','.join(DEFAULT)})",
     )
     parser.add_argument("--repetitions", type=int, default=None, help="timed runs (default 3)")
     parser.add_argument("--warmups", type=int, default=None, help="warm-up rounds (default 1)")
@@ -90,8 +96,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if name not in KINDS:
             parser.error(f"unknown database {name!r}; choose from {', '.join(KINDS)}")
     for name in args.contenders:
-        if name not in CONTENDERS:
-            parser.error(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
+        if name not in ALL_CONTENDERS:
+            parser.error(f"unknown contender {name!r}; choose from {', '.join(ALL_CONTENDERS)}")
     if args.repetitions < 1 or args.warmups < 0 or args.partitions < 1:
         parser.error("need --repetitions >= 1, --warmups >= 0 and --partitions >= 1")
     try:
@@ -150,7 +156,32 @@ def run_workload(
     args: argparse.Namespace,
     timings: list[Timing],
 ) -> None:
-    """Cache the DataFrame once, build the CSV once, then measure on each database."""
+    """Cache the DataFrame once, build the CSV once, then measure on each database.
+
+    A stream workload writes its source files instead (`streams.run_workload`).
+    """
+    if workload.is_stream:
+        streams.run_workload(
+            spark,
+            workload,
+            databases,
+            args.contenders,
+            _table_name(workload),
+            timings,
+            repetitions=workload.repetitions or args.repetitions,
+        )
+        return
+    contenders = [
+        CONTENDERS[name]
+        for name in args.contenders
+        if name in CONTENDERS
+        # Only where it differs from write_xa: when "auto" would coalesce the partitions.
+        if name != "write_xa_per_partition"
+        or workload.partitions > 2 * spark.sparkContext.defaultParallelism
+    ]
+    if not contenders:
+        print(f"[{workload.name}] no bulk contender chosen: skipped", flush=True)
+        return
     started = time.monotonic()
     df = build_dataframe(spark, workload).cache()
     counted = df.count()
@@ -170,13 +201,6 @@ def run_workload(
         f"{time.monotonic() - started:.1f}s",
         flush=True,
     )
-    contenders = [
-        CONTENDERS[name]
-        for name in args.contenders
-        # Only where it differs from write_xa: when "auto" would coalesce the partitions.
-        if name != "write_xa_per_partition"
-        or workload.partitions > 2 * spark.sparkContext.defaultParallelism
-    ]
     try:
         for db in databases:
             table = _table_name(workload)
@@ -268,7 +292,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:  # even on a crash or Ctrl-C: keep every measurement made so far
             meta["machine"]["load_average_at_end"] = load_average()
             _note_source_change(meta["machine"]["xasink"])
-            report.write_json(args.output_dir / "latest.json", meta, timings, summarise(timings))
+            report.write_json(
+                args.output_dir / "latest.json",
+                meta,
+                timings,
+                summarise(timings),
+                streams.summarise_streams(timings, _stream_workloads(meta)),
+            )
     return _render(args.output_dir, meta, timings)
 
 
@@ -278,20 +308,32 @@ def render_only(out: Path) -> int:
     return _render(out, meta, timings)
 
 
+def _stream_workloads(meta: dict[str, Any]) -> set[str]:
+    return {w["name"] for w in meta["config"]["workloads"] if w.get("batches")}
+
+
 def _render(out: Path, meta: dict[str, Any], timings: list[Timing]) -> int:
-    summaries = summarise(timings)
+    stream_names = _stream_workloads(meta)
+    summaries = [s for s in summarise(timings) if s.workload not in stream_names]
+    stream_summaries = streams.summarise_streams(timings, stream_names)
     config = meta["config"]
     partitions = {w["name"]: w["partitions"] for w in config["workloads"]}
-    table = report.markdown(summaries, config["contenders"], partitions, meta)
+    contenders = [c for c in config["contenders"] if c in CONTENDERS]
+    table = report.markdown(summaries, contenders, partitions, meta, stream_summaries)
     (out / "latest.md").write_text(table)
-    title = (
-        f"xasink benchmark {meta['created']} · {meta['machine']['cpu_count']} CPUs · "
-        f"{config['warmups']} warm-up + median of {config['repetitions']}"
-    )
-    report.chart(out / "latest.png", summaries, config["contenders"], partitions, title)
+    written = [out / "latest.md", out / "latest.json"]
+    if summaries:  # the chart shows bulk rows/s; streams are in the table only
+        title = (
+            f"xasink benchmark {meta['created']} · {meta['machine']['cpu_count']} CPUs · "
+            f"{config['warmups']} warm-up + median of {config['repetitions']}"
+        )
+        report.chart(out / "latest.png", summaries, contenders, partitions, title)
+        written.append(out / "latest.png")
+    else:
+        (out / "latest.png").unlink(missing_ok=True)  # an older run's chart would mislead
     print()
     print(table)
-    print(f"wrote {out / 'latest.md'}, {out / 'latest.json'}, {out / 'latest.png'}")
+    print(f"wrote {', '.join(map(str, written))}")
     failures = [t for t in timings if t.error]
     if failures:
         print(f"{len(failures)} measurement(s) failed; see latest.json", file=sys.stderr)

@@ -49,6 +49,12 @@ SMALL_PARTITIONS = 2
 SMALL_CALLS = 15
 SMALL_WARMUPS = 3
 
+#: The stream workloads (`stream-<n>`: n rows per micro-batch): each query runs the warm-up
+#: batches first (a new query's first batches pay for Python workers, JDBC classes and JIT),
+#: then the timed ones. One query per contender per round.
+STREAM_BATCHES = 30
+STREAM_WARMUP_BATCHES = 5
+
 EPOCH_SECONDS = 1_700_000_000
 
 
@@ -63,7 +69,11 @@ class ColumnSpec:
 
 @dataclass(frozen=True)
 class Workload:
-    """A named row shape, row count and partition count."""
+    """A named row shape, row count and partition count.
+
+    A stream workload (`batches` set) writes `rows` rows per micro-batch, in `partitions`
+    partitions each, `warmup_batches` + `batches` micro-batches per query.
+    """
 
     name: str
     shape: Shape
@@ -72,10 +82,22 @@ class Workload:
     #: Timed runs and warm-ups of each contender; None: the command line's.
     repetitions: int | None = None
     warmups: int | None = None
+    #: Stream workloads only: timed micro-batches per query, and untimed ones before them.
+    batches: int | None = None
+    warmup_batches: int = 0
 
     @property
     def columns(self) -> list[ColumnSpec]:
         return narrow_columns() if self.shape == "narrow" else wide_columns()
+
+    @property
+    def is_stream(self) -> bool:
+        return self.batches is not None
+
+    @property
+    def total_batches(self) -> int:
+        """Micro-batches per query, warm-ups included (one source file each)."""
+        return (self.batches or 0) + self.warmup_batches
 
 
 def narrow_columns() -> list[ColumnSpec]:
@@ -153,7 +175,8 @@ def parse_workloads(names: list[str], partitions: int) -> list[Workload]:
 
 
 def parse_workload(name: str, partitions: int) -> Workload:
-    """'tiny', 'small-<count>', or '<narrow|wide>-<count>' such as 'narrow-1m'."""
+    """'tiny', 'small-<count>', 'stream-<count>' (rows per micro-batch), or
+    '<narrow|wide>-<count>' such as 'narrow-1m'."""
     if name == "tiny":
         return Workload(
             "tiny", "narrow", TINY_PARTITIONS * TINY_ROWS_PER_PARTITION, TINY_PARTITIONS
@@ -161,9 +184,27 @@ def parse_workload(name: str, partitions: int) -> Workload:
     if name.startswith("small-"):
         rows = parse_count(name.removeprefix("small-"))
         return Workload(name, "narrow", rows, SMALL_PARTITIONS, SMALL_CALLS, SMALL_WARMUPS)
+    if name.startswith("stream-"):
+        # One source file, so one partition, per micro-batch. No warm-up *queries*: every
+        # query's own warm-up batches are excluded instead.
+        rows = parse_count(name.removeprefix("stream-"))
+        if rows < 1:
+            raise ValueError(f"{name}: a micro-batch needs at least one row")
+        return Workload(
+            name,
+            "narrow",
+            rows,
+            1,
+            warmups=0,
+            batches=STREAM_BATCHES,
+            warmup_batches=STREAM_WARMUP_BATCHES,
+        )
     shape, _, count = name.partition("-")
     if shape not in ("narrow", "wide") or not count:
-        raise ValueError(f"unknown workload {name!r}: use tiny, narrow-<count> or wide-<count>")
+        raise ValueError(
+            f"unknown workload {name!r}: use tiny, small, small-<count>, stream-<count>, "
+            "narrow-<count> or wide-<count>"
+        )
     rows = parse_count(count)
     return Workload(name, "narrow" if shape == "narrow" else "wide", rows, partitions)
 
