@@ -10,7 +10,15 @@ import time
 import uuid
 
 import pytest
-from support import assert_exactly, connection_args, events_df, journal_session, new_table
+from pyspark.sql import functions as F
+from support import (
+    assert_exactly,
+    connection_args,
+    events_df,
+    failing_once,
+    journal_session,
+    new_table,
+)
 
 import xasink.api
 from xasink import SchemaMismatchError, WriteError, write_xa
@@ -100,3 +108,34 @@ def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):
         assert [beats(job_id) for job_id in jobs] == stopped
         for job_id in jobs:
             assert journal.abort(session.connection, job_id)
+
+
+def test_a_small_frame_is_written_by_the_driver_in_one_branch(spark, db):
+    """Spark estimates the frame below driver_write_bytes: the driver collects it and writes
+    one branch itself (no worker reports a peak RSS); with 0, each partition is a task's
+    branch. A task that fails while the rows are collected is retried by Spark before any
+    branch opens."""
+    table = new_table(db)
+    small = failing_once(events_df(spark, 3000, 3), at_id=1500)
+    result = write_xa(small, table=table, **connection_args(db))
+    assert (result.partitions, result.worker_peak_rss_kb, result.rows) == (1, 0, 3000)
+    assert result.rolled_back_attempts == 0
+    tasks = write_xa(
+        events_df(spark, 3000, 3).withColumn("id", F.col("id") + 3000),
+        table=table,
+        driver_write_bytes=0,
+        **connection_args(db),
+    )
+    assert tasks.partitions == 3 and tasks.worker_peak_rss_kb > 0
+    assert_exactly(db, table, range(6000))
+    assert db.prepared_transactions() == []
+
+
+def test_a_frame_estimated_above_the_limit_is_written_by_tasks(spark, db):
+    table = new_table(db)
+    result = write_xa(
+        events_df(spark, 3000, 3), table=table, driver_write_bytes=1, **connection_args(db)
+    )
+    assert result.partitions == 3 and result.worker_peak_rss_kb > 0
+    assert_exactly(db, table, range(3000))
+    assert db.prepared_transactions() == []

@@ -44,7 +44,7 @@ from .journal import (
     DEFAULT_LOCK_WAIT,
     Journal,
 )
-from .planning import branch_count, shape_frame
+from .planning import DRIVER_WRITE_BYTES, branch_count, shape_frame, writes_on_driver
 from .preflight import PYSPARK_MEMORY, check_spark_conf
 from .recovery import (
     DEFAULT_GRACE,
@@ -60,7 +60,7 @@ from .sparkenv import conf, job_label, ship_jars
 from .staging import APPEND, ModeOptions
 from .steps import step
 from .target import ConnectionSpec, TableRef
-from .writer import MESSAGE_DDL, WritePlan, write_partition
+from .writer import MESSAGE_DDL, WritePlan, write_from_driver, write_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -120,6 +120,7 @@ def write_xa(
     commit_retries: int = 5,
     commit_parallelism: int = 4,
     max_branches: int | Literal["auto"] | None = "auto",
+    driver_write_bytes: int = DRIVER_WRITE_BYTES,
     recover_first: bool = True,
     grace: float = DEFAULT_GRACE,
     heartbeat_interval: float = 10.0,
@@ -142,6 +143,11 @@ def write_xa(
     branches and change the table in one transaction after phase 2, so readers see the old
     contents or the new, never a mix. `create="if_missing"` creates the table from the
     DataFrame's schema (`key` becomes its primary key); "never" refuses.
+
+    A DataFrame that Spark estimates at most `driver_write_bytes` (default 4 MiB) is
+    collected as Arrow and written by the driver itself, in one branch: a Python task per
+    branch costs more than the rest of a small call. 0 turns this off; under Spark Connect
+    the branches are always tasks.
 
     Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
     LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
@@ -186,7 +192,11 @@ def write_xa(
         memory = conf(spark, PYSPARK_MEMORY)
         check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
         ship_jars(spark, request.spec.jars)
-        branches, planned = branch_count(df, max_branches, request.options)
+        on_driver = writes_on_driver(df, driver_write_bytes, bool(request.faults))
+        if on_driver:
+            branches, planned = 1, True
+        else:
+            branches, planned = branch_count(df, max_branches, request.options)
     spec, target, options = request.spec, request.target, request.options
     session, journal = open_journal(spec, journal_schema, lock_wait_timeout, reuse=True)
     with (
@@ -211,19 +221,25 @@ def write_xa(
                 try:
                     with step("shape frame"):
                         shaped = shape_frame(
-                            df, plan, options, get_dialect(spec.dialect), columns, branches
+                            df,
+                            plan,
+                            options,
+                            get_dialect(spec.dialect),
+                            columns,
+                            branches,
+                            on_driver,
                         )
                 except BaseException:
                     abort_quietly(journal, conn, job_id, spec)  # no branch has opened yet
                     raise
                 log.info(
-                    "xasink job %s: writing %d branches into %s (mode %s)",
+                    "xasink job %s: writing %s into %s (mode %s)",
                     job_id,
-                    branches,
+                    "1 branch from the driver" if on_driver else f"{branches} branches",
                     target,
                     options.mode,
                 )
-                phase_one = _prepare_all(shaped, plan, branches, planned, ops, conn)
+                phase_one = _prepare_all(shaped, plan, branches, planned, ops, conn, on_driver)
                 winners, rows = phase_one.winners, phase_one.rows
                 prepare_seconds = time.monotonic() - started
                 log.info(
@@ -288,20 +304,25 @@ def _prepare_all(
     planned: bool,
     ops: BranchOps,
     conn: Any,
+    on_driver: bool,
 ) -> PhaseOne:
     """Phase 1 (the Spark job) and the decision. Any failure before the decision rolls the
     job back.
 
     `planned`: `df` has exactly `branches` partitions; else at most that many (Spark
-    Connect cannot tell a DataFrame's partition count)."""
+    Connect cannot tell a DataFrame's partition count). `on_driver`: one branch, written by
+    this process from the collected rows."""
     label = f"xasink write_xa into {plan.table} (job {plan.job_id})"
     try:
         with (
             step("phase 1 (Spark job)"),
             job_label(df.sparkSession, label, f"xasink-{plan.job_id}"),
         ):
-            writer = functools.partial(write_partition, plan)
-            messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
+            if on_driver:
+                messages: list[Any] = [write_from_driver(plan, df)]
+            else:
+                writer = functools.partial(write_partition, plan)
+                messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
     except Exception as exc:
         abort(plan, ops, conn)
         raise phase_one_failed(plan, exc) from exc

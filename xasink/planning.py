@@ -16,7 +16,7 @@ from .errors import ConfigurationError
 from .jdbc import execute
 from .journal import Journal
 from .preflight import table_columns
-from .sparkenv import default_parallelism, partition_count
+from .sparkenv import default_parallelism, estimated_bytes, partition_count
 from .staging import ApplyPlan, ModeOptions, create_stage_sql, stage_name
 from .target import ConnectionSpec, TableRef
 from .writer import WritePlan
@@ -57,6 +57,22 @@ def branch_count(
     if partitions is None:
         return limit, False
     return min(partitions, limit), True
+
+
+#: write_xa's default `driver_write_bytes`: DataFrames Spark estimates at most this large are
+#: written by the driver. A Python task costs 100-200 ms per call, more than Spark JDBC's whole
+#: call for 1,000 rows; collecting a few MB as Arrow costs a fraction of that.
+DRIVER_WRITE_BYTES = 4 << 20
+
+
+def writes_on_driver(df: DataFrame, limit: int, injected_faults: bool) -> bool:
+    """Whether the driver writes `df` itself, in one branch (xasink.writer.write_from_driver):
+    Spark estimates it at most `limit` bytes. Never under Spark Connect (no estimate, no
+    Arrow collect into this process), nor with test faults, which target the tasks."""
+    if limit <= 0 or injected_faults:
+        return False
+    size = estimated_bytes(df)
+    return size is not None and size <= limit
 
 
 def apply_plan_for(
@@ -118,11 +134,12 @@ def shape_frame(
     dialect: Dialect,
     columns: Sequence[TableColumn],
     branches: int,
+    on_driver: bool = False,
 ) -> DataFrame:
     """The DataFrame the writers read: the written columns then the steering ones, named as
     the load table names them, in the shape each column's type takes on the wire, spread
     over `branches` partitions (by key hash for keyed modes, so two branches never hold the
-    same key)."""
+    same key), or left as it is for the driver's one branch."""
     from pyspark.sql import functions as F
 
     from .types import needs_spark_conversion, to_wire
@@ -140,6 +157,8 @@ def shape_frame(
         wire = to_wire([F.col(scratch[i]) for i in positions], types, dialect.name, columns)
         aliased = (c.alias(n) for c, n in zip(wire, plan.columns, strict=True))
         df = df.toDF(*scratch).select(*aliased)
+    if on_driver:
+        return df
     if options.routed:
         assert plan.apply is not None
         return df.repartition(branches, *(F.col(_escaped(k)) for k in plan.apply.key))

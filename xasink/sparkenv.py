@@ -51,6 +51,19 @@ def partition_count(df: DataFrame) -> int | None:
     return int(df.rdd.getNumPartitions())
 
 
+def estimated_bytes(df: DataFrame) -> int | None:
+    """Spark's estimate of the DataFrame's size (its optimizer's statistics), in bytes; None
+    where it cannot be had cheaply (Spark Connect, or no estimate)."""
+    if is_connect(df.sparkSession):
+        return None
+    try:
+        size = df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+        return size if isinstance(size, int) else int(str(size.toString()))  # py4j: either
+    except Exception as exc:  # an estimate is an optimisation, never a reason to fail
+        log.debug("xasink: no size estimate for the DataFrame: %s", type(exc).__name__)
+        return None
+
+
 def default_parallelism(spark: SparkSession) -> int:
     """Spark's default parallelism (under Connect: the setting, a local master's cores, or
     CONNECT_DEFAULT_PARALLELISM)."""

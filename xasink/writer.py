@@ -12,9 +12,11 @@ import logging
 import resource
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from . import inflight
 from .connect import open_session
 from .dialects import get_dialect
 from .errors import WriteError
@@ -26,6 +28,9 @@ from .staging import OP_COLUMN, ApplyPlan, branch_problem
 from .target import ConnectionSpec, TableRef
 from .xa import XaFailure, XaSession
 from .xid import BranchId, Xid
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("xasink")
 
@@ -119,8 +124,29 @@ def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchRepo
     context = TaskContext.get()
     if context is None:
         raise WriteError("xasink's partition writer must run inside a Spark task.")
-    partition, attempt = context.partitionId(), context.taskAttemptId()
-    attempt_number = context.attemptNumber()
+    return write_rows(
+        plan, batches, context.partitionId(), context.taskAttemptId(), context.attemptNumber()
+    )
+
+
+def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
+    """A small DataFrame, collected as Arrow and written by the driver itself as partition
+    0's only attempt: no Python task, no worker connection. The rows arrive as the batches a
+    mapInArrow task would get; nothing is written until all of them are here, so a failed
+    Spark task is retried by Spark before any branch opens."""
+    batches = df._collect_as_arrow()  # toArrow() less its cast
+    report = write_rows(plan, iter(batches), 0, 0, 0)
+    return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran
+
+
+def write_rows(
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    partition: int,
+    attempt: int,
+    attempt_number: int,
+) -> BranchReport:
+    """Write `batches` as (partition, attempt) into one prepared branch (none if empty)."""
     if plan.apply is not None and plan.apply.op_skip:
         batches = without_skipped_ops(plan.apply, batches)
     non_empty = (batch for batch in batches if batch.num_rows)
@@ -230,12 +256,18 @@ def _write_branch(
     finally:
         if session is not None and keep:
             _idle_sessions[plan.spec] = session  # this worker's next partition reuses it
+            inflight.call_at_exit(_close_idle_sessions)  # a driver's writes keep one too
         elif session is not None:
             session.close()
 
 
 #: One idle session per connection spec, kept by a reused Python worker between tasks.
 _idle_sessions: dict[ConnectionSpec, XaSession] = {}
+
+
+def _close_idle_sessions() -> None:
+    while _idle_sessions:
+        _idle_sessions.popitem()[1].close()
 
 
 def _job_ended(plan: WritePlan, session: XaSession) -> bool:
