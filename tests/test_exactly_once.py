@@ -34,7 +34,11 @@ def run(spark, db, table, faults=(), rows=ROWS, partitions=PARTITIONS):
     group = f"xasink-test-{uuid.uuid4().hex[:8]}"
     spark.sparkContext.setJobGroup(group, "xasink test")
     result = write_xa(
-        events_df(spark, rows, partitions), table=table, _faults=faults, **connection_args(db)
+        events_df(spark, rows, partitions),
+        table=table,
+        _faults=faults,
+        driver_write_bytes=0,  # a branch per partition, written by tasks, as for big frames
+        **connection_args(db),
     )
     return result, failed_tasks(spark, group)
 
@@ -111,6 +115,7 @@ def test_many_partitions_are_coalesced_into_few_branches(spark, postgres, max_br
         events_df(spark, 400, 40),
         table=table,
         max_branches=max_branches,
+        driver_write_bytes=0,
         **connection_args(postgres),
     )
     assert result.partitions + result.empty_partitions == branches

@@ -146,8 +146,8 @@ def write_xa(
 
     A DataFrame that Spark estimates at most `driver_write_bytes` (default 4 MiB) is
     collected as Arrow and written by the driver itself, in one branch: a Python task per
-    branch costs more than the rest of a small call. 0 turns this off; under Spark Connect
-    the branches are always tasks.
+    branch costs more than the rest of a small call. 0 turns this off, as does an explicit
+    `max_branches`; under Spark Connect the branches are always tasks.
 
     Rows go through the dialect's bulk loader (PostgreSQL COPY, MySQL/MariaDB LOAD DATA
     LOCAL) unless `bulk=False`, the server refuses it, or a column type has no bulk encoding;
@@ -192,7 +192,9 @@ def write_xa(
         memory = conf(spark, PYSPARK_MEMORY)
         check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
         ship_jars(spark, request.spec.jars)
-        on_driver = writes_on_driver(df, driver_write_bytes, bool(request.faults))
+        on_driver = max_branches == "auto" and writes_on_driver(
+            df, driver_write_bytes, bool(request.faults)
+        )
         if on_driver:
             branches, planned = 1, True
         else:
