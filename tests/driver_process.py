@@ -31,6 +31,8 @@ def main() -> None:
     df, options = events_df(spark, int(rows), int(partitions)), {}
     if mode:
         df, options, _ = mode_case(spark, mode, int(partitions))
+    # A branch per partition, written by tasks, whatever the frame's size or table's keys.
+    options = {"max_branches": int(partitions), **options}
     sink = os.environ.get("XASINK_TEST_SINK")
     if sink:
         sink_id, batch_id = sink.rsplit(":", 1)

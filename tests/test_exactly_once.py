@@ -37,7 +37,7 @@ def run(spark, db, table, faults=(), rows=ROWS, partitions=PARTITIONS):
         events_df(spark, rows, partitions),
         table=table,
         _faults=faults,
-        driver_write_bytes=0,  # a branch per partition, written by tasks, as for big frames
+        max_branches=partitions,  # a branch per partition, written by tasks, as for big frames
         **connection_args(db),
     )
     return result, failed_tasks(spark, group)

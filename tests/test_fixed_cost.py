@@ -139,3 +139,28 @@ def test_a_frame_estimated_above_the_limit_is_written_by_tasks(spark, db):
     assert result.partitions == 3 and result.worker_peak_rss_kb > 0
     assert_exactly(db, table, range(3000))
     assert db.prepared_transactions() == []
+
+
+def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
+    """Concurrent LOAD DATA streams into an InnoDB table without a unique key contend, so
+    write_xa appends to one through a single branch; a keyed table (and any PostgreSQL
+    table) gets a branch per partition. An explicit max_branches is kept."""
+    keyless, keyed = new_table(db), new_table(db)
+    with db.admin_connect() as conn:
+        conn.cursor().execute(f"ALTER TABLE {keyed} ADD PRIMARY KEY (id)")
+    tasks = {"driver_write_bytes": 0, **connection_args(db)}
+    counts = [
+        write_xa(events_df(spark, 3000, 3), table=table, **tasks).partitions
+        for table in (keyless, keyed)
+    ]
+    assert counts == ([1, 3] if db.kind == "mariadb" else [3, 3])
+    explicit = write_xa(
+        events_df(spark, 3000, 3).withColumn("id", F.col("id") + 3000),
+        table=keyless,
+        max_branches=3,
+        **tasks,
+    )
+    assert explicit.partitions == 3
+    assert_exactly(db, keyless, range(6000))
+    assert_exactly(db, keyed, range(3000))
+    assert db.prepared_transactions() == []

@@ -44,7 +44,13 @@ from .journal import (
     DEFAULT_LOCK_WAIT,
     Journal,
 )
-from .planning import DRIVER_WRITE_BYTES, branch_count, shape_frame, writes_on_driver
+from .planning import (
+    DRIVER_WRITE_BYTES,
+    branch_count,
+    one_stream,
+    shape_frame,
+    writes_on_driver,
+)
 from .preflight import PYSPARK_MEMORY, check_spark_conf
 from .recovery import (
     DEFAULT_GRACE,
@@ -209,6 +215,11 @@ def write_xa(
         conn = session.connection
         pre = preflight(conn, journal, request, df.schema, branches, CHECKS)
         journal = pre.journal
+        if max_branches == "auto" and branches > 1:
+            with step("stream count"):
+                if one_stream(conn, get_dialect(spec.dialect), target, options):
+                    log.info("xasink: one branch into %s, which has no unique key", target)
+                    branches = 1
         with BranchOps(spec, journal, retries=commit_retries, reuse=True) as ops:
             heartbeat_lease = LEASE_INTERVALS * heartbeat_interval
             begun = begin(conn, ops, request, pre, df.columns, heartbeat_lease)

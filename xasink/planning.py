@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from .columns import TableColumn, describe_table
+from .columns import TableColumn, describe_table, unique_keys
 from .dialects import Dialect
 from .errors import ConfigurationError
 from .jdbc import execute
@@ -73,6 +73,14 @@ def writes_on_driver(df: DataFrame, limit: int, injected_faults: bool) -> bool:
         return False
     size = estimated_bytes(df)
     return size is not None and size <= limit
+
+
+def one_stream(conn: Any, dialect: Dialect, table: TableRef, options: ModeOptions) -> bool:
+    """Whether an append should load through one branch: the server loads one stream into a
+    table without a unique key faster than several (`Dialect.one_stream_without_key`)."""
+    if options.staged or not dialect.one_stream_without_key:
+        return False
+    return not unique_keys(conn, dialect, table)
 
 
 def apply_plan_for(

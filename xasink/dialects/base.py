@@ -28,6 +28,9 @@ class Dialect:
     now_sql: ClassVar[str] = "CURRENT_TIMESTAMP"
     #: Whether a connection may open a new branch after preparing one (MariaDB: no, 1399).
     reuse_after_prepare: ClassVar[bool] = False
+    #: Whether concurrent bulk loads into a table without a unique key contend, so that one
+    #: stream loads faster than several (InnoDB: the hidden row id and the last page).
+    one_stream_without_key: ClassVar[bool] = False
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:
