@@ -4,6 +4,7 @@
     python -m benchmarks.breakdown memory [--databases postgres,mariadb]
     python -m benchmarks.breakdown formats [--rows 1m]
     python -m benchmarks.breakdown fixed [--databases postgres,mariadb]
+    python -m benchmarks.breakdown branches [--rows 1m] [--databases mariadb]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
 Spark→Arrow only, + encoding (binary COPY on PostgreSQL, CSV on MariaDB, as write_xa
@@ -13,6 +14,8 @@ WriteResult. `memory` writes one partition of 1M and one of 10M rows, each in a 
 Python worker (worker reuse off), and compares the writers' peak RSS. `fixed` makes many
 small calls (the `small` workloads: 1k and 10k rows, 2 partitions) of write_xa and Spark
 JDBC in turn, and splits write_xa's median call into its driver steps (xasink.steps).
+`branches` writes into a table without a key and one keyed on id with 1, 2 and 4 branches
+(concurrent load streams) next to Spark JDBC: how many streams the server absorbs.
 """
 
 from __future__ import annotations
@@ -334,6 +337,70 @@ def fixed(databases: Sequence[str]) -> dict[str, Any]:
     return report
 
 
+#: Branch counts `branches` compares (explicit max_branches: xasink's own choice is off).
+STREAM_COUNTS = (1, 2, 4)
+
+
+def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
+    """Spark JDBC and write_xa with 1, 2 and 4 branches (concurrent load streams), into a
+    table without a key and one keyed on id, in turn: how many streams the server absorbs."""
+    import os
+    from functools import partial
+
+    from benchmarks.run import driver_jars, spark_session
+
+    contenders = [CONTENDERS["spark_jdbc"]] + [
+        Contender(f"branches_{n}", f"write_xa, {n} branches", partial(write_xa, max_branches=n))
+        for n in STREAM_COUNTS
+    ]
+    spark = spark_session("local[2,4]", "6g", list(driver_jars(databases).values()))
+    workload = parse_workload(f"narrow-{rows}", 4)
+    df = build_dataframe(spark, workload).cache()
+    df.count()
+    report: dict[str, Any] = {"rows": rows, "load_average_start": os.getloadavg(), "runs": {}}
+    with contextlib.ExitStack() as stack:
+        for kind in databases:
+            db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
+            for keyed in (False, True):
+                table = "streams_keyed" if keyed else "streams_keyless"
+                db.drop(table)
+                ddl = table_ddl(db.kind, workload, table)
+                db.execute(ddl[:-1] + ", PRIMARY KEY (id))" if keyed else ddl)
+                timings: list[Timing] = []
+                target = Target(db=db, table=table, df=df, csv=None, rows=rows)
+                run_rounds(contenders, target, timings, workload=table, warmups=1, repetitions=3)
+                medians = {
+                    c.name: statistics.median(
+                        [t.seconds for t in timings if t.contender == c.name and not t.warmup]
+                        or [float("nan")]
+                    )
+                    for c in contenders
+                }
+                report["runs"][f"{kind} {'keyed' if keyed else 'keyless'}"] = medians
+                db.drop(table)
+    report["load_average_end"] = os.getloadavg()
+    spark.stop()
+    return report
+
+
+def _branches_markdown(report: dict[str, Any]) -> str:
+    start, end = report["load_average_start"], report["load_average_end"]
+    head = " | ".join(f"{n} branches" for n in STREAM_COUNTS)
+    lines = [
+        f"{report['rows']:,} narrow rows, 4 partitions; 1 warm-up + median of 3, round-robin."
+        f" 1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end.",
+        "Rows/s of write_xa with that many branches ÷ rows/s of Spark JDBC, same run:",
+        "",
+        f"| database, table | Spark JDBC rows/s | {head} |",
+        "|---|---:|" + "---:|" * len(STREAM_COUNTS),
+    ]
+    for name, medians in report["runs"].items():
+        base = medians["spark_jdbc"]
+        cells = " | ".join(f"{base / medians[f'branches_{n}']:.2f}" for n in STREAM_COUNTS)
+        lines.append(f"| {name} | {report['rows'] / base:,.0f} | {cells} |")
+    return "\n".join(lines)
+
+
 def _fixed_summary(timings: Sequence[Timing]) -> dict[str, Any]:
     timed = [t for t in timings if not t.warmup]
     errors = [t.error for t in timings if t.error]
@@ -434,9 +501,9 @@ def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("stages", "memory", "formats", "fixed"))
+    parser.add_argument("mode", choices=("stages", "memory", "formats", "fixed", "branches"))
     parser.add_argument("--databases", default="postgres,mariadb")
-    parser.add_argument("--rows", default="1m", help="rows for `stages` (default 1m)")
+    parser.add_argument("--rows", default="1m", help="rows for `stages`, `branches` (default 1m)")
     parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
     args = parser.parse_args(argv)
     databases = [d for d in args.databases.split(",") if d]
@@ -457,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for f in ("csv", "binary")
             ]
         )
+    elif args.mode == "branches":
+        report = branch_counts(databases, parse_count(args.rows))
+        text = _branches_markdown(report)
     elif args.mode == "fixed":
         report = fixed(databases)
         text = _fixed_markdown(report)
