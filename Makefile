@@ -71,6 +71,8 @@ bench: install
 	$(PYTHON) -m benchmarks.breakdown stages
 	$(PYTHON) -m benchmarks.breakdown memory
 	$(PYTHON) -m benchmarks.breakdown formats
+	$(PYTHON) -m benchmarks.breakdown fixed
+	$(PYTHON) -m benchmarks.breakdown branches --databases mariadb
 
 bench-quick: install
 	$(PYTHON) -m benchmarks --quick --output-dir "$$(mktemp -d)"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_WORKLOADS = ("narrow-1m", "narrow-10m", "wide-1m", "wide-10m", "tiny", "stream-1k")
+DEFAULT_WORKLOADS = ("narrow-1m", "narrow-10m", "wide-1m", "wide-10m", "tiny", "small", "stream-1k")
 QUICK_WORKLOADS = ("narrow-100k", "tiny")
 #: Every contender runs on the workloads it applies to: the format sink only on streams,
 #: raw and one-branch-per-partition only on bulk writes.
