@@ -21,7 +21,7 @@ from .errors import (
 from .faults import Fault
 from .heartbeat import LEASE_INTERVALS, Heartbeat
 from .idle import kept_on_success
-from .inflight import write_in_progress
+from .inflight import tracked
 from .jdbc import redacting_java_errors
 from .job import (
     JOURNAL_ROLE,
@@ -101,6 +101,7 @@ class WriteResult:
     decided_by: str | None = None
 
 
+@tracked  # the interpreter's exit waits for it (xasink.inflight)
 @redacting_java_errors
 def write_xa(
     df: DataFrame,
@@ -208,7 +209,6 @@ def write_xa(
     spec, target, options = request.spec, request.target, request.options
     session, journal = open_journal(spec, journal_schema, lock_wait_timeout, reuse=True)
     with (
-        write_in_progress(),  # the interpreter's exit waits for it (xasink.inflight)
         kept_on_success(spec, JOURNAL_ROLE, session),
         CHECKS.forgotten_on_failure(spec),
     ):

@@ -18,10 +18,14 @@ The handler is registered on first use, after JPype's own, so it runs before the
 from __future__ import annotations
 
 import atexit
+import functools
+import gc
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
 
 log = logging.getLogger("xasink")
 
@@ -35,10 +39,15 @@ _registered = False
 
 
 def _register() -> None:
-    """Register the exit handler once (caller holds `_changed`)."""
+    """Register the exit handlers once (caller holds `_changed`)."""
     global _registered
-    if not _registered:  # registered late: runs before pyspark's and JPype's handlers
-        atexit.register(_at_exit)
+    if not _registered:
+        # The wait runs with threading's own exit hooks, before concurrent.futures refuses
+        # new work (a MariaDB load's background thread) and before any atexit handler.
+        register_early = getattr(threading, "_register_atexit", None)
+        if register_early is not None:
+            register_early(wait_for_writes)
+        atexit.register(_at_exit)  # registered late: runs before pyspark's and JPype's
         _registered = True
 
 
@@ -67,6 +76,28 @@ def write_in_progress() -> Iterator[None]:
             _changed.notify_all()
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def tracked(write: Callable[P, R]) -> Callable[P, R]:
+    """`write` counts as in progress until its frames and their Java objects are freed: a
+    thread must not be releasing JPype objects while the interpreter finalizes. A failure's
+    traceback would keep the frames (and their Java objects) alive past the count, so their
+    locals are cleared first."""
+
+    @functools.wraps(write)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with write_in_progress():
+            try:
+                return write(*args, **kwargs)
+            except BaseException as exc:
+                traceback.clear_frames(exc.__traceback__)
+                raise
+
+    return run
+
+
 def writes_in_progress() -> int:
     """How many threads other than the caller's are inside write_xa."""
     with _changed:
@@ -88,6 +119,12 @@ def wait_for_writes(timeout: float = EXIT_WAIT_SECONDS) -> bool:
 
 def _at_exit() -> None:
     wait_for_writes()
+    # Java objects in garbage cycles are freed here, on the exiting thread, while the JVM
+    # runs; and no other thread starts a collection from now on. A daemon thread freeing a
+    # JPype object once the interpreter finalizes is ended inside JPype's C++ and aborts
+    # the process ("FATAL: exception not rethrown", seen in a thread "Garbage-collecting").
+    gc.collect()
+    gc.disable()
     with _changed:
         callbacks = list(_callbacks)
     for callback in callbacks:

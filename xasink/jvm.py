@@ -88,8 +88,15 @@ _proxy_class: Any = None
 
 
 def java_xid(xid: Xid) -> Any:
-    """A javax.transaction.xa.Xid with value equality (pgjdbc compares XIDs by equals)."""
+    """A javax.transaction.xa.Xid with value equality (pgjdbc compares XIDs by equals): our
+    Java class where the JDK can compile it, else a Python proxy (JVM threads then call
+    back into Python for it, which can abort a process at exit)."""
+    from .javahelpers import helper_class
+
     global _proxy_class
+    native = helper_class("XasinkXid")
+    if native is not None:
+        return native(xid.format_id, java_bytes(xid.gtrid), java_bytes(xid.bqual))
     if _proxy_class is None:
         _proxy_class = _make_proxy_class()
     return jpype.JObject(_proxy_class(xid), jpype.JClass("javax.transaction.xa.Xid"))
