@@ -110,6 +110,11 @@ def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):
             assert journal.abort(session.connection, job_id)
 
 
+#: Branches of a 3-partition append into a keyless table, written by tasks (MariaDB loads
+#: one stream into a table without a key: see the test after these).
+TASK_BRANCHES = {"postgres": 3, "mariadb": 1}
+
+
 def test_a_small_frame_is_written_by_the_driver_in_one_branch(spark, db):
     """Spark estimates the frame below driver_write_bytes: the driver collects it and writes
     one branch itself (no worker reports a peak RSS); with 0, each partition is a task's
@@ -126,7 +131,7 @@ def test_a_small_frame_is_written_by_the_driver_in_one_branch(spark, db):
         driver_write_bytes=0,
         **connection_args(db),
     )
-    assert tasks.partitions == 3 and tasks.worker_peak_rss_kb > 0
+    assert tasks.partitions == TASK_BRANCHES[db.kind] and tasks.worker_peak_rss_kb > 0
     assert_exactly(db, table, range(6000))
     assert db.prepared_transactions() == []
 
@@ -136,7 +141,7 @@ def test_a_frame_estimated_above_the_limit_is_written_by_tasks(spark, db):
     result = write_xa(
         events_df(spark, 3000, 3), table=table, driver_write_bytes=1, **connection_args(db)
     )
-    assert result.partitions == 3 and result.worker_peak_rss_kb > 0
+    assert result.partitions == TASK_BRANCHES[db.kind] and result.worker_peak_rss_kb > 0
     assert_exactly(db, table, range(3000))
     assert db.prepared_transactions() == []
 

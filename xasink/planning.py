@@ -166,7 +166,11 @@ def shape_frame(
         aliased = (c.alias(n) for c, n in zip(wire, plan.columns, strict=True))
         df = df.toDF(*scratch).select(*aliased)
     if on_driver:
-        return df
+        # One collect task per partition: 200 tiny shuffle partitions cost more as tasks
+        # than their rows do, so many partitions are read by one task (no shuffle).
+        many = 2 * default_parallelism(df.sparkSession)
+        partitions = partition_count(df)
+        return df.coalesce(1) if partitions is not None and partitions > many else df
     if options.routed:
         assert plan.apply is not None
         return df.repartition(branches, *(F.col(_escaped(k)) for k in plan.apply.key))
