@@ -306,75 +306,61 @@ def test_a_streaming_driver_exits_when_it_is_done(db, tmp_path):
     assert db.prepared_transactions() == []
 
 
-MID_WRITE_EXIT = """
-import sys, threading, time
+EXIT_SCRIPT = """
+import atexit, sys, threading, time
+sys.modules["IPython"] = None  # as where IPython is missing: the write is then the first
+                               # to import concurrent.futures, while the interpreter exits
+import jpype
+url, user, password, table, where, driver_write_bytes = sys.argv[1:7]
+
+def check():  # runs after xasink's exit hook and right before JPype stops the JVM
+    from xasink import idle
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("xasink")]
+    queue = jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance().isRunning()
+    print("AT JVM STOP:", threads, len(idle._idle), queue, flush=True)
+
+atexit.register(check)
 from pyspark.sql import functions as F
 from support import events_df, spark_builder
 from xasink import write_xa
 from xasink.inflight import writes_in_progress
-url, user, password, table = sys.argv[1:5]
-spark = spark_builder("xasink-exit-mid-write").getOrCreate()
-spark.sparkContext.setLogLevel("ERROR")
-def slow(i):
-    if i % 300 == 0:
-        time.sleep(0.5)
-    return i
-df = events_df(spark, 3000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
-# Written by tasks: with the driver writing the rows itself the exit can still abort
-# (README, Known limits).
-write = lambda: write_xa(df, url, table, user=user, password=password, driver_write_bytes=0)
-threading.Thread(target=write, daemon=True).start()
-while not writes_in_progress():
-    time.sleep(0.05)
-print("EXITING", flush=True)
-"""
-
-
-def test_a_driver_exiting_mid_write_waits_for_it(db):
-    """The main thread ends while write_xa runs on another (as a foreachBatch call does after
-    `query.stop()`): the exit waits for the write, which commits, instead of killing it
-    mid-call (rows lost to recovery, or a JPype abort)."""
-    table = new_table(db)
-    done = run_script(MID_WRITE_EXIT, db.jdbc_url, db.user, db.password, table)
-    assert done.returncode == 0 and "EXITING" in done.stdout, done.stderr[-3000:]
-    assert "write(s) in progress before exit" in done.stderr
-    print(done.stderr[-3000:])  # shown if the rows are wrong
-    assert_exactly(db, table, range(3000))
-    assert db.prepared_transactions() == []
-
-
-QUIET_AT_JVM_STOP = """
-import atexit, sys, threading, time
-import jpype
-from pyspark.sql import functions as F
-from support import events_df, spark_builder
-url, user, password, table = sys.argv[1:5]
-
-def check():  # runs after xasink's exit handler and right before JPype stops the JVM
-    from xasink import idle
-    threads = [t.name for t in threading.enumerate() if t.name.startswith("xasink")]
-    print("AT JVM STOP:", threads, len(idle._idle), flush=True)
-
-atexit.register(check)
-from xasink import write_xa
-spark = spark_builder("xasink-exit-quiet").getOrCreate()
+spark = spark_builder("xasink-exit").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 def slow(i):
     if i % 500 == 0:
         time.sleep(0.4)
     return i
 df = events_df(spark, 2000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
-write_xa(df, url, table, user=user, password=password, heartbeat_interval=0.2)
-print("WRITTEN", flush=True)
+def write():
+    write_xa(df, url, table, user=user, password=password, heartbeat_interval=0.2,
+             driver_write_bytes=int(driver_write_bytes))
+    print("WRITTEN", flush=True)
+if where == "main":
+    write()
+else:  # the main thread ends while the write runs on another
+    threading.Thread(target=write, daemon=True).start()
+    while not writes_in_progress():
+        time.sleep(0.05)
+    print("EXITING", flush=True)
 """
 
 
-def test_no_xasink_thread_or_session_is_left_when_the_jvm_stops(db):
-    """At exit the heartbeat thread (which has beaten: the write outlasts its interval) has
-    ended and the kept sessions are closed before JPype stops the JVM, so no daemon thread
-    of ours can return from a Java call during finalization and abort the process."""
+@pytest.mark.parametrize(
+    ("where", "written_by"),
+    [("other thread", "driver"), ("other thread", "tasks"), ("main thread", "driver")],
+)
+def test_a_driver_exits_cleanly_after_a_write(db, where, written_by):
+    """The interpreter exits after a write, or while one runs on another thread (as a
+    foreachBatch call does after `query.stop()`): the exit waits for the write, which
+    commits, and ends with the script's own exit code. By the time JPype stops the JVM, no
+    xasink thread or kept session is left and JPype's reference queue (the Java thread that
+    calls into Python) is stopped, so nothing can enter the interpreter while it finalizes."""
     table = new_table(db)
-    done = run_script(QUIET_AT_JVM_STOP, db.jdbc_url, db.user, db.password, table)
-    assert done.returncode == 0 and "WRITTEN" in done.stdout, done.stderr[-3000:]
-    assert "AT JVM STOP: [] 0" in done.stdout, done.stdout
+    limit = "0" if written_by == "tasks" else str(64 << 20)
+    done = run_script(EXIT_SCRIPT, db.jdbc_url, db.user, db.password, table, where, limit)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WRITTEN" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "AT JVM STOP: [] 0 False" in done.stdout, done.stdout
+    if where == "other thread":
+        assert "write(s) in progress before exit" in done.stderr
     assert_exactly(db, table, range(2000))

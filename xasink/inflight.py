@@ -1,8 +1,9 @@
-"""An orderly interpreter exit: no xasink thread may be inside a JPype call when it ends.
+"""An orderly interpreter exit: no thread may call between Python and the JVM once it ends.
 
-At exit Python ends daemon threads wherever they are. One that returns from a Java call
-during finalization is unwound through JPype's C++ frames, which aborts the process
-("FATAL: exception not rethrown", exit code -6). Two kinds of thread are ours:
+At exit Python ends daemon threads wherever they are, and a thread that takes the GIL
+during finalization is ended on the spot. A thread with JPype's C++ frames on its stack is
+then unwound through them, which aborts the process ("FATAL: exception not rethrown", exit
+code -6). Three kinds of thread can be in that position:
 
 - a write on another thread, e.g. a foreachBatch call on one of py4j's callback threads
   still running after `query.stop()` (which interrupts Spark's side of the batch, not the
@@ -10,14 +11,23 @@ during finalization is unwound through JPype's C++ frames, which aborts the proc
   or failed and rolled back;
 - xasink's own background work (the heartbeat thread, idle sessions). It registers a
   callback with `call_at_exit`, run after the writes ended: stop the thread, close the
-  sessions, on the exiting thread.
+  sessions, on the exiting thread;
+- JPype's reference-queue thread, a Java thread that calls into Python whenever the JVM
+  collects its sentinel object (to run a Python garbage collection) or a Java object that
+  holds a Python one. A write that moves its rows through this JVM (the driver's own small
+  writes) makes the JVM collect often, so that call could land during finalization. It is
+  stopped here, after the callbacks, while the interpreter is whole.
 
-The handler is registered on first use, after JPype's own, so it runs before the JVM stops.
+All of it runs in one of threading's own exit hooks: before any atexit handler (pyspark's,
+JPype's), and before concurrent.futures refuses new work (a MariaDB load's background
+thread). The hook is registered when xasink is imported, never lazily: a registration made
+once the exit has begun is refused ("can't register atexit after shutdown"), and a write on
+another thread must not be the first to touch anything that registers one.
 """
 
 from __future__ import annotations
 
-import atexit
+import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours)
 import functools
 import gc
 import logging
@@ -27,6 +37,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
+import jpype
+
 log = logging.getLogger("xasink")
 
 #: How long the interpreter's exit waits for writes still running on other threads.
@@ -35,26 +47,11 @@ EXIT_WAIT_SECONDS = 120.0
 _changed = threading.Condition()
 _calls: dict[int, int] = {}  # thread ident -> write_xa calls running on it
 _callbacks: list[Callable[[], None]] = []  # run at exit, once the writes ended
-_registered = False
-
-
-def _register() -> None:
-    """Register the exit handlers once (caller holds `_changed`)."""
-    global _registered
-    if not _registered:
-        # The wait runs with threading's own exit hooks, before concurrent.futures refuses
-        # new work (a MariaDB load's background thread) and before any atexit handler.
-        register_early = getattr(threading, "_register_atexit", None)
-        if register_early is not None:
-            register_early(wait_for_writes)
-        atexit.register(_at_exit)  # registered late: runs before pyspark's and JPype's
-        _registered = True
 
 
 def call_at_exit(callback: Callable[[], None]) -> None:
     """Run `callback` at exit, after writes on other threads ended (or the wait gave up)."""
     with _changed:
-        _register()
         if callback not in _callbacks:
             _callbacks.append(callback)
 
@@ -64,7 +61,6 @@ def write_in_progress() -> Iterator[None]:
     """Mark a write_xa call as running on this thread until the block ends."""
     me = threading.get_ident()
     with _changed:
-        _register()
         _calls[me] = _calls.get(me, 0) + 1
     try:
         yield
@@ -117,12 +113,23 @@ def wait_for_writes(timeout: float = EXIT_WAIT_SECONDS) -> bool:
         return _changed.wait_for(lambda: not writes_in_progress(), timeout)
 
 
-def _at_exit() -> None:
+def stop_java_callbacks() -> None:
+    """Stop JPype's reference-queue thread, the one Java thread that calls into Python."""
+    if not jpype.isJVMStarted():
+        return
+    try:
+        queue = jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance()
+        if queue.isRunning():
+            queue.stop()
+    except Exception as exc:  # a JPype without this class: its own shutdown stops it later
+        log.debug("xasink: JPype's reference queue left running (%s)", type(exc).__name__)
+
+
+def at_exit() -> None:
+    """The exit hook: wait for writes, then end xasink's and JPype's Java-calling threads."""
     wait_for_writes()
     # Java objects in garbage cycles are freed here, on the exiting thread, while the JVM
-    # runs; and no other thread starts a collection from now on. A daemon thread freeing a
-    # JPype object once the interpreter finalizes is ended inside JPype's C++ and aborts
-    # the process ("FATAL: exception not rethrown", seen in a thread "Garbage-collecting").
+    # runs; and no Python thread starts a collection from now on.
     gc.collect()
     gc.disable()
     with _changed:
@@ -132,3 +139,7 @@ def _at_exit() -> None:
             callback()
         except Exception as exc:  # an exit must go on (the type only: no URL or secret)
             log.warning("xasink: cleanup at exit failed (%s)", type(exc).__name__)
+    stop_java_callbacks()
+
+
+threading._register_atexit(at_exit)  # type: ignore[attr-defined]

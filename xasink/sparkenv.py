@@ -26,12 +26,12 @@ CONNECT_DEFAULT_PARALLELISM = 4
 
 
 def is_connect(spark: SparkSession) -> bool:
-    """Whether `spark` is a Spark Connect client session."""
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:  # the connect client's dependencies are not installed
-        return False
-    return isinstance(spark, ConnectSession)
+    """Whether `spark` is a Spark Connect client session.
+
+    Told by the class's module, without importing pyspark's Connect client: that import
+    starts concurrent.futures, which a write running while the interpreter exits must not
+    be the first to do."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
 def conf(spark: SparkSession, key: str) -> str | None:
