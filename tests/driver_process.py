@@ -5,8 +5,10 @@ With MODE, it writes support.mode_case's input for that mode instead of ROWS eve
 The password comes from XASINK_TEST_PASSWORD. The fault's action is XASINK_TEST_FAULT_ACTION
 (default `hang`): at the point the script prints `XASINK-FAULT <point>`, then waits to be
 killed (`hang`) or stops itself until SIGCONT (`pause`). XASINK_TEST_SINK="<sink id>:<batch
-id>" makes the write that batch of a stream. It ends by printing `RESULT {...}`,
-or `ERROR <class>: <message>` (exit 3) when write_xa raises.
+id>" makes the write that batch of a stream. XASINK_TEST_WRITER=driver makes the driver
+write the frame itself (one branch, as for any small frame); by default tasks write a
+branch per partition. It ends by printing `RESULT {...}`, or `ERROR <class>: <message>`
+(exit 3) when write_xa raises.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ def main() -> None:
     df, options = events_df(spark, int(rows), int(partitions)), {}
     if mode:
         df, options, _ = mode_case(spark, mode, int(partitions))
-    # A branch per partition, written by tasks, whatever the frame's size or table's keys.
-    options = {"max_branches": int(partitions), **options}
+    if os.environ.get("XASINK_TEST_WRITER") == "driver":
+        options = {"driver_write_bytes": 1 << 30, **options}
+    else:  # a branch per partition, written by tasks, whatever the frame's size or keys
+        options = {"max_branches": int(partitions), **options}
     sink = os.environ.get("XASINK_TEST_SINK")
     if sink:
         sink_id, batch_id = sink.rsplit(":", 1)

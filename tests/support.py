@@ -337,10 +337,13 @@ class DriverProcess(WatchedDriver):
         mode: str | None = None,
         action: str = "hang",
         sink: str | None = None,
+        writer: str = "tasks",
     ):
         self.point = point
         args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
-        env = {"XASINK_TEST_FAULT_ACTION": action, **({"XASINK_TEST_SINK": sink} if sink else {})}
+        env = {"XASINK_TEST_FAULT_ACTION": action, "XASINK_TEST_WRITER": writer}
+        if sink:
+            env["XASINK_TEST_SINK"] = sink
         super().__init__("driver_process.py", args + ([mode] if mode else []), db.password, env)
 
     def wait_for_point(self) -> None:
@@ -364,13 +367,19 @@ class DriverProcess(WatchedDriver):
 
 
 def kill_driver_at(
-    db, table: str, point: str, mode: str | None = None, sink: str | None = None
+    db,
+    table: str,
+    point: str,
+    mode: str | None = None,
+    sink: str | None = None,
+    writer: str = "tasks",
 ) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group.
 
     It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input; with `sink`
-    ("<sink id>:<batch id>"), as that batch of a stream."""
-    driver = DriverProcess(db, table, point, mode, sink=sink)
+    ("<sink id>:<batch id>"), as that batch of a stream; with writer="driver", in the one
+    branch the driver writes itself."""
+    driver = DriverProcess(db, table, point, mode, sink=sink, writer=writer)
     try:
         driver.wait_for_point()
     finally:

@@ -225,7 +225,7 @@ def test_a_stream_through_the_format_is_exactly_once_across_a_replay(spark, db, 
     _stream(spark, db, table, source, checkpoint)
     assert_exactly(db, table, range(300))
     sink = sink_of(db, table)
-    assert sink.startswith("checkpoint-")
+    assert sink.startswith("query-")
     assert sink_mark(db, sink)[0] == 2
     (checkpoint / "commits" / "2").unlink()
     shutil.rmtree(checkpoint / "commits" / ".2.crc", ignore_errors=True)

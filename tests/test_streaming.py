@@ -7,7 +7,6 @@ journal holds it, and that no prepared branch is left.
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 
 import pytest
@@ -62,19 +61,6 @@ def test_a_replayed_batch_is_skipped(spark, db):
     assert sink_mark(db, sink) == (0, first.job_id)
     listed = json.loads(xasink_cli(db, "jobs", "--json", "--table", table).stdout)
     assert [(j["job_id"], j["sink_id"], j["batch_id"]) for j in listed] == [(first.job_id, sink, 0)]
-
-
-def test_an_older_batch_is_skipped_with_a_log_line(spark, db, caplog):
-    table, sink = new_table(db), new_sink()
-    write_xa(events_df(spark, 100, 1), table=table, sink_id=sink, batch_id=7, **connection_args(db))
-    with caplog.at_level(logging.WARNING, logger="xasink"):
-        older = write_xa(
-            events_df(spark, 100, 1), table=table, sink_id=sink, batch_id=3, **connection_args(db)
-        )
-    assert older.skipped
-    assert "batch 3 is older than the last committed batch 7" in caplog.text
-    assert_exactly(db, table, range(100))
-    assert sink_mark(db, sink)[0] == 7
 
 
 def test_batches_of_two_sinks_are_independent(spark, db):

@@ -62,10 +62,10 @@ from .recovery import (
     resolve_in_doubt,
 )
 from .sinks import sink_batch
-from .sparkenv import conf, job_label, ship_jars
+from .sparkenv import conf, job_label, ship_jars, streaming_query_id
 from .staging import APPEND, ModeOptions
 from .steps import step
-from .target import ConnectionSpec, TableRef
+from .target import DEFAULT_NETWORK_TIMEOUT, ConnectionSpec, TableRef
 from .writer import MESSAGE_DDL, WritePlan, write_from_driver, write_partition
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ def write_xa(
     xa_datasource: str | None = None,
     journal_schema: str | None = None,
     connect_timeout: int = 10,
+    network_timeout: float = DEFAULT_NETWORK_TIMEOUT,
     commit_retries: int = 5,
     commit_parallelism: int = 4,
     max_branches: int | Literal["auto"] | None = "auto",
@@ -161,7 +162,9 @@ def write_xa(
     then through JDBC batches of `batch_size` rows.
 
     No bookkeeping or apply statement waits longer than `lock_wait_timeout` seconds for a
-    lock. Every XasinkError raised once the job exists carries its id as `job_id`.
+    lock, and no JDBC call longer than `network_timeout` seconds for an answer (it must be
+    longer: only a dead or silent server runs into it). Every XasinkError raised once the
+    job exists carries its id as `job_id`.
 
     `sink_id` and `batch_id` make the write one micro-batch of a stream (see
     `xasink.foreach_batch`): the decision records the batch, and a batch whose decision is
@@ -179,6 +182,7 @@ def write_xa(
                 xa_datasource=xa_datasource,
                 jars=jars,
                 connect_timeout=connect_timeout,
+                network_timeout=network_timeout,
             ),
             target=TableRef.parse(table),
             options=ModeOptions.build(mode, key, op, order, op_values, df.columns),
@@ -191,7 +195,9 @@ def write_xa(
             recover_first=recover_first,
             commit_retries=commit_retries,
             commit_parallelism=commit_parallelism,
-            sink=sink_batch(sink_id, batch_id),
+            sink=sink_batch(
+                sink_id, batch_id, streaming_query_id(df.sparkSession) if sink_id else None
+            ),
             faults=tuple(_faults),
         )
     with step("spark conf, jars, branch count"):
@@ -199,9 +205,7 @@ def write_xa(
         memory = conf(spark, PYSPARK_MEMORY)
         check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
         ship_jars(spark, request.spec.jars)
-        on_driver = max_branches == "auto" and writes_on_driver(
-            df, driver_write_bytes, bool(request.faults)
-        )
+        on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
         if on_driver:
             branches, planned = 1, True
         else:
@@ -338,7 +342,7 @@ def _prepare_all(
                 messages = df.mapInArrow(writer, MESSAGE_DDL).collect()
     except Exception as exc:
         abort(plan, ops, conn)
-        raise phase_one_failed(plan, exc) from exc
+        raise phase_one_failed(plan, exc, on_driver) from exc
     return decide_all(plan, ops, conn, messages, branches, planned)
 
 
@@ -395,6 +399,7 @@ def recover(
     xa_datasource: str | None = None,
     journal_schema: str | None = None,
     connect_timeout: int = 10,
+    network_timeout: float = DEFAULT_NETWORK_TIMEOUT,
     lock_wait_timeout: float = DEFAULT_LOCK_WAIT,
     presume_abort_tag: str | None = None,
 ) -> RecoveryReport:
@@ -414,6 +419,7 @@ def recover(
         xa_datasource=xa_datasource,
         jars=jars,
         connect_timeout=connect_timeout,
+        network_timeout=network_timeout,
     ) as (spec, conn, journal):
         exists = journal.exists(conn)  # raises unless the journal is truly missing
         if presume_abort_tag is not None:

@@ -7,9 +7,13 @@ Why skipping them for a while is safe:
   commit is ever cached: the journal's tag, the job rows, the XA RECOVER listing, the
   markers and the decision are read from the database on every call.
 * Without the cache, the same facts can already change between the check and the load
-  (nothing is locked in between). The cache widens that window to at most `ttl` seconds;
-  the database still enforces its own types, constraints and limits when the rows arrive,
-  inside the branch, so such a change fails the job before its decision (rolled back).
+  (nothing is locked in between). The cache widens that window to at most `ttl` seconds.
+  So nothing that decides how values are encoded trusts a description: the one load whose
+  bytes depend on the column types (PostgreSQL's binary COPY) reads them again inside its
+  branch, under a lock that holds them until the branch ends (loaders/pg_copy.py); every
+  other load is typed by the server. Constraints and limits are enforced by the database
+  when the rows arrive, inside the branch, so such a change fails the job before its
+  decision (rolled back).
 * Every failed call forgets all entries of its connection, and the next call checks
   again, with preflight's own message for what is wrong.
 * The journal entry is keyed by the journal's stored tag: a journal dropped and made

@@ -1,4 +1,4 @@
-"""The `xasink` command line: recover, jobs, resolve, prune."""
+"""The `xasink` command line: recover, jobs, resolve, reset-sink, prune."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .errors import XasinkError
 from .journal import DEFAULT_LOCK_WAIT
 from .masking import Redactor
 from .recovery import DEFAULT_GRACE
+from .target import DEFAULT_NETWORK_TIMEOUT
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
 
@@ -39,6 +40,14 @@ def _connection_options() -> argparse.ArgumentParser:
         default=DEFAULT_LOCK_WAIT,
         metavar="SECONDS",
         help=f"give up waiting for any lock after this long (default {DEFAULT_LOCK_WAIT:.0f})",
+    )
+    common.add_argument(
+        "--network-timeout",
+        type=float,
+        default=DEFAULT_NETWORK_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on a server that does not answer within this long (default "
+        f"{DEFAULT_NETWORK_TIMEOUT:.0f})",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -101,8 +110,24 @@ def _parser() -> argparse.ArgumentParser:
     resolve.add_argument("--abandon", action="store_true", required=True)
     resolve.add_argument("--reason", default="", help="recorded with the job")
     resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    reset = commands.add_parser(
+        "reset-sink",
+        parents=[common],
+        help="forget a streaming sink's last batch, after its query's checkpoint was reset",
+        description="A sink refuses batches of another streaming query, and batch ids below "
+        "its last committed one, so that a reset checkpoint never skips rows silently. After "
+        "deleting a query's checkpoint on purpose, this lets the sink start again at the "
+        "query's next batch. Refused while a job of the sink is running or deciding.",
+    )
+    reset.add_argument("sink_id", metavar="SINK")
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     prune = commands.add_parser(
-        "prune", parents=[common], help="delete the journal rows of long-finished jobs"
+        "prune",
+        parents=[common],
+        help="delete the journal rows of long-finished jobs",
+        description="Delete the journal rows of jobs that ended more than --older-than days "
+        "ago. Rows still needed stay whatever the age: a job named by a sink's mark, and a "
+        "job that ended within its lease or the default grace.",
     )
     prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
     prune.add_argument("--dry-run", action="store_true", help="count only")
@@ -123,6 +148,7 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
         "xa_datasource": args.xa_datasource,
         "dialect": args.dialect,
         "lock_wait_timeout": args.lock_wait,
+        "network_timeout": args.network_timeout,
     }
 
 
@@ -178,17 +204,24 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
+def _confirmed(args: argparse.Namespace, ask: Callable[[str], str], what: str, word: str) -> bool:
+    """--yes, or the operator typed `word` at the prompt (never without a terminal)."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise XasinkError(f"{args.command} asks for confirmation: pass --yes in scripts")
+    if ask(f"{what}? Type {word!r} to confirm: ").strip() == word:
+        return True
+    print("xasink: not confirmed; nothing changed", file=sys.stderr)
+    return False
+
+
 def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
     from .api import operate
     from .jobs import abandon
 
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise XasinkError("resolve --abandon asks for confirmation: pass --yes in scripts")
-        typed = ask(f"Abandon job {args.job_id}? Type the job id to confirm: ")
-        if typed.strip() != args.job_id:
-            print("xasink: not confirmed; nothing changed", file=sys.stderr)
-            return EXIT_ERROR
+    if not _confirmed(args, ask, f"Abandon job {args.job_id}", args.job_id):
+        return EXIT_ERROR
     with operate(args.url, **_connection(args)) as (conn, journal, ops):
         final, report = abandon(ops, conn, journal, args.job_id, args.reason)
     if args.json:
@@ -198,6 +231,25 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
         for action in report.actions:
             print(action.line())
     return EXIT_OK if report.ok else EXIT_UNRESOLVED
+
+
+def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
+    from .api import operate
+
+    if not _confirmed(args, ask, f"Forget the last batch of sink {args.sink_id!r}", args.sink_id):
+        return EXIT_ERROR
+    with operate(args.url, **_connection(args)) as (conn, journal, _):
+        mark = journal.reset_sink(conn, args.sink_id)
+    before = (
+        f"was at batch {mark.batch_id} (job {mark.job_id}, query {mark.query_id or 'unknown'})"
+        if mark
+        else "had no batch"
+    )
+    if args.json:
+        print(json.dumps({"sink_id": args.sink_id, "reset": mark is not None}))
+    else:
+        print(f"sink {args.sink_id!r} {before}; its next batch starts it again")
+    return EXIT_OK
 
 
 def _prune(args: argparse.Namespace) -> int:
@@ -227,6 +279,8 @@ def main(argv: Sequence[str] | None = None, ask: Callable[[str], str] = input) -
     try:
         if args.command == "resolve":
             return _resolve(args, ask)
+        if args.command == "reset-sink":
+            return _reset_sink(args, ask)
         return handlers[args.command](args)
     except XasinkError as exc:
         print(f"xasink: {exc}", file=sys.stderr)

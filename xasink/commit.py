@@ -119,30 +119,47 @@ class BranchOps:
     def _settle(self, operation: str, branch: BranchId, call: Callable[[XaSession], None]) -> None:
         """Run commit/rollback; XAER_NOTA is final only once XA RECOVER no longer lists it.
 
-        MariaDB answers XAER_NOTA for a branch that is prepared but still attached to the
-        session that prepared it, until the server has processed that session's disconnect.
-        So while the xid is still listed, back off and try again (bounded).
+        Two answers mean "someone else holds this branch right now", and are waited out:
+        MariaDB's XAER_NOTA for a branch that is prepared but still attached to the session
+        that prepared it (until the server has processed that session's disconnect), and
+        PostgreSQL's "busy" while another session (a recovery run, another writer's startup
+        recovery, a replay) is finishing it. While the xid is still listed, back off and try
+        again, bounded; once it is gone, busy is answered as XAER_NOTA (the caller then
+        settles it by its marker), since the other session finished it.
         """
-        for attempt in range(self.retries + 1):
+        deadline = time.monotonic() + self.journal.lock_wait
+        attempt = 0
+        while True:
             try:
                 self._retry(operation, call)
                 return
             except XaFailure as failure:
-                if failure.kind is not FailureKind.NOT_FOUND or not self._is_prepared(branch):
+                waited = failure.kind in (FailureKind.NOT_FOUND, FailureKind.BUSY)
+                if not waited:
                     raise
-                if attempt == self.retries:
+                if not self._is_prepared(branch):
+                    if failure.kind is FailureKind.BUSY:
+                        raise XaFailure(
+                            operation, FailureKind.NOT_FOUND, failure.code, "finished elsewhere"
+                        ) from None
+                    raise
+                busy = failure.kind is FailureKind.BUSY
+                if (attempt >= self.retries and not busy) or time.monotonic() > deadline:
                     raise XaFailure(
                         operation,
                         FailureKind.TRANSIENT,
                         failure.code,
-                        f"{branch.name} is prepared but still attached to the session that "
-                        "prepared it; run `xasink recover` once that session is gone",
+                        f"{branch.name} is prepared but held by another session ("
+                        f"{'being finished there' if busy else 'still attached to it'}); "
+                        "run `xasink recover` once that session is done",
                     ) from None
-                delay = self.backoff * 2**attempt
+                delay = min(self.backoff * 2**attempt, 5.0)
+                attempt += 1
                 log.info(
-                    "xasink %s %s: still attached elsewhere; retrying in %.1fs",
+                    "xasink %s %s: %s; retrying in %.1fs",
                     operation,
                     branch.name,
+                    "being finished by another session" if busy else "still attached elsewhere",
                     delay,
                 )
                 time.sleep(delay)

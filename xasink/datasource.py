@@ -31,7 +31,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .commit import BranchOps
-from .errors import ConfigurationError, WriteError, XasinkError
+from .errors import CommitError, ConfigurationError, WriteError, XasinkError
 from .jdbc import redacting_java_errors
 from .job import (
     Begun,
@@ -46,20 +46,18 @@ from .job import (
     preflight,
     release_stage,
 )
-from .journal import COMMITTING, SinkBatch
+from .journal import COMMITTED, COMMITTING, RUNNING, SinkBatch
 from .options import FormatRequest, parse
 from .recovery import DEFAULT_GRACE, resolve_in_doubt
 from .sinks import decided_already
-from .sparkenv import task_property
+from .sparkenv import QUERY_ID_PROPERTY, task_property
 from .types import needs_spark_conversion
 from .writer import BranchReport, WritePlan, write_task
 
 log = logging.getLogger("xasink")
 
-#: A Data Source job's lease: how long recovery waits for it while no task is writing
-#: (before the first task starts, and between the last one and commit()).
-LEASE_SECONDS = 300.0
-#: The prepared-slot check's branch count when numPartitions is not given.
+#: The prepared-slot check's branch count when nothing bounds the branches (MySQL/MariaDB,
+#: whose servers have no such slots).
 DEFAULT_BRANCH_HINT = 8
 
 
@@ -72,6 +70,8 @@ class BranchMessage(WriterCommitMessage):
     plan: WritePlan | None = None
     #: Streaming: the batch id the task read from Spark.
     batch_id: str | None = None
+    #: Streaming: the query id the task read from Spark (names the sink by default).
+    query_id: str | None = None
 
 
 class XasinkDataSource(DataSource):
@@ -114,9 +114,12 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
         pre = preflight(conn, journal, request, schema, branches)
         _check_conversions(request, pre, schema)
         with BranchOps(request.spec, pre.journal, retries=request.commit_retries) as ops:
-            begun = begin(conn, ops, request, pre, frame, LEASE_SECONDS)
+            # Until its first task beats, the job waits for Spark (upstream stages, a queue
+            # for executors): it holds no lock or slot then, so it may wait long.
+            lease = max(fmt.start_timeout, fmt.lease)
+            begun = begin(conn, ops, request, pre, frame, lease, fmt.stream_key)
             assert isinstance(begun, Begun)  # no sink here: never skipped
-            plan, _ = plan_job(conn, request, pre, begun, schema, fmt.heartbeat_interval)
+            plan, _ = plan_job(conn, request, pre, begun, schema, fmt.heartbeat_interval, fmt.lease)
     ordered = [*request.options.written(frame), *request.options.steering]
     log.info("xasink job %s: writing into %s (format xasink)", plan.job_id, request.target)
     return MintedJob(plan, tuple(frame.index(c) for c in ordered))
@@ -144,14 +147,23 @@ def _rows(minted: MintedJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
 
 def _check_partition(fmt: FormatRequest) -> None:
+    """Refuse a task beyond the job's branch bound before it opens a branch: the server
+    check counted that many (on PostgreSQL, prepared-transaction slots)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if fmt.max_branches and context is not None and context.partitionId() >= fmt.max_branches:
+        default = (
+            " (PostgreSQL's default for format('xasink'): each branch holds one of its "
+            "max_prepared_transactions slots)"
+            if fmt.request.spec.dialect == "postgres"
+            else ""
+        )
         raise WriteError(
-            f"The DataFrame has more partitions than numPartitions={fmt.max_branches}, and a "
-            "data source cannot merge them: call df.coalesce("
-            f"{fmt.max_branches}) before .write, or raise numPartitions. Nothing was written."
+            f"The DataFrame has more partitions than numPartitions={fmt.max_branches}"
+            f"{default}, and a data source cannot merge them: call df.coalesce("
+            f"{fmt.max_branches}) before .write (or .writeStream), or raise numPartitions "
+            "within the server's free slots. Nothing was written."
         )
 
 
@@ -174,17 +186,37 @@ def conclude(plan: WritePlan, request: JobRequest, reports: Sequence[BranchRepor
 
 
 @redacting_java_errors
-def cancel(plan: WritePlan, request: JobRequest) -> None:
+def cancel(plan: WritePlan, request: JobRequest) -> str | None:
     """Spark gave up on the job (or on its commit): abort it unless its decision is
-    recorded, in which case it is finished instead (a decided job is never rolled back)."""
+    recorded, in which case it is finished instead (a decided job is never rolled back).
+    Returns the job's state at the end."""
     session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
     with session:
         conn = session.connection
         with BranchOps(request.spec, plan.journal) as ops:
-            abort(plan, ops, conn)
-            if plan.journal.state(conn, plan.job_id) == COMMITTING:
+            state = plan.journal.state(conn, plan.job_id)
+            if state == RUNNING:
+                abort(plan, ops, conn)
+            elif state == COMMITTING:
                 resolve_in_doubt(ops, conn, plan.journal, job=plan.job_id, grace=DEFAULT_GRACE)
             release_stage(plan.journal, conn, plan.job_id, plan.apply, request.spec)
+            return plan.journal.state(conn, plan.job_id)
+
+
+@redacting_java_errors
+def end_stream_jobs(fmt: FormatRequest) -> None:
+    """Spark aborted a micro-batch without a single task message (every task failed):
+    abort the running jobs this stream minted and roll back whatever they prepared, now
+    rather than once a recovery run takes them for dead."""
+    request = fmt.request
+    assert fmt.stream_key is not None
+    session, journal = open_journal(request.spec, request.journal_schema, request.lock_wait)
+    with session, BranchOps(request.spec, journal) as ops:
+        conn = session.connection
+        for job_id in journal.running_of_stream(conn, fmt.stream_key):
+            journal.abort(conn, job_id)
+            resolve_in_doubt(ops, conn, journal, job=job_id, grace=DEFAULT_GRACE)
+            log.info("xasink job %s: aborted with its micro-batch", job_id)
 
 
 class XasinkBatchWriter(DataSourceArrowWriter):
@@ -202,7 +234,15 @@ class XasinkBatchWriter(DataSourceArrowWriter):
         conclude(self.minted.plan, self.fmt.request, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        cancel(self.minted.plan, self.fmt.request)
+        plan = self.minted.plan
+        if cancel(plan, self.fmt.request) == COMMITTED:
+            error = CommitError(
+                f"Spark reports this write as failed, but job {plan.job_id} had committed "
+                f"every row into {plan.table} before: do not run an append again (it would "
+                "duplicate the rows)."
+            )
+            error.job_id = plan.job_id  # type: ignore[attr-defined]
+            raise error
 
 
 class XasinkStreamWriter(DataSourceStreamArrowWriter):
@@ -225,27 +265,32 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         assert self.minted is not None
         _check_partition(self.fmt)
         batch = task_property("streaming.sql.batchId")
+        query_id = task_property(QUERY_ID_PROPERTY)
         report = write_task(self.minted.plan, _rows(self.minted, iterator))
-        return BranchMessage(report, plan=self.minted.plan, batch_id=batch)
+        return BranchMessage(report, plan=self.minted.plan, batch_id=batch, query_id=query_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId)
         if plan is None:
-            return  # no task ran: nothing was written
+            end_stream_jobs(self.fmt)  # no task ran: nothing was written
+            return
         if self._decided_before(plan):
             cancel(plan, self.fmt.request)  # its branches hold a replay's copy of the rows
             return
         conclude(plan, self.fmt.request, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        plan = self._batch_plan(messages, batchId)
+        plan = self._batch_plan(messages, batchId, naming=False)
         if plan is not None:
             cancel(plan, self.fmt.request)
+        else:
+            end_stream_jobs(self.fmt)
 
     def _batch_plan(
-        self, messages: list[WriterCommitMessage | None], batch_id: int
+        self, messages: list[WriterCommitMessage | None], batch_id: int, naming: bool = True
     ) -> WritePlan | None:
-        """The write side's plan, from the messages, with this batch in its decision."""
+        """The write side's plan, from the messages, with this batch in its decision (its
+        sink: `xasink.sinkId`, else named after the streaming query's id)."""
         sent = [m for m in messages if isinstance(m, BranchMessage) and m.plan is not None]
         if not sent:
             return None
@@ -255,7 +300,20 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
             raise WriteError(f"Tasks of batch {batch_id} report different jobs; not committing.")
         if any(m.batch_id not in (str(batch_id), None) for m in sent):
             raise WriteError(f"Tasks wrote another batch than {batch_id}; not committing.")
-        return replace(plan, sink=SinkBatch(str(self.fmt.sink_id), int(batch_id)))
+        queries = {m.query_id for m in sent if m.query_id}
+        if len(queries) > 1:
+            raise WriteError(f"Tasks of batch {batch_id} report different streaming queries.")
+        query_id = queries.pop() if queries else None
+        sink_id = self.fmt.sink_id or (f"query-{query_id}" if query_id else None)
+        if sink_id is None:
+            if not naming:
+                return plan
+            raise WriteError(
+                "Spark did not tell the streaming query's id to the tasks, which names the "
+                "sink by default: set .option('xasink.sinkId', ...) to a name kept for every "
+                "run of this query. Nothing was written."
+            )
+        return replace(plan, sink=SinkBatch(sink_id, int(batch_id), query_id))
 
     def _decided_before(self, plan: WritePlan) -> bool:
         """A replayed batch: finish the job that decided it (nothing new is written)."""

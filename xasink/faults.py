@@ -1,8 +1,10 @@
 """Test-only fault injection points, passed to write_xa as `_faults`.
 
 They let the test suite kill, fail or stall a worker or the driver at the exact protocol step
-that matters (after rows, after PREPARE, before the decision, during phase 2). With no faults
-given, `trigger` is a no-op.
+that matters (after rows, after PREPARE, before and after the decision, during phase 2), on
+both write paths: a small frame's branch, written by the driver itself, meets the same
+after-rows and after-PREPARE points in the driver's process. With no faults given,
+`trigger` is a no-op.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ import sys
 import time
 from dataclasses import dataclass
 
-POINTS = ("after_rows", "after_prepare", "before_decision", "after_first_commit", "before_finish")
+POINTS = (
+    "after_rows",
+    "after_prepare",
+    "before_decision",
+    "after_decision",
+    "after_first_commit",
+    "before_finish",
+)
 ACTIONS = ("raise", "exit", "hang", "pause")
 
 

@@ -13,6 +13,8 @@ import threading
 import time
 
 from . import inflight
+from .connect import open_session
+from .jdbc import execute, set_network_timeout
 from .journal import Journal
 from .target import ConnectionSpec
 from .xa import XaSession
@@ -25,27 +27,40 @@ LEASE_INTERVALS = 3
 
 
 class Heartbeat:
-    """Refreshes the job row while the driver lives, so recovery can tell it from a dead one.
+    """Refreshes the job row while its owner lives, so recovery can tell it from a dead one.
 
     Beats run on a connection of their own with bounded lock waits: a beat that waits
-    behind the job's own apply gives up and tries again, rather than queueing."""
+    behind the job's own apply gives up and tries again, rather than queueing. No beat
+    waits long for a silent server either: its connection's network timeout is a few
+    intervals, and `stop` never waits longer than that for a beat in flight.
+
+    `lease`: stored on the job row by every beat (None: keep the row's). `beat_now`: the
+    first beat goes out at once rather than after one interval."""
 
     def __init__(
-        self, journal: Journal, spec: ConnectionSpec, job_id: str, interval: float
+        self,
+        journal: Journal,
+        spec: ConnectionSpec,
+        job_id: str,
+        interval: float,
+        lease: float | None = None,
+        beat_now: bool = False,
     ) -> None:
         self.journal, self.spec, self.job_id = journal, spec, job_id
-        self.interval = interval
+        self.interval, self.lease, self.beat_now = interval, lease, beat_now
 
     @property
-    def lease(self) -> float:
-        return LEASE_INTERVALS * self.interval
+    def network_bound(self) -> float:
+        """How long one beat may wait for the server, in seconds."""
+        return min(self.spec.network_timeout, max(10.0, LEASE_INTERVALS * self.interval))
 
     def start(self) -> Heartbeat:
         _BEATER.add(self)
         return self
 
     def stop(self) -> None:
-        """No beat of this job runs once this returns (one in flight is waited for)."""
+        """No beat of this job starts once this returns; one in flight is waited for, at
+        most its network bound (then it is left to fail on its own)."""
         _BEATER.remove(self)
 
 
@@ -63,7 +78,8 @@ class _Beater:
 
     def add(self, heartbeat: Heartbeat) -> None:
         with self._cond:
-            self._due[heartbeat] = time.monotonic() + heartbeat.interval
+            delay = 0.0 if heartbeat.beat_now else heartbeat.interval
+            self._due[heartbeat] = time.monotonic() + delay
             alive = self._thread is not None and self._thread.is_alive()
             if not alive or self._pid != os.getpid():  # none yet, or forked after it started
                 self._sessions = {}
@@ -78,8 +94,17 @@ class _Beater:
     def remove(self, heartbeat: Heartbeat) -> None:
         with self._cond:
             self._due.pop(heartbeat, None)
+            deadline = time.monotonic() + heartbeat.network_bound + 5
             while self._beating is heartbeat:
-                self._cond.wait()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning(
+                        "xasink job %s: its last heartbeat is still waiting for the server; "
+                        "not waiting for it any longer",
+                        heartbeat.job_id,
+                    )
+                    break
+                self._cond.wait(left)
             self._cond.notify_all()
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -128,9 +153,6 @@ class _Beater:
                     self._cond.notify_all()
 
     def _beat(self, heartbeat: Heartbeat) -> None:
-        from .connect import open_session
-        from .jdbc import execute
-
         bound_seconds = max(1, int(heartbeat.interval))
         key = (heartbeat.spec, bound_seconds)
         try:
@@ -138,10 +160,11 @@ class _Beater:
             if session is None:
                 session = open_session(heartbeat.spec)
                 self._sessions[key] = session
+                set_network_timeout(session.connection, heartbeat.network_bound)
                 bound, _ = heartbeat.journal.dialect.lock_wait_sql(bound_seconds)
                 if bound:
                     execute(session.connection, bound)
-            heartbeat.journal.heartbeat(session.connection, heartbeat.job_id)
+            heartbeat.journal.heartbeat(session.connection, heartbeat.job_id, heartbeat.lease)
         except Exception as exc:  # keep beating; recovery decides if we went silent
             log.warning("xasink heartbeat failed: %s", heartbeat.spec.redact(exc))
             broken = self._sessions.pop(key, None)

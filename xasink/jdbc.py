@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import jpype
@@ -17,7 +17,7 @@ def _bind(statement: Any, params: Sequence[Param]) -> None:
     types = jpype.JClass("java.sql.Types")
     for index, value in enumerate(params, start=1):
         if value is None:
-            statement.setNull(index, types.VARCHAR)
+            statement.setNull(index, types.NULL)  # untyped: the server infers it
         elif isinstance(value, bool):
             statement.setBoolean(index, value)
         elif isinstance(value, int):
@@ -74,7 +74,15 @@ def query(conn: Any, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, 
         statement.close()
 
 
-@contextmanager
+def set_network_timeout(conn: Any, seconds: float) -> None:
+    """Bound how long any call on `conn` waits for the server (JDBC's setNetworkTimeout);
+    a driver that cannot keeps the timeout of its connection properties."""
+    executor = jpype.JClass("java.util.concurrent.ForkJoinPool").commonPool()
+    with contextlib.suppress(jpype.JException):
+        conn.setNetworkTimeout(executor, max(1000, int(seconds * 1000)))
+
+
+@contextlib.contextmanager
 def local_transaction(conn: Any) -> Iterator[Any]:
     """Commit on success, roll back on error; autocommit restored afterwards."""
     conn.setAutoCommit(False)

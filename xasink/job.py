@@ -24,7 +24,6 @@ from .errors import (
     JobAbortedError,
     LostBranchError,
     PreflightError,
-    SinkConflictError,
     WriteError,
 )
 from .faults import Fault, trigger
@@ -48,11 +47,11 @@ from .recovery import (
     blocked_detail,
     resolve_in_doubt,
 )
-from .sinks import decided_already
+from .sinks import conflict_at_decision, decided_already
 from .staging import ApplyPlan, ModeOptions, refused
 from .steps import step
 from .tables import check_create, check_fit, ensure_table
-from .target import ConnectionSpec, TableRef, properties_tuple
+from .target import DEFAULT_NETWORK_TIMEOUT, ConnectionSpec, TableRef, properties_tuple
 from .writer import JOB_ENDED, WritePlan
 from .xa import XaSession
 from .xid import FORMAT_ID, BranchId
@@ -89,10 +88,13 @@ def make_spec(
     xa_datasource: str | None,
     jars: Sequence[str] | None,
     connect_timeout: int,
+    network_timeout: float = DEFAULT_NETWORK_TIMEOUT,
 ) -> ConnectionSpec:
     """Validate the connection arguments and resolve the driver jars up front."""
     if not isinstance(url, str) or not url:
         raise ConfigurationError("url must be a JDBC URL string, e.g. jdbc:postgresql://host/db")
+    if not network_timeout > 0:
+        raise ConfigurationError("network_timeout must be a number of seconds above 0.")
     name = dialect_name_for(url, dialect, xa_datasource)
     spec = ConnectionSpec(
         url=url,
@@ -103,6 +105,7 @@ def make_spec(
         xa_datasource=xa_datasource,
         jars=tuple(jars or ()),
         connect_timeout=connect_timeout,
+        network_timeout=float(network_timeout),
     )
     return ConnectionSpec(**{**spec.__dict__, "jars": tuple(classpath_for(spec))})
 
@@ -151,6 +154,12 @@ class JobRequest:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigurationError("batch_size must be at least 1.")
+        if self.spec.network_timeout <= self.lock_wait:
+            raise ConfigurationError(
+                f"network_timeout ({self.spec.network_timeout:g} s) must be above "
+                f"lock_wait_timeout ({self.lock_wait:g} s): a lock wait would otherwise be "
+                "taken for a dead connection."
+            )
         check_create(self.create)
 
 
@@ -222,6 +231,7 @@ def begin(
     pre: Preflight,
     columns: Sequence[str],
     lease: float,
+    stream_key: str | None = None,
 ) -> Begun | Skipped:
     """Resolve what earlier jobs left on the table, skip a decided streaming batch, else
     register a new job."""
@@ -238,7 +248,7 @@ def begin(
     with step("job row"):
         job_id = uuid.uuid4().hex
         apply = apply_plan_for(request.options, target, columns, pre.targets, job_id, journal)
-        journal.begin_job(conn, job_id, str(target), apply, lease, request.sink)
+        journal.begin_job(conn, job_id, str(target), apply, lease, request.sink, stream_key)
     return Begun(job_id, apply, recovered)
 
 
@@ -249,6 +259,7 @@ def plan_job(
     begun: Begun,
     schema: StructType,
     task_heartbeat: float = 0.0,
+    task_lease: float | None = None,
 ) -> tuple[WritePlan, list[TableColumn]]:
     """The branches' plan, and the columns they load (the staging table is created here).
     A failure aborts the job: no branch has opened yet."""
@@ -279,6 +290,7 @@ def plan_job(
                 apply=begun.apply,
                 sink=request.sink,
                 task_heartbeat=task_heartbeat,
+                task_lease=task_lease,
             )
     except BaseException:
         abort_quietly(journal, conn, begun.job_id, spec)
@@ -383,14 +395,16 @@ def bulk_available(dialect: Dialect, conn: Any) -> bool:
     return problem is None
 
 
-def phase_one_failed(plan: WritePlan, exc: Exception) -> WriteError:
-    """Spark gave up on a partition (every attempt failed) or on the job: say so as xasink's
-    own error, with the first failure's own words. Spark's exception stays as the cause."""
+def phase_one_failed(plan: WritePlan, exc: Exception, on_driver: bool = False) -> WriteError:
+    """Spark gave up on a partition (every attempt failed) or on the job, or the driver's
+    own write of a small frame failed: say so as xasink's own error, with the first
+    failure's own words. The original exception stays as the cause."""
     text = plan.spec.redact(exc)
     ours = [ln.strip() for ln in text.splitlines() if "WriteError:" in ln]
     cause = ours[0].split("WriteError:", 1)[1].strip() if ours else text.strip().split("\n")[0]
+    where = "by the driver (a small frame, one branch)" if on_driver else "in Spark"
     return WriteError(
-        f"Writing job {plan.job_id} into {plan.table} failed in Spark ({type(exc).__name__}: "
+        f"Writing job {plan.job_id} into {plan.table} failed {where} ({type(exc).__name__}: "
         f"{cause[:1500]}). Every branch of the job is rolled back: nothing was written. Fix "
         "the cause and run the write again."
     )
@@ -470,22 +484,10 @@ def _decide(plan: WritePlan, conn: Any, winners: list[BranchId], rows_of: dict[i
             "otherwise; `xasink jobs` then shows the job's outcome."
         ) from None
     if outcome == BATCH_TAKEN:
-        raise _batch_taken(plan, conn)
+        assert plan.sink is not None
+        raise conflict_at_decision(plan.journal, conn, plan.sink, plan.job_id)
     if outcome != DECIDED:
         raise _aborted_by_recovery(plan)
-
-
-def _batch_taken(plan: WritePlan, conn: Any) -> SinkConflictError:
-    """Another job decided this batch of the sink while this one was writing it."""
-    assert plan.sink is not None
-    sink, mark = plan.sink, plan.journal.sink_mark(conn, plan.sink.sink_id)
-    by = f"job {mark.job_id}, at batch {mark.batch_id}" if mark else "another job"
-    return SinkConflictError(
-        f"Batch {sink.batch_id} of sink {sink.sink_id!r} was committed by {by}, while job "
-        f"{plan.job_id} was writing it: two queries (or two runs of one query) are writing "
-        f"with sink_id {sink.sink_id!r}. This job committed nothing. Stop the other query, "
-        "or give each query its own sink_id (its own checkpoint)."
-    )
 
 
 def _fence(plan: WritePlan) -> str | None:
@@ -534,6 +536,7 @@ def commit_all(
     plan: WritePlan, ops: BranchOps, conn: Any, phase_one: PhaseOne, parallelism: int
 ) -> int:
     """Phase 2: commit the winners, then roll back every other attempt of this job."""
+    trigger(plan.faults, "after_decision")
     last_report = time.monotonic()
     winners = phase_one.winners
 

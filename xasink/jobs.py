@@ -189,19 +189,26 @@ def abandon(
 
 def prune(conn: Any, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago (and
-    whose staging table is gone); returns how many jobs."""
+    whose staging table is gone); returns how many jobs.
+
+    Rows that are still evidence stay, whatever the age asked for: a job that some sink's
+    mark names (a replay of its batch reads it), and a job that ended within its own lease
+    or the default grace (a stalled driver of it may still settle its branches by its
+    state)."""
     if older_than_days < 0:
         raise ConfigurationError("--older-than takes a number of days, 0 or more.")
     d = journal.dialect
-    age = d.age_sql("finished_at")
+    age = d.age_sql("j.finished_at")
     if age is None:
         raise ConfigurationError(f"The {d.name} dialect cannot compute ages; prune by hand.")
     marks = ", ".join("?" for _ in FINAL_STATES)
     old = (
-        f"SELECT job_id FROM {journal.jobs} WHERE state IN ({marks}) AND apply_plan IS NULL "
-        f"AND finished_at IS NOT NULL AND {age} > ?"
+        f"SELECT j.job_id FROM {journal.jobs} j WHERE j.state IN ({marks}) "
+        f"AND j.apply_plan IS NULL AND j.finished_at IS NOT NULL AND {age} > ? "
+        f"AND {age} > COALESCE(j.lease_seconds, 0) AND {age} > ? "
+        f"AND NOT EXISTS (SELECT 1 FROM {journal.sinks} s WHERE s.job_id = j.job_id)"
     )
-    params = (*FINAL_STATES, older_than_days * 86400.0)
+    params = (*FINAL_STATES, older_than_days * 86400.0, DEFAULT_GRACE)
     jobs = [str(row[0]) for row in query(conn, old, params)]
     if dry_run or not jobs:
         return len(jobs)

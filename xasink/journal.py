@@ -18,7 +18,6 @@ is what tells this journal's branches from every other transaction on the server
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import secrets
 from collections.abc import Iterable
@@ -52,27 +51,39 @@ DEFAULT_LOCK_WAIT = 60.0
 
 Winner = tuple[int, int]  # (partition, attempt)
 
-#: `decide_commit`'s outcomes.
+#: `decide_commit`'s outcomes. BATCH_TAKEN: the sink's mark had reached the batch, or
+#: belongs to another query (the caller reads the mark to say which).
 DECIDED, JOB_ENDED, BATCH_TAKEN = "decided", "job ended", "batch taken"
 #: A sink's high-water mark before its first batch.
 NO_BATCH = -1
+#: The journal's table layout; stored in `xasink_meta`, checked on every use.
+SCHEMA_VERSION = 1
+_LOSS_IF_RECREATED = (
+    "an empty stand-in would forget decisions, sink marks or the tag that tells this "
+    "journal's prepared branches from every other transaction"
+)
 
 
 @dataclass(frozen=True)
 class SinkBatch:
-    """A streaming job's place in its sink: batch `batch_id` of sink `sink_id`."""
+    """A streaming job's place in its sink: batch `batch_id` of sink `sink_id`, written by
+    the streaming query `query_id` (Spark's id of the query and its checkpoint; None where
+    Spark does not tell it)."""
 
     sink_id: str
     batch_id: int
+    query_id: str | None = None
 
 
 @dataclass(frozen=True)
 class SinkMark:
-    """A sink's high-water mark: the highest decided batch and the job that decided it."""
+    """A sink's high-water mark: the highest decided batch, the job that decided it and the
+    query that wrote it."""
 
     sink_id: str
     batch_id: int
     job_id: str | None
+    query_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,8 @@ class Journal:
         schema: str | None,
         lock_wait: float = DEFAULT_LOCK_WAIT,
     ) -> Journal:
-        """The journal in this schema, with its stored tag ("" while it does not exist).
+        """The journal in this schema, with its stored tag ("" while it has none: it does not
+        exist, or it lost its tag, which `ensure` and `check_complete` refuse).
 
         Also bounds every lock wait of `conn`, which from now on serves the journal."""
         dialect = get_dialect(spec.dialect)
@@ -143,10 +155,7 @@ class Journal:
         if bound:
             execute(conn, bound)
         journal = cls(spec.dialect, schema, "", lock_wait)
-        tag = journal._stored_tag(conn)
-        if tag is None and journal.exists(conn):
-            tag = journal._legacy_tag(conn, spec)  # written before tags were stored
-        return replace(journal, tag=tag or "")
+        return replace(journal, tag=journal._stored_tag(conn) or "")
 
     def _stored_tag(self, conn: Any) -> str | None:
         try:
@@ -156,12 +165,6 @@ class Journal:
                 return None
             raise
         return str(rows[0][0]) if rows else None
-
-    def _legacy_tag(self, conn: Any, spec: ConnectionSpec) -> str:
-        """The tag xasink 0.1 derived from how the journal was addressed."""
-        sql = self.dialect.location_sql()
-        location = str(query(conn, sql)[0][0]) if sql else spec.url.split("?")[0].split(";")[0]
-        return hashlib.sha256(f"{location}|{self.schema or ''}".encode()).hexdigest()[:8]
 
     def exists(self, conn: Any) -> bool:
         """Whether the journal's tables are here. Only "no such table" means no; any other
@@ -176,9 +179,25 @@ class Journal:
             raise
 
     def check_complete(self, conn: Any) -> None:
-        """An existing journal must have all its tables: an empty stand-in for a missing
-        one would turn every decided job into an undecided one."""
-        for table in (self.winners, self.markers):
+        """An existing journal must be whole and of this version: every table, and the one
+        row of `xasink_meta` with its tag. An empty stand-in for a lost table would turn
+        decided jobs into undecided ones (winners, markers), replays into new batches
+        (sinks), or the tag into another one, which hides every prepared branch of the
+        journal from recovery (meta). So nothing is ever recreated: it is an error."""
+        try:
+            rows = query(
+                conn,
+                f"SELECT m.tag, m.version, (SELECT COUNT(*) FROM {self.winners} WHERE 1=0), "
+                f"(SELECT COUNT(*) FROM {self.markers} WHERE 1=0), "
+                f"(SELECT COUNT(*) FROM {self.sinks} WHERE 1=0) FROM {self.meta} m WHERE m.id = 1",
+            )
+        except Exception as exc:
+            if not self.dialect.is_missing_table(exc):
+                raise
+            rows = None
+        if rows and int(rows[0][1]) == SCHEMA_VERSION:
+            return
+        for table in (self.meta, self.winners, self.markers, self.sinks):
             try:
                 query(conn, f"SELECT 1 FROM {table} WHERE 1=0")
             except Exception as exc:
@@ -186,86 +205,84 @@ class Journal:
                     raise
                 raise JournalError(
                     f"The journal is incomplete: {table} is missing although {self.jobs} "
-                    "exists. xasink will not recreate it (that would forget decisions) and "
-                    "touches nothing until it is restored."
+                    f"exists. xasink will not recreate it ({_LOSS_IF_RECREATED}) and touches "
+                    "nothing until it is restored from a backup."
                 ) from None
+        if not rows:
+            raise JournalError(
+                f"The journal has lost its tag: {self.meta} has no row. xasink will not make "
+                f"a new one ({_LOSS_IF_RECREATED}) and touches nothing until the row is "
+                "restored from a backup (`xasink recover` then finds this journal's branches "
+                "again)."
+            )
+        raise JournalError(
+            f"The journal in {self.meta} has schema version {rows[0][1]}; this xasink reads "
+            f"version {SCHEMA_VERSION}. Use the xasink release that wrote it."
+        )
 
-    def ensure(self, conn: Any, spec: ConnectionSpec) -> Journal:
-        """Create the bookkeeping tables and the tag if missing (DDL, before any branch
-        opens), or upgrade an existing journal; returns the journal with its tag."""
-        d = self.dialect
-        ts = d.timestamp_type
-        existed = self.exists(conn)
-        if existed:
+    def ensure(self, conn: Any, spec: ConnectionSpec | None = None) -> Journal:
+        """Create the journal if this schema has none (DDL, before any branch opens), or
+        check that the existing one is whole; returns the journal with its tag."""
+        if self.exists(conn):
             self.check_complete(conn)
-        statements = [
-            d.create_table_sql(
-                self.jobs,
-                f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT NULL, "
-                f"state VARCHAR(16) NOT NULL, beats BIGINT NOT NULL, "
-                f"created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at {ts}, "
-                f"finished_at {ts}, apply_plan {d.long_text_type}",
-            ),
-            d.create_table_sql(
+            return replace(self, tag=str(self._stored_tag(conn)))
+        d = self.dialect
+        ts, sink_id = d.timestamp_type, d.ascii_id_type(200)
+        # The meta row first and the jobs table last: whoever sees the jobs table (the sign
+        # that a journal exists) finds every other table and the tag already there.
+        meta = "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL, version INTEGER NOT NULL"
+        for sql in d.create_table_sql(self.meta, META_TABLE, meta):
+            execute(conn, sql)
+        try:  # two first writers may race: one insert wins, both read the winner's tag
+            execute(
+                conn,
+                f"INSERT INTO {self.meta} (id, tag, version) VALUES (1, ?, ?)",
+                (secrets.token_hex(4), SCHEMA_VERSION),
+            )
+        except Exception:
+            if self._stored_tag(conn) is None:
+                raise
+        tables = [
+            (
                 self.winners,
-                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT NOT "
-                "NULL, PRIMARY KEY (job_id, partition_id)",
+                WINNERS_TABLE,
+                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT "
+                "NOT NULL, row_count BIGINT, PRIMARY KEY (job_id, partition_id)",
+                (),
             ),
-            d.create_table_sql(
+            (
                 self.markers,
-                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT NOT "
-                "NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, attempt)",
+                MARKERS_TABLE,
+                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT "
+                "NOT NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, "
+                "attempt)",
+                (),
             ),
-            # Tables added after the first release come last: an older journal gets them.
-            d.create_table_sql(
-                self.meta, "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL"
-            ),
-            d.create_table_sql(
+            (
                 self.sinks,
-                f"sink_id VARCHAR(200) NOT NULL PRIMARY KEY, batch_id BIGINT NOT NULL, "
-                f"job_id VARCHAR(64), updated_at {ts} NOT NULL",
+                SINKS_TABLE,
+                f"sink_id {sink_id} NOT NULL PRIMARY KEY, batch_id BIGINT NOT NULL, "
+                f"job_id VARCHAR(64), query_id VARCHAR(64), updated_at {ts} NOT NULL",
+                (),
+            ),
+            (
+                self.jobs,
+                JOBS_TABLE,
+                f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT "
+                f"NULL, state VARCHAR(16) NOT NULL, beats BIGINT NOT NULL, lease_seconds "
+                f"BIGINT, created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at "
+                f"{ts}, finished_at {ts}, apply_plan {d.long_text_type}, resolved_by "
+                f"{d.text_type}, resolution {d.long_text_type}, sink_id {sink_id}, batch_id "
+                f"BIGINT, query_id VARCHAR(64), stream_key VARCHAR(64), prev_batch_id BIGINT, "
+                f"prev_job_id VARCHAR(64), prev_query_id VARCHAR(64)",
+                # What every call reads: the table's open jobs, a state's jobs, a sink's.
+                (("state",), ("target_table", "state"), ("sink_id", "batch_id")),
             ),
         ]
-        for sql in statements if not existed else statements[-2:]:
-            execute(conn, sql)
-        self._upgrade(conn)
-        tag = self._stored_tag(conn)
-        if tag is None:
-            try:  # two first writers may race: one insert wins, both read the winner's tag
-                execute(
-                    conn,
-                    f"INSERT INTO {self.meta} (id, tag) VALUES (1, ?)",
-                    (self.tag if existed else secrets.token_hex(4),),
-                )
-            except Exception:
-                if self._stored_tag(conn) is None:
-                    raise
-            tag = self._stored_tag(conn)
-        return replace(self, tag=str(tag))
-
-    #: Columns added after the first release: (table property, column, type attribute).
-    _ADDED = (
-        ("jobs", "apply_plan", "long_text_type"),
-        ("jobs", "lease_seconds", "BIGINT"),
-        ("jobs", "resolved_by", "text_type"),
-        ("jobs", "resolution", "long_text_type"),
-        ("winners", "row_count", "BIGINT"),
-        ("jobs", "sink_id", "VARCHAR(200)"),
-        ("jobs", "batch_id", "BIGINT"),
-        # The sink's mark before this job's decision: restored if the decided job aborts.
-        ("jobs", "prev_batch_id", "BIGINT"),
-        ("jobs", "prev_job_id", "VARCHAR(64)"),
-    )
-
-    def _upgrade(self, conn: Any) -> None:
-        """Add what later versions keep in the journal's tables."""
-        for table_attr, column, type_attr in self._ADDED:
-            table = getattr(self, table_attr)
-            try:
-                query(conn, f"SELECT {column} FROM {table} WHERE 1=0")
-            except Exception:
-                sql_type = getattr(self.dialect, type_attr, type_attr)
-                execute(conn, f"ALTER TABLE {table} ADD {column} {sql_type}")
+        for table, name, columns, indexes in tables:
+            for sql in d.create_table_sql(table, name, columns, indexes):
+                execute(conn, sql)
+        return replace(self, tag=str(self._stored_tag(conn)))
 
     # -- the driver's job lifecycle --------------------------------------------------
     def begin_job(
@@ -276,22 +293,28 @@ class Journal:
         plan: ApplyPlan | None,
         lease: float,
         sink: SinkBatch | None = None,
+        stream_key: str | None = None,
     ) -> None:
-        """Register the job, and its staging table (if any) before that table exists."""
+        """Register the job, and its staging table (if any) before that table exists.
+
+        `stream_key`: a format("xasink") stream's writer options, hashed, for a job whose
+        batch is not known yet (see `running_of_stream`)."""
         now = self.dialect.now_sql
-        streaming = ", sink_id, batch_id" if sink else ""
         execute(
             conn,
             f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-            f"heartbeat_at, apply_plan, lease_seconds{streaming}) "
-            f"VALUES (?, ?, ?, 0, {now}, {now}, ?, ?{', ?, ?' if sink else ''})",
+            "heartbeat_at, apply_plan, lease_seconds, sink_id, batch_id, query_id, stream_key) "
+            f"VALUES (?, ?, ?, 0, {now}, {now}, ?, ?, ?, ?, ?, ?)",
             (
                 job_id,
                 table,
                 RUNNING,
                 plan.to_json() if plan else None,
                 int(lease + 0.999),
-                *((sink.sink_id, sink.batch_id) if sink else ()),
+                sink.sink_id if sink else None,
+                sink.batch_id if sink else None,
+                sink.query_id if sink else None,
+                stream_key,
             ),
         )
 
@@ -309,21 +332,50 @@ class Journal:
             if self.sink_mark(conn, sink_id) is None:
                 raise
 
-    def sink_mark(self, conn: Any, sink_id: str) -> SinkMark | None:
+    def sink_mark(self, conn: Any, sink_id: str, for_update: bool = False) -> SinkMark | None:
         """The sink's high-water mark (None: the sink has never written)."""
         rows = query(
-            conn, f"SELECT batch_id, job_id FROM {self.sinks} WHERE sink_id = ?", (sink_id,)
+            conn,
+            f"SELECT batch_id, job_id, query_id FROM {self.sinks} WHERE sink_id = ?"
+            + (" FOR UPDATE" if for_update else ""),
+            (sink_id,),
         )
         if not rows:
             return None
-        return SinkMark(sink_id, int(rows[0][0]), str(rows[0][1]) if rows[0][1] else None)
+        batch, job, query_id = rows[0]
+        return SinkMark(
+            sink_id, int(batch), str(job) if job else None, str(query_id) if query_id else None
+        )
 
-    def heartbeat(self, conn: Any, job_id: str) -> None:
+    def reset_sink(self, conn: Any, sink_id: str) -> SinkMark | None:
+        """Forget a sink's mark (an operator's reset after a checkpoint was deleted on
+        purpose), unless a job of the sink is still running or deciding. Returns the mark
+        that was forgotten (None: there was none)."""
+        with local_transaction(conn):
+            mark = self.sink_mark(conn, sink_id, for_update=True)
+            if mark is None:
+                return None
+            rows = query(
+                conn,
+                f"SELECT job_id FROM {self.jobs} WHERE sink_id = ? AND state IN (?, ?)",
+                (sink_id, RUNNING, COMMITTING),
+            )
+            if rows:
+                raise JournalError(
+                    f"Sink {sink_id!r} has job {rows[0][0]} still running or deciding: stop "
+                    "its query and run `xasink recover` first; nothing was changed."
+                )
+            execute(conn, f"DELETE FROM {self.sinks} WHERE sink_id = ?", (sink_id,))
+        return mark
+
+    def heartbeat(self, conn: Any, job_id: str, lease: float | None = None) -> None:
+        """Prove the job's owner alive; `lease` replaces the job's lease (a format("xasink")
+        job's writing tasks, once they run, keep a shorter one than its start)."""
         execute(
             conn,
-            f"UPDATE {self.jobs} SET heartbeat_at = {self.dialect.now_sql}, beats = beats + 1 "
-            "WHERE job_id = ? AND state IN (?, ?)",
-            (job_id, RUNNING, COMMITTING),
+            f"UPDATE {self.jobs} SET heartbeat_at = {self.dialect.now_sql}, beats = beats + 1, "
+            "lease_seconds = COALESCE(?, lease_seconds) WHERE job_id = ? AND state IN (?, ?)",
+            (None if lease is None else int(lease + 0.999), job_id, RUNNING, COMMITTING),
         )
 
     def decide_commit(
@@ -339,7 +391,8 @@ class Journal:
 
         `winners` are (partition, attempt, rows). A streaming job's decision also moves its
         sink's mark to its batch, in the same local transaction and only if the mark is
-        below it, so one batch of a sink is decided once, whoever races for it."""
+        below it and was not written by another query, so one batch of a sink is decided
+        once, whoever races for it, and a sink is written by one query."""
         if sink is not None:
             self._register_sink(conn, sink.sink_id)
         try:
@@ -367,24 +420,28 @@ class Journal:
 
     def _advance_sink(self, conn: Any, job_id: str, sink: SinkBatch) -> None:
         """Move the sink's mark to this job's batch, remembering the mark it replaces."""
-        rows = query(
-            conn,
-            f"SELECT batch_id, job_id FROM {self.sinks} WHERE sink_id = ? FOR UPDATE",
-            (sink.sink_id,),
-        )
-        moved = execute(
-            conn,
-            f"UPDATE {self.sinks} SET batch_id = ?, job_id = ?, updated_at = "
-            f"{self.dialect.now_sql} WHERE sink_id = ? AND batch_id < ?",
-            (sink.batch_id, job_id, sink.sink_id, sink.batch_id),
-        )
-        if moved != 1 or not rows:
+        mark = self.sink_mark(conn, sink.sink_id, for_update=True)
+        if mark is None or mark.batch_id >= sink.batch_id or foreign(mark, sink):
             raise _BatchTaken()
         execute(
             conn,
-            f"UPDATE {self.jobs} SET sink_id = ?, batch_id = ?, prev_batch_id = ?, "
-            "prev_job_id = ? WHERE job_id = ?",
-            (sink.sink_id, sink.batch_id, int(rows[0][0]), rows[0][1], job_id),
+            f"UPDATE {self.sinks} SET batch_id = ?, job_id = ?, query_id = COALESCE(?, "
+            f"query_id), updated_at = {self.dialect.now_sql} WHERE sink_id = ?",
+            (sink.batch_id, job_id, sink.query_id, sink.sink_id),
+        )
+        execute(
+            conn,
+            f"UPDATE {self.jobs} SET sink_id = ?, batch_id = ?, query_id = ?, prev_batch_id = "
+            "?, prev_job_id = ?, prev_query_id = ? WHERE job_id = ?",
+            (
+                sink.sink_id,
+                sink.batch_id,
+                sink.query_id,
+                mark.batch_id,
+                mark.job_id,
+                mark.query_id,
+                job_id,
+            ),
         )
 
     def restore_sink(self, conn: Any, job_id: str) -> None:
@@ -394,17 +451,18 @@ class Journal:
         since (a later batch decided) is left as it is."""
         rows = query(
             conn,
-            f"SELECT sink_id, prev_batch_id, prev_job_id FROM {self.jobs} WHERE job_id = ?",
+            f"SELECT sink_id, prev_batch_id, prev_job_id, prev_query_id FROM {self.jobs} "
+            "WHERE job_id = ?",
             (job_id,),
         )
         if not rows or rows[0][0] is None or rows[0][1] is None:
             return
-        sink_id, previous, previous_job = rows[0]
+        sink_id, previous, previous_job, previous_query = rows[0]
         execute(
             conn,
-            f"UPDATE {self.sinks} SET batch_id = ?, job_id = ?, updated_at = "
+            f"UPDATE {self.sinks} SET batch_id = ?, job_id = ?, query_id = ?, updated_at = "
             f"{self.dialect.now_sql} WHERE sink_id = ? AND job_id = ?",
-            (int(previous), previous_job, str(sink_id), job_id),
+            (int(previous), previous_job, previous_query, str(sink_id), job_id),
         )
 
     def fence_decision(self, conn: Any, job_id: str) -> str | None:
@@ -593,6 +651,15 @@ class Journal:
         )
         return int(rows[0][0]) == 0
 
+    def running_of_stream(self, conn: Any, stream_key: str) -> list[str]:
+        """Running jobs that a format("xasink") stream with these writer options minted."""
+        rows = query(
+            conn,
+            f"SELECT job_id FROM {self.jobs} WHERE stream_key = ? AND state = ?",
+            (stream_key, RUNNING),
+        )
+        return [str(row[0]) for row in rows]
+
     def running(self, conn: Any) -> list[str]:
         """Running jobs: a silent one is aborted by recovery even before any branch
         prepared (a staged one's staging table is dropped then)."""
@@ -657,6 +724,12 @@ class Journal:
             "VALUES (?, ?, ?, ?)",
             (job_id, partition, attempt, rows),
         )
+
+
+def foreign(mark: SinkMark, sink: SinkBatch) -> bool:
+    """The mark was written by another streaming query than the one writing `sink` (both
+    known): a reset checkpoint, or two queries sharing one sink id."""
+    return None not in (mark.query_id, sink.query_id) and mark.query_id != sink.query_id
 
 
 class _BatchTaken(Exception):

@@ -17,10 +17,12 @@ from .errors import ConfigurationError
 from .job import JobRequest, make_spec
 from .journal import DEFAULT_LOCK_WAIT
 from .recovery import DEFAULT_GRACE
+from .sinks import sink_batch
 from .staging import APPEND, OVERWRITE, ModeOptions
-from .target import TableRef
+from .target import DEFAULT_NETWORK_TIMEOUT, TableRef
 
-#: Spark JDBC options xasink has no use for (it picks the XADataSource itself).
+#: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
+#: sink is named by Spark's query id, which survives any spelling of its checkpoint path).
 _IGNORED = frozenset({"driver", "path", "checkpointlocation"})
 #: Spark JDBC options that cannot mean what they mean there.
 _REFUSED = {
@@ -49,9 +51,25 @@ _OWN = (
     "commitretries",
     "commitparallelism",
     "heartbeatinterval",
+    "leaseseconds",
+    "starttimeout",
+    "networktimeout",
     "sinkid",
 )
 _UNPREFIXED = ("key", "op", "order")
+
+
+#: How long a format("xasink") job may wait for its first task (upstream stages, a queue
+#: for executors) before a recovery run takes it for dead, in seconds; it holds nothing
+#: until a task starts.
+DEFAULT_START_TIMEOUT = 3600.0
+#: How long its tasks may go silent once they write (between waves of tasks, and between
+#: the last task and Spark's commit call), in seconds.
+DEFAULT_TASK_LEASE = 300.0
+#: PostgreSQL's bound on a format("xasink") job's branches when numPartitions is not given:
+#: every branch holds one of the server's few prepared-transaction slots, and the writer
+#: cannot learn the input's partition count before the tasks run.
+POSTGRES_DEFAULT_BRANCHES = 8
 
 
 @dataclass(frozen=True)
@@ -59,12 +77,18 @@ class FormatRequest:
     """A format("xasink") write: the job request plus what only the writers need."""
 
     request: JobRequest
-    #: The most branches the input may have (numPartitions; also sizes the server check).
+    #: The most branches the input may have (numPartitions, or PostgreSQL's default): a
+    #: task beyond them fails before it opens a branch, and the server check counts them.
     max_branches: int | None
     #: Seconds between heartbeats sent by the writing tasks.
     heartbeat_interval: float
-    #: Streaming: the sink's id (given, or derived from the checkpoint location).
+    #: Streaming: the sink's id when given (else the streaming query's own id names it).
     sink_id: str | None = None
+    #: Streaming: the writer's options, hashed: finds the jobs this stream minted when
+    #: Spark's abort() brings no task message.
+    stream_key: str | None = None
+    lease: float = DEFAULT_TASK_LEASE
+    start_timeout: float = DEFAULT_START_TIMEOUT
 
 
 def parse(
@@ -105,6 +129,7 @@ def parse(
         xa_datasource=own.get("xadatasource"),
         jars=_list(own.get("jars")),
         connect_timeout=_number(own, "connecttimeout", 10, int),
+        network_timeout=_number(own, "networktimeout", DEFAULT_NETWORK_TIMEOUT, float),
     )
     key = _list(own.get("key"))
     request = JobRequest(
@@ -123,14 +148,20 @@ def parse(
         commit_retries=_number(own, "commitretries", 5, int),
         commit_parallelism=_number(own, "commitparallelism", 4, int),
     )
-    sink_id = own.get("sinkid")
-    if streaming and not sink_id:
-        sink_id = _sink_from_checkpoint(given.get("checkpointlocation"))
+    sink_id = own.get("sinkid") or None
+    if sink_id is not None:
+        sink_batch(sink_id, 0)  # validates it now, not at the first batch
+    branches = int(_number(given, "numpartitions", 0, int)) or None
+    if branches is None and spec.dialect == "postgres":
+        branches = POSTGRES_DEFAULT_BRANCHES
     return FormatRequest(
         request=request,
-        max_branches=int(_number(given, "numpartitions", 0, int)) or None,
+        max_branches=branches,
         heartbeat_interval=_number(own, "heartbeatinterval", 10.0, float),
         sink_id=sink_id,
+        stream_key=_stream_key(given) if streaming else None,
+        lease=_number(own, "leaseseconds", DEFAULT_TASK_LEASE, float),
+        start_timeout=_number(own, "starttimeout", DEFAULT_START_TIMEOUT, float),
     )
 
 
@@ -204,15 +235,11 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
-def _sink_from_checkpoint(location: str | None) -> str:
-    """A sink id that stays the same for every run of one query: its checkpoint's."""
-    if not location:
-        raise ConfigurationError(
-            "writeStream.format('xasink') needs a checkpointLocation (the batch ids it keeps "
-            "are what make replays exactly-once), or .option('xasink.sinkId', ...)."
-        )
-    digest = hashlib.sha256(location.rstrip("/").encode()).hexdigest()[:24]
-    return f"checkpoint-{digest}"
+def _stream_key(options: Mapping[str, str]) -> str:
+    """The same for every writer Spark makes for one query run (they get the same options),
+    never a secret: a hash of the options without the password."""
+    shown = sorted((k, v) for k, v in options.items() if k != "password")
+    return hashlib.sha256(json.dumps(shown).encode()).hexdigest()[:32]
 
 
 __all__ = ["FormatRequest", "parse"]

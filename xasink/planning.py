@@ -65,11 +65,11 @@ def branch_count(
 DRIVER_WRITE_BYTES = 4 << 20
 
 
-def writes_on_driver(df: DataFrame, limit: int, injected_faults: bool) -> bool:
+def writes_on_driver(df: DataFrame, limit: int) -> bool:
     """Whether the driver writes `df` itself, in one branch (xasink.writer.write_from_driver):
     Spark estimates it at most `limit` bytes. Never under Spark Connect (no estimate, no
-    Arrow collect into this process), nor with test faults, which target the tasks."""
-    if limit <= 0 or injected_faults:
+    Arrow collect into this process)."""
+    if limit <= 0:
         return False
     size = estimated_bytes(df)
     return size is not None and size <= limit

@@ -142,6 +142,24 @@ def shipped_copy(jar: str) -> str | None:
     return str(path) if path.is_file() else None
 
 
+#: The local property that names a streaming query: stable across restarts from one
+#: checkpoint, new after the checkpoint is reset. Set on the stream's thread (so inside a
+#: classic foreachBatch call) and on every task of the stream.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def streaming_query_id(spark: SparkSession) -> str | None:
+    """The id of the streaming query running on this thread (a foreachBatch call); None
+    outside a stream and under Spark Connect, which has no local properties."""
+    if is_connect(spark):
+        return None
+    try:
+        value = spark.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    except Exception:  # a session without a SparkContext here
+        return None
+    return str(value) if value else None
+
+
 def task_property(name: str) -> str | None:
     """A local property of the running task (e.g. `streaming.sql.batchId`)."""
     from pyspark import TaskContext
@@ -158,5 +176,6 @@ __all__ = [
     "partition_count",
     "ship_jars",
     "shipped_copy",
+    "streaming_query_id",
     "task_property",
 ]

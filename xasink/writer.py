@@ -74,9 +74,11 @@ class WritePlan:
     apply: ApplyPlan | None = None
     #: A streaming job's sink and batch: its decision moves the sink's mark to the batch.
     sink: SinkBatch | None = None
-    #: Seconds between heartbeats sent by each task while it writes (0: the driver beats).
-    #: A Data Source job has no driver process that lives through the write.
+    #: Seconds between heartbeats sent by each task from its start to its end (0: the
+    #: driver beats). A Data Source job has no driver process that lives through the write.
     task_heartbeat: float = 0.0
+    #: The job's lease once its tasks beat (replaces the longer one it started with).
+    task_lease: float | None = None
 
 
 @dataclass(frozen=True)
@@ -146,21 +148,31 @@ def write_rows(
     attempt: int,
     attempt_number: int,
 ) -> BranchReport:
-    """Write `batches` as (partition, attempt) into one prepared branch (none if empty)."""
+    """Write `batches` as (partition, attempt) into one prepared branch (none if empty).
+
+    A task that beats for its job starts at once, before its first row: the stages before
+    it may have taken long, and reading the first row may take long too."""
     if plan.apply is not None and plan.apply.op_skip:
         batches = without_skipped_ops(plan.apply, batches)
-    non_empty = (batch for batch in batches if batch.num_rows)
-    first = next(non_empty, None)
-    if first is None:
-        # Nothing to write: no branch at all, so nothing to commit or to leave behind.
-        return _report(partition, attempt, "")
-    branch = BranchId(plan.journal.tag, plan.job_id, partition, attempt)
     heartbeat = (
-        Heartbeat(plan.journal, plan.spec, plan.job_id, plan.task_heartbeat).start()
+        Heartbeat(
+            plan.journal,
+            plan.spec,
+            plan.job_id,
+            plan.task_heartbeat,
+            lease=plan.task_lease,
+            beat_now=True,
+        ).start()
         if plan.task_heartbeat
         else None
     )
     try:
+        non_empty = (batch for batch in batches if batch.num_rows)
+        first = next(non_empty, None)
+        if first is None:
+            # Nothing to write: no branch at all, so nothing to commit or to leave behind.
+            return _report(partition, attempt, "")
+        branch = BranchId(plan.journal.tag, plan.job_id, partition, attempt)
         rows = itertools.chain([first], non_empty)
         outcome = _write_branch(plan, branch, rows, attempt_number)
     finally:

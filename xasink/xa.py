@@ -30,10 +30,14 @@ _TMSTARTRSCAN, _TMENDRSCAN = 0x01000000, 0x00800000
 # MariaDB/MySQL server errors that mean "unknown xid" or "connection trouble".
 _MYSQL_NOTA = 1397
 _MYSQL_TRANSIENT = {1399, 2002, 2003, 2006, 2013, 1927}
+_PG_BUSY = "55000"
 
 
 class FailureKind(enum.Enum):
     NOT_FOUND = "not found (XAER_NOTA)"
+    #: Another session is finishing the branch right now (PostgreSQL: "prepared transaction
+    #: ... is busy", SQLSTATE 55000, which pgjdbc reports as XAER_RMERR).
+    BUSY = "busy (being finished by another session)"
     TRANSIENT = "transient (resource unavailable)"
     ROLLED_BACK = "rolled back (XA_RB*)"
     HEURISTIC = "heuristic outcome"
@@ -56,6 +60,8 @@ def classify(operation: str, exc: BaseException, redact: Redactor) -> XaFailure:
     vendor, state = sql_error_code(exc), sql_state(exc)
     if code == XAER_NOTA or vendor == _MYSQL_NOTA:
         kind = FailureKind.NOT_FOUND
+    elif state == _PG_BUSY and operation in ("commit", "rollback"):
+        kind = FailureKind.BUSY
     elif code in _ROLLED_BACK:
         kind = FailureKind.ROLLED_BACK
     elif code in _HEURISTIC:

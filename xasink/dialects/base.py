@@ -124,10 +124,6 @@ class Dialect:
             "need the postgres or mysql dialect."
         )
 
-    def location_sql(self) -> str | None:
-        """A query naming the database (and schema) the journal lives in; None: use the URL."""
-        return None
-
     def age_sql(self, column: str) -> str | None:
         """Seconds since the timestamp `column`, on the database's clock; None: unknown."""
         return None
@@ -157,5 +153,17 @@ class Dialect:
         return sql_state(exc) == "55P03" or sql_error_code(exc) in (1205, 3572)
 
     # -- journal DDL -----------------------------------------------------------------
-    def create_table_sql(self, table: str, columns: str) -> str:
-        return f"CREATE TABLE IF NOT EXISTS {table} ({columns})"
+    def ascii_id_type(self, length: int) -> str:
+        """A column type for printable ASCII ids that compares them byte for byte."""
+        return f"VARCHAR({length})"
+
+    def create_table_sql(
+        self, table: str, name: str, columns: str, indexes: Sequence[Sequence[str]] = ()
+    ) -> list[str]:
+        """CREATE TABLE IF NOT EXISTS `table` (its bare name `name`) with secondary indexes
+        on each column list of `indexes`."""
+        return [f"CREATE TABLE IF NOT EXISTS {table} ({columns})"] + [
+            f"CREATE INDEX IF NOT EXISTS {self.quote('_'.join((name, *cols, 'idx')))} "
+            f"ON {table} ({', '.join(cols)})"
+            for cols in indexes
+        ]

@@ -68,6 +68,7 @@ class MySQLDialect(Dialect):
                 "connectTimeout": str(spec.connect_timeout * 1000),
                 "pinGlobalTxToPhysicalConnection": "true",
             }
+        props["socketTimeout"] = str(max(1000, int(spec.network_timeout * 1000)))
         props.update(dict(spec.properties))
         sep = "&" if "?" in url else "?"
         return url + sep + urlencode(props)
@@ -111,8 +112,20 @@ class MySQLDialect(Dialect):
                 ) from None
             raise
 
-    def location_sql(self) -> str:
-        return "SELECT DATABASE()"
+    def ascii_id_type(self, length: int) -> str:
+        # The default collations ignore case: 'A' and 'a' would be one sink. (Binary ones
+        # still ignore trailing spaces, which sink ids may not have.)
+        return f"VARCHAR({length}) CHARACTER SET ascii COLLATE ascii_bin"
+
+    def create_table_sql(
+        self, table: str, name: str, columns: str, indexes: Sequence[Sequence[str]] = ()
+    ) -> list[str]:
+        # MySQL has no CREATE INDEX IF NOT EXISTS: the indexes are declared with the table.
+        declared = "".join(
+            f", INDEX {self.quote('_'.join((name, *cols, 'idx')))} ({', '.join(cols)})"
+            for cols in indexes
+        )
+        return [f"CREATE TABLE IF NOT EXISTS {table} ({columns}{declared})"]
 
     def prepared_count(self, conn: Any, format_id: int) -> int:
         from ..jdbc import query

@@ -27,6 +27,7 @@ class PostgresDialect(Dialect):
             "connectTimeout": str(spec.connect_timeout),
             "loginTimeout": str(spec.connect_timeout),
             "tcpKeepAlive": "true",
+            "socketTimeout": str(max(1, int(spec.network_timeout))),
             "ApplicationName": "xasink",
             **dict(spec.properties),
         }
@@ -63,9 +64,6 @@ class PostgresDialect(Dialect):
                 "Lower max_branches (or repartition the DataFrame), resolve old ones with "
                 "`xasink recover`, or " + fix.format(n=max(branches + in_use, branches * 2))
             )
-
-    def location_sql(self) -> str:
-        return "SELECT current_database() || '.' || current_schema()"
 
     def age_sql(self, column: str) -> str:
         return f"EXTRACT(EPOCH FROM (clock_timestamp() - {column}))"

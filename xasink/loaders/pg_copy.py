@@ -5,16 +5,28 @@ otherwise. pgjdbc's CopyManager runs on the branch's own connection, so the rows
 of the XA branch. Each Arrow batch is encoded in Python by vectorised code and handed to
 Java as one byte[]: one crossing per batch, and the server parses while Python encodes the
 next batch.
+
+Binary COPY carries no types: the server checks only each value's length, so bytes encoded
+for a bigint load into a double precision column as a different number, silently. The
+column types the encoder was built for come from a description read before the job (and
+maybe cached), which a migration can change at any time. So the branch reads the types
+again under a lock on the table, held until the branch ends, which no ALTER of a column's
+type can pass; if they changed, the rows go as CSV instead, which the server types.
 """
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 
+from ..jdbc import query
 from ..jvm import jclass
 from .csv_encoding import CsvEncoder, encodable
 from .pg_binary import HEADER, TRAILER, PgBinaryEncoder
 from .target import LoadTarget
+
+log = logging.getLogger("xasink")
 
 
 class PostgresCopyLoader:
@@ -26,6 +38,8 @@ class PostgresCopyLoader:
 
     def __init__(self, target: LoadTarget, schema: pa.Schema) -> None:
         binary = PgBinaryEncoder.create(schema, target.columns, target.column_types)
+        if binary is not None and _changed_types(target):
+            binary = None
         self._encoder: PgBinaryEncoder | CsvEncoder = binary or CsvEncoder(
             schema, list(target.columns), null_string="", booleans_as_int=False, binary_as_hex=True
         )
@@ -52,3 +66,30 @@ class PostgresCopyLoader:
     def abort(self) -> None:
         if self._copy.isActive():
             self._copy.cancelCopy()
+
+
+def _changed_types(target: LoadTarget) -> list[str]:
+    """The load columns whose type is no longer the one the encoder was built for, read in
+    the branch under an ACCESS SHARE lock on the table (taken as the statement is parsed,
+    before its snapshot; it blocks ALTER TABLE until the branch ends)."""
+    rows = query(
+        target.conn,
+        "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped "
+        f"AND NOT EXISTS (SELECT 1 FROM {target.table_sql} WHERE false)",
+        (target.table_sql,),
+    )
+    now = {str(name): str(type_name) for name, type_name in rows}
+    changed = [
+        f"{column} ({planned} -> {now.get(column, 'dropped')})"
+        for column, planned in zip(target.columns, target.column_types, strict=True)
+        if now.get(column) != planned
+    ]
+    if changed:
+        log.warning(
+            "xasink: %s changed since the job described it: %s; loading as CSV, which the "
+            "server types",
+            target.table_sql,
+            ", ".join(changed),
+        )
+    return changed

@@ -12,6 +12,6 @@ class LoadTarget:
     conn: Any  # the XA branch's java.sql.Connection
     table_sql: str  # the quoted, qualified table name
     quoted_columns: Sequence[str]
-    columns: Sequence[str]  # Arrow column names, in the same order
+    columns: Sequence[str]  # the table's column names (and the Arrow columns' names)
     column_types: Sequence[str]  # the table's type name for each column ("" if unknown)
     dialect: str = "generic"  # "postgres" | "mysql" | "generic": how strings are bound
