@@ -90,6 +90,13 @@ def pg_no_xa(_db_servers: None) -> DbServer:
     return _server("postgres", max_prepared_transactions=0)
 
 
+@pytest.fixture(scope="session")
+def pg_sync_standby(_db_servers: None) -> DbServer:
+    """PostgreSQL waiting for a synchronous standby that never comes, for the sessions
+    that ask to (SET synchronous_commit = on): one COMMIT PREPARED can be held open."""
+    return _server("postgres", synchronous_standby_names="nobody")
+
+
 @pytest.fixture(params=["postgres", "mariadb"], ids=["postgres", "mariadb"])
 def db(request: pytest.FixtureRequest) -> DbServer:
     """Each supported server kind in turn."""

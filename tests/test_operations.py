@@ -1,0 +1,437 @@
+"""Exactly once under ordinary operations: a column migrated between two writes, two
+processes finishing one job, a slow upstream stage, every task of a micro-batch failing, a
+micro-batch with more partitions than prepared slots, a server that stops answering, a
+journal that lost part of itself. Each checked on real servers with psycopg/pymysql.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+from support import (
+    DriverProcess,
+    assert_exactly,
+    cli,
+    connection_args,
+    events_df,
+    job_states,
+    new_table,
+    xasink_prepared,
+)
+from test_format import latest_jobs, writer
+from test_protocol import admin_sql, q
+
+from xasink import write_xa
+from xasink.checkcache import CHECKS
+from xasink.errors import JournalError
+
+
+def _values(db, table: str) -> dict[int, float]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT id, amount FROM {q(db, table)}")
+        return {int(i): float(a) for i, a in cursor.fetchall()}
+
+
+# -- a column's type changes between two writes ----------------------------------------------
+def test_a_column_migrated_between_writes_keeps_its_values(spark, db):
+    """Two appends of a bigint column within the description cache's lifetime, with the
+    column changed to double precision between them: every value is stored as written. On
+    PostgreSQL the second write's branch reads the types again under its table lock and
+    loads as CSV (binary COPY would store 7001 as 3.46e-320); elsewhere the server types
+    the load."""
+    table = f"mig_{uuid.uuid4().hex[:10]}"
+    with db.connect() as conn:
+        conn.cursor().execute(f"CREATE TABLE {q(db, table)} (id BIGINT NOT NULL, amount BIGINT)")
+    frame = "id long, amount long"
+    first = spark.createDataFrame([(i, 7000 + i) for i in range(10)], frame)
+    write_xa(first, table=table, **connection_args(db))
+    change = (
+        "ALTER COLUMN amount TYPE double precision"
+        if db.kind == "postgres"
+        else ("MODIFY amount DOUBLE")
+    )
+    admin_sql(db, f"ALTER TABLE {q(db, table)} {change}")
+    second = spark.createDataFrame([(i, 7000 + i) for i in range(10, 20)], frame)
+    write_xa(second, table=table, **connection_args(db))
+    assert _values(db, table) == {i: float(7000 + i) for i in range(20)}
+    assert db.prepared_transactions() == []
+
+
+# -- two processes finish one branch at once ---------------------------------------------------
+def _backend_committing(db, gid: str) -> threading.Thread:
+    """A session that COMMITs PREPARED `gid` and stays inside that commit, holding the
+    branch, until the test cancels its wait (waiting for a synchronous standby that does
+    not exist; the commit is durable locally by then)."""
+
+    def hang() -> None:
+        with db.admin_connect() as conn:
+            cursor = conn.cursor()
+            cursor.execute("SET synchronous_commit = on")
+            # Canceled in the end: "the transaction has already committed locally".
+            with contextlib.suppress(Exception):
+                cursor.execute(f"COMMIT PREPARED '{gid}'")
+
+    thread = threading.Thread(target=hang, daemon=True)
+    thread.start()
+    return thread
+
+
+def _cancel_sync_waits(db) -> int:
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+            "WHERE wait_event = 'SyncRep' AND pid <> pg_backend_pid()"
+        )
+        return len(cursor.fetchall())
+
+
+def _wait_for_sync_wait(db) -> None:
+    for _ in range(100):
+        with db.admin_connect() as conn:
+            cursor = conn.cursor()
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the blocking COMMIT PREPARED never waited")
+
+
+def test_a_branch_another_session_is_committing_is_waited_for(pg_sync_standby):
+    """The driver stalls before its decision; an operator's session starts COMMIT PREPARED
+    of one of its branches and stays inside it. The driver resumes, decides, and meets that
+    branch "busy" (PostgreSQL 55000) in phase 2: it backs off and looks again until the
+    other session is done, then settles the branch by its marker. The write reports
+    success, which is the truth, instead of a CommitError."""
+    db = pg_sync_standby
+    table = new_table(db)
+    driver = DriverProcess(db, table, "before_decision", action="pause")
+    driver.wait_for_point()
+    gids = xasink_prepared(db)
+    assert len(gids) == 3
+    blocker = _backend_committing(db, gids[0])
+    _wait_for_sync_wait(db)
+    timer = threading.Timer(4.0, _cancel_sync_waits, args=(db,))
+    timer.start()
+    final = driver.resume()
+    blocker.join(30)
+    assert final.startswith("RESULT "), final
+    assert_exactly(db, table, range(3000))
+    assert list(job_states(db).values()).count("committed") >= 1
+
+
+def test_recovery_waits_for_a_branch_another_session_is_committing(pg_sync_standby):
+    """The driver dies in phase 2; while one winner's COMMIT PREPARED hangs in another
+    session, `xasink recover` meets it "busy": it waits and settles it, no FAILED."""
+    db = pg_sync_standby
+    table = new_table(db)
+    from support import kill_driver_at
+
+    kill_driver_at(db, table, "after_first_commit")
+    gids = xasink_prepared(db)
+    assert len(gids) == 2
+    blocker = _backend_committing(db, gids[0])
+    _wait_for_sync_wait(db)
+    threading.Timer(4.0, _cancel_sync_waits, args=(db,)).start()
+    done = cli(db, "--grace", "0")
+    blocker.join(30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "failed" not in done.stdout.lower()
+    assert_exactly(db, table, range(3000))
+
+
+# -- format("xasink"): beats from the start, a long wait for the first task -----------------
+def _journal_row(db, table: str) -> tuple[str, int, int] | None:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        try:
+            cursor.execute(
+                "SELECT state, beats, lease_seconds FROM xasink_jobs WHERE target_table = %s",
+                (table,),
+            )
+        except Exception:  # no journal yet
+            return None
+        row = cursor.fetchone()
+    return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
+
+
+def test_a_slow_upstream_stage_does_not_get_a_live_job_aborted(spark, db):
+    """A format('xasink') job whose input comes from a slow shuffle stage, and whose only
+    task takes a while to produce its first row. Before any task runs, the job keeps its
+    start lease (xasink.startTimeout) and a recovery run with a short grace leaves it alone;
+    its task beats from its first moment (the first row is still seconds away), and takes
+    the shorter running lease. The write commits every row."""
+    from pyspark.sql.functions import col
+
+    table = new_table(db)
+
+    def slow(batches):
+        import time as t
+
+        t.sleep(6)
+        yield from batches
+
+    frame = (
+        events_df(spark, 400, 2)
+        .mapInArrow(slow, events_df(spark, 1, 1).schema)
+        .repartition(1, col("id"))
+        .mapInArrow(slow, events_df(spark, 1, 1).schema)
+    )
+    options = {
+        "xasink.startTimeout": "120",
+        "xasink.leaseSeconds": "3",
+        "xasink.heartbeatInterval": "0.5",
+    }
+    seen: list[tuple[str, int, int]] = []
+    early: list[str] = []
+    finished = threading.Event()
+
+    def watch() -> None:  # the journal row, as a monitoring script would see it
+        while not finished.is_set():
+            row = _journal_row(db, table)
+            if row is not None and (not seen or row[1] != seen[-1][1]):
+                seen.append(row)
+                if row[1] == 0 and len(seen) == 1:
+                    recovering.start()
+            time.sleep(0.1)
+
+    def recover_soon() -> None:
+        time.sleep(2.5)  # silent longer than the grace below, while the upstream stage runs
+        early.append(cli(db, "--grace", "1", "--table", table).stdout)
+
+    recovering = threading.Thread(target=recover_soon, daemon=True)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        writer(frame, db, table, **options).save()
+    finally:
+        finished.set()
+        watcher.join(30)
+        recovering.join(60)
+    assert early and "aborted" not in early[0], early
+    assert seen[0] == ("running", 0, 120), seen
+    assert any(s == "running" and beats >= 1 and lease == 3 for s, beats, lease in seen), seen
+    assert_exactly(db, table, range(400))
+
+
+def test_a_micro_batch_whose_tasks_all_fail_ends_its_job(spark, db, tmp_path):
+    """The only task of a micro-batch fails every attempt: Spark's abort() gets no task
+    message at all. The batch's job is aborted then and there, not left running until a
+    recovery run takes it for dead."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+    from support import file_stream, stream_files
+
+    table, source = new_table(db), tmp_path / "in"
+    stream_files(source, 1, 50)
+
+    def boom(value: int) -> int:
+        raise RuntimeError("upstream always fails")
+
+    query = (
+        file_stream(spark, source)
+        .withColumn("id", F.udf(boom, "long")(F.col("id")))
+        .writeStream.format("xasink")
+        .option("url", db.jdbc_url)
+        .option("dbtable", table)
+        .option("user", db.user)
+        .option("password", db.password)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    with pytest.raises(StreamingQueryException, match="upstream always fails"):
+        query.awaitTermination(120)
+    assert latest_jobs(db, table) == ["aborted"]
+    assert_exactly(db, table, [])
+
+
+# -- prepared slots -------------------------------------------------------------------------
+def test_branches_beyond_the_prepared_slots_are_refused_before_they_prepare(spark, db):
+    """format('xasink') cannot learn the input's partition count before its tasks run. On
+    PostgreSQL, whose prepared-transaction slots are few, it bounds the branches (numPartitions,
+    default 8) and checks that many slots at the start; a task beyond the bound refuses to
+    open a branch, and numPartitions above the free slots is refused before any task runs.
+    MySQL/MariaDB have no such slots: no bound unless numPartitions is given."""
+    table = new_table(db)
+    frame = events_df(spark, 1600, 16)
+    if db.kind == "mariadb":
+        writer(frame, db, table).save()
+        assert_exactly(db, table, range(1600))
+        return
+    with pytest.raises(Exception, match=r"numPartitions=8 \(PostgreSQL's default"):
+        writer(frame, db, table).save()
+    with pytest.raises(Exception, match="max_prepared_transactions = 100"):
+        writer(frame, db, table, numPartitions="500").save()
+    assert_exactly(db, table, [])
+    writer(frame.coalesce(8), db, table).save()
+    assert_exactly(db, table, range(1600))
+
+
+# -- a server that stops answering -----------------------------------------------------------
+def test_a_silent_heartbeat_connection_cannot_hang_a_write(spark, postgres):
+    """The server process behind the heartbeat's connection stops (SIGSTOP: a frozen peer,
+    a half-open connection) while a job runs. The beat gives up after its network bound,
+    and write_xa returns with every row committed instead of waiting forever. (PostgreSQL
+    only: a backend per connection is what lets one connection freeze; MySQL/MariaDB
+    connections get the same timeouts from the same code.)"""
+    from pyspark.sql import functions as F
+
+    db = postgres
+    table = new_table(db)
+
+    def slow(i: int) -> int:
+        import time as t
+
+        if i % 250 == 0:
+            t.sleep(1.0)
+        return i
+
+    df = events_df(spark, 2000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(
+                write_xa(
+                    df,
+                    table=table,
+                    heartbeat_interval=0.5,
+                    network_timeout=6,
+                    lock_wait_timeout=2,
+                    driver_write_bytes=0,
+                    **connection_args(db),
+                )
+            )
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    stopped = None
+    try:
+        stopped = _stop_heartbeat_backend(db)
+        thread.join(90)
+        assert not thread.is_alive(), "write_xa waited forever on the silent connection"
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        thread.join(120)
+    assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+    assert_exactly(db, table, range(2000))
+
+
+def _stop_heartbeat_backend(db) -> int:
+    """SIGSTOP the backend of the heartbeat's connection while it is idle between beats."""
+    for _ in range(300):
+        with db.admin_connect() as conn:
+            cursor = conn.cursor()
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE state = 'idle' "
+                "AND query LIKE 'UPDATE%heartbeat_at%'"
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                pid = int(row[0])
+                os.kill(pid, signal.SIGSTOP)
+                cursor.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,))
+                if cursor.fetchone()[0] == "idle":
+                    return pid
+                os.kill(pid, signal.SIGCONT)  # caught mid-beat: try the next gap
+        time.sleep(0.05)
+    raise AssertionError("no heartbeat connection showed up")
+
+
+# -- the journal defends itself --------------------------------------------------------------
+@pytest.fixture
+def own_journal(db):
+    """A journal schema of its own (damaged on purpose), named for the app user."""
+    name = f"j_{uuid.uuid4().hex[:8]}"
+    if db.kind == "postgres":
+        admin_sql(db, f"CREATE SCHEMA {name} AUTHORIZATION {db.user}")
+    else:
+        admin_sql(db, f"CREATE DATABASE {name}", f"GRANT ALL ON {name}.* TO '{db.user}'@'%'")
+    return name
+
+
+def _rows(db, sql: str) -> list[tuple]:
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(sql)
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def _journal_state(db, meta: str, sinks: str) -> tuple[list[tuple], bool]:
+    """(the meta rows, whether the sinks table exists)."""
+    try:
+        _rows(db, f"SELECT 1 FROM {sinks} WHERE 1 = 0")
+        present = True
+    except Exception:
+        present = False
+    return _rows(db, f"SELECT tag, version FROM {meta}"), present
+
+
+def test_a_damaged_journal_is_an_error_never_recreated(spark, db, own_journal):
+    """A journal that lost its tag row, or its sinks table, is refused by writes and by
+    recovery (exit 2), and nothing is recreated: a new tag would hide the journal's
+    prepared branches from recovery, an empty sinks table would write replays again. A
+    journal of another schema version is refused the same way."""
+    table, schema = new_table(db), own_journal
+    write_xa(events_df(spark, 10, 1), table=table, journal_schema=schema, **connection_args(db))
+    meta, sinks = f"{schema}.xasink_meta", f"{schema}.xasink_sinks"
+    damages = [
+        ([f"DELETE FROM {meta}"], "lost its tag"),
+        ([f"UPDATE {meta} SET version = 99"], "schema version 99"),
+        ([f"DROP TABLE {sinks}"], "xasink_sinks.? is missing"),
+    ]
+    for statements, message in damages:
+        saved = _rows(db, f"SELECT tag, version FROM {meta}")
+        admin_sql(db, *statements)
+        damaged = _journal_state(db, meta, sinks)
+        refused = cli(db, "--journal-schema", schema)
+        assert refused.returncode == 2 and re.search(message, refused.stderr), refused.stderr
+        CHECKS.clear()
+        with pytest.raises(JournalError, match=message):
+            write_xa(
+                events_df(spark, 10, 1), table=table, journal_schema=schema, **connection_args(db)
+            )
+        assert _journal_state(db, meta, sinks) == damaged, "the journal was repaired silently"
+        if "DROP" not in statements[0]:
+            admin_sql(
+                db, f"DELETE FROM {meta}", f"INSERT INTO {meta} VALUES (1, '{saved[0][0]}', 1)"
+            )
+    assert_exactly(db, table, range(10))
+
+
+def test_the_journal_indexes_what_every_call_reads(spark, db):
+    """Every write reads its table's open jobs and a sink's jobs: indexed, not a full scan of
+    a table that grows by a row per micro-batch."""
+    write_xa(events_df(spark, 1, 1), table=new_table(db), **connection_args(db))
+    if db.kind == "postgres":
+        sql = (
+            "SELECT i.relname, array_to_string(array_agg(a.attname ORDER BY k.n), ',') "
+            "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "JOIN pg_class t ON t.oid = x.indrelid "
+            "CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, n) "
+            "JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum "
+            "WHERE t.relname = 'xasink_jobs' AND t.relnamespace = 'public'::regnamespace "
+            "GROUP BY i.relname"
+        )
+    else:
+        sql = (
+            "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) "
+            "FROM information_schema.STATISTICS WHERE TABLE_NAME = 'xasink_jobs' "
+            "AND TABLE_SCHEMA = DATABASE() GROUP BY INDEX_NAME"
+        )
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(sql)
+        indexed = {str(columns) for _, columns in cursor.fetchall()}
+    assert {"state", "target_table,state", "sink_id,batch_id"} <= indexed, indexed
