@@ -455,6 +455,11 @@ def test_concurrency_soak(spark, db):
         tally[outcome] = tally.get(outcome, 0) + 1
         if outcome == "MIXED" or (promise in ("old", "new") and outcome != promise):
             problems.append(f"{mode} job {own} promised {promise}, holds {outcome}: {error[:300]}")
+        elif outcome == "new" and not error.startswith("NoneType"):
+            # Strict: no fault is injected here, so a job whose rows all committed must
+            # have said so; an error (e.g. a CommitError from meeting a concurrent
+            # finisher) would send its caller to recover, or to write it again.
+            problems.append(f"{mode} job {own} committed but reported an error: {error[:300]}")
         expected.update(present)
         record("soak", db, outcome, 0, mode=mode, promise=promise)
         if mode == "upsert" and outcome == "new":

@@ -84,6 +84,26 @@ def test_failed_job_leaves_nothing(spark, db):
     assert "aborted" in job_states(db).values()
 
 
+@pytest.mark.parametrize("point", ["after_rows", "after_prepare"])
+def test_a_fault_in_the_drivers_own_write_leaves_nothing(spark, db, point):
+    """A small frame's one branch is written by the driver itself, so a failure there is
+    not retried by Spark: the job is aborted, its branch rolled back (prepared or not),
+    and the error says where it failed and that nothing was written."""
+    from xasink.errors import WriteError
+
+    table = new_table(db)
+    with pytest.raises(WriteError, match=r"failed by the driver .*nothing was written") as error:
+        write_xa(
+            events_df(spark, 500, 2),
+            table=table,
+            _faults=[Fault(point, "raise", attempt_number=None)],
+            **connection_args(db),
+        )
+    assert f"injected fault at {point}" in str(error.value)
+    assert_exactly(db, table, [])
+    assert job_states(db)[error.value.job_id] == "aborted"
+
+
 def test_empty_partitions_open_no_branch(spark, db):
     table = new_table(db)
     df = events_df(spark, 60, 6).where("id < 10")  # only the first of 6 partitions has rows

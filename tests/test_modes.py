@@ -68,7 +68,8 @@ def test_mode_survives_first_attempt_failures(spark, db, mode):
     table = seeded_table(db)
     df, options, expected = mode_case(spark, mode)
     fault = Fault("after_rows", "raise", partition=None, attempt_number=0)
-    result, failures = write(spark, db, table, df, faults=[fault], **options)
+    tasks = {"driver_write_bytes": 0, **options}  # a small frame: make tasks write it
+    result, failures = write(spark, db, table, df, faults=[fault], **tasks)
     assert failures >= 1, "the injected fault did not fail a task"
     assert contents(db, table) == expected
     assert job_states(db)[result.job_id] == "committed"

@@ -22,6 +22,7 @@ from support import (
     job_states,
     journal_session,
     kill_driver_at,
+    latest_job_state,
     new_table,
     xasink_prepared,
 )
@@ -91,6 +92,24 @@ def test_driver_killed_during_phase_two_rolls_forward(db):
     assert "action=already-committed" in done.stdout
     assert_exactly(db, table, range(ROWS))
     assert job_states(db)[job_id] == "committed"
+
+
+@pytest.mark.parametrize(
+    ("point", "outcome"),
+    [("after_rows", "aborted"), ("after_prepare", "aborted"), ("after_decision", "committed")],
+)
+def test_a_driver_killed_in_its_own_write_is_all_or_nothing(db, point, outcome):
+    """The driver writes a small frame's one branch itself and is SIGKILLed with its
+    rows sent, after PREPARE, or after the decision: `xasink recover` rolls the job back,
+    or forward once decided. Nothing is left prepared."""
+    table = new_table(db)
+    kill_driver_at(db, table, point, writer="driver")
+    prepared = parsed_branches(db)
+    assert len(prepared) == (0 if point == "after_rows" else 1)
+    done = cli(db, "--grace", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_exactly(db, table, range(ROWS) if outcome == "committed" else [])
+    assert latest_job_state(db) == outcome
 
 
 def _foreign_postgres(db) -> list[str]:
