@@ -1,7 +1,8 @@
 #!/bin/sh
-# Exhaustive spin runs of model/xasink.pml (used by `make model` and `make model-mutants`).
+# Exhaustive spin runs of the models in model/ (used by `make model` and `make model-mutants`).
 #   check.sh model     every configuration of the fixed protocol must verify (no error)
-#   check.sh mutants   every mutant must yield an assertion violation (a counterexample)
+#   check.sh mutants   every mutant must yield a counterexample (an assertion violated, or
+#                      for liveness.pml an acceptance cycle under weak fairness)
 # Generated files go to model/build/ (a trail of a failed run stays there).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,31 +17,55 @@ staged-mdb  | -DSTAGED -DMARIADB -DREPLY_LOST -DRESTART -DNO_R2 -DNO_LOSER1 -DNO
 append-adm  | -DADMIN -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
 staged-adm  | -DSTAGED -DADMIN -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
 staged-2R   | -DSTAGED -DD_STOPS_AT_DECISION -DNO_AMBIGUOUS -DNO_LOSER1 -DNO_LOSER3
+append-busy | -DBUSY -DNO_R2 -DNO_LOSER1 -DNO_LOSER3
+staged-busy | -DSTAGED -DBUSY -DD_STOPS_AT_DECISION -DNO_AMBIGUOUS -DNO_LOSER1 -DNO_LOSER3
 sink        | 
-sink-format | -DCHECK_AFTER_BEGIN'
+sink-format | -DCHECK_AFTER_BEGIN
+sink-prune  | -DPRUNE
+streams     | 
+streams-noid | -DNO_QUERY_ID
+liveness    | '
 
-# each mutant of xasink.pml runs in the "append" configuration; sink-* mutants in sink.pml
+# each mutant of xasink.pml runs in the "append" configuration (plus its own switches);
+# sink-*, streams-* and live-* mutants in sink.pml, streams.pml and liveness.pml
 MUTANTS='A | -DMUTANT_A | recovery lists XA RECOVER before reading the job row
 B | -DMUTANT_B | NOTA + not listed + no marker = LOST, without reading the job state
 C | -DMUTANT_C | a failed journal existence check presumes abort at once
 F | -DMUTANT_F | ambiguous decision commit settled by a plain read, not the fence
+busy | -DBUSY -DNO_LOSER1 -DMUTANT_BUSY | a COMMIT answered busy (a second finisher) is a failure
 sink-cond | -DMUTANT_NO_CONDITION | a streaming decision ignores the sink mark
 sink-restore | -DMUTANT_NO_RESTORE | a decided batch that aborts keeps the sink mark
-sink-skip | -DMUTANT_SKIP_UNFINISHED | a replay skips a decided batch without finishing it'
+sink-skip | -DMUTANT_SKIP_UNFINISHED | a replay skips a decided batch without finishing it
+sink-path | -DMUTANT_PATH_SINK | the sink id is the checkpoint path text, spelled anew on restart
+sink-prune | -DPRUNE -DMUTANT_PRUNE_MARK | prune deletes the job the mark names; its replay then fails
+streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
+streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
+streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped
+live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: livelock'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 
-# model_of NAME: configurations and mutants named sink* check sink.pml, the rest xasink.pml
+# model_of NAME: which model a configuration or mutant checks (by its name's prefix)
 model_of() {
-  case "$1" in sink*|mutant-sink*) echo "$here/sink.pml" ;; *) echo "$here/xasink.pml" ;; esac
+  case "$1" in
+    sink*|mutant-sink*) echo "$here/sink.pml" ;;
+    streams*|mutant-streams*) echo "$here/streams.pml" ;;
+    live*|mutant-live*) echo "$here/liveness.pml" ;;
+    *) echo "$here/xasink.pml" ;;
+  esac
 }
+
+# liveness NAME: whether NAME checks liveness (acceptance cycles under weak fairness)
+liveness() { case "$1" in live*|mutant-live*) return 0 ;; *) return 1 ;; esac; }
 
 # build NAME FLAGS: generate and compile the verifier in build/NAME
 build() {
   dir="$build/$1"
   rm -rf "$dir" && mkdir -p "$dir"
+  safety=-DSAFETY
+  liveness "$1" && safety=
   # shellcheck disable=SC2086
   (cd "$dir" && spin -a $2 "$(model_of "$1")" >spin.out 2>&1 &&
-    gcc -w -O1 -DSAFETY -DCOLLAPSE -DMEMLIM=8000 -o pan pan.c >gcc.out 2>&1) || {
+    gcc -w -O1 $safety -DCOLLAPSE -DMEMLIM=8000 -o pan pan.c >gcc.out 2>&1) || {
     echo "model: building $1 failed:"; cat "$dir/spin.out" "$dir/gcc.out" 2>/dev/null; return 2; }
 }
 
@@ -61,7 +86,10 @@ EOF_LIST
 # verify NAME: run pan exhaustively; sets $errors $states $secs $log
 verify() {
   log="$build/$1/pan.out"
-  (cd "$build/$1" && ./pan -m200000 -w25 >"$log" 2>&1)
+  search=
+  liveness "$1" && search="-a -f"
+  # shellcheck disable=SC2086
+  (cd "$build/$1" && ./pan -m200000 -w25 $search >"$log" 2>&1)
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$log")
   states=$(sed -n 's/^ *\([0-9][0-9.e+]*\) states, stored.*/\1/p' "$log")
   secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' "$log")
@@ -91,11 +119,11 @@ mutants)
   echo "$MUTANTS" | while IFS='|' read -r name flags what; do
     name=$(echo $name)
     verify "mutant-$name"
-    if [ "$errors" = 0 ] || ! grep -q "assertion violated" "$log"; then
+    if [ "$errors" = 0 ] || ! grep -q "assertion violated\|acceptance cycle" "$log"; then
       echo "mutant $name NOT caught: $(echo $what)"; exit 1
     fi
     printf 'mutant %s caught (%s states, %ss): %s\n    %s\n' "$name" "$states" "$secs" \
-      "$(echo $what)" "$(grep -m1 'assertion violated' "$log" | cut -c1-150)"
+      "$(echo $what)" "$(grep -m1 'assertion violated\|acceptance cycle' "$log" | cut -c1-150)"
   done || exit 1
   echo "model-mutants: every mutant caught ($(($(date +%s) - start))s in all)"
   ;;

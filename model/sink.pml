@@ -20,9 +20,16 @@
  *
  * -DCHECK_AFTER_BEGIN: the job exists before the mark is read (writeStream.format("xasink"),
  * xasink/datasource.py), so a replay's own job is cancelled after the check.
+ * Spark writes its commit log after the sink returns, so the final replay may come even
+ * after a run reported B done (a crash in between); it must then be skipped. -DPRUNE adds
+ * an operator's `xasink prune` before the replay (it only deletes jobs that ended longer
+ * ago than the grace): it deletes final jobs' rows, never the job the sink's mark names.
  * Switches: -DMUTANT_NO_CONDITION (the decision ignores the mark), -DMUTANT_NO_RESTORE (an
  * abort after the decision leaves the mark), -DMUTANT_SKIP_UNFINISHED (a replay skips a
- * decided batch without finishing it).
+ * decided batch without finishing it), -DMUTANT_PATH_SINK (the old format("xasink") sink id:
+ * the checkpoint path's text, which a restart may spell another way, so the replay finds a
+ * sink without a mark), -DMUTANT_PRUNE_MARK (prune deletes the mark's job too, and a replay
+ * that finds no row for it fails instead of skipping).
  */
 
 #define NJ 3                      /* J[0], J[1] concurrent; J[2] the final replay */
@@ -32,6 +39,7 @@
 #define J_COMMITTING 2
 #define J_COMMITTED  3
 #define J_ABORTED    4
+#define J_GONE       5            /* the row was pruned (the job was final) */
 
 #define A_NONE     0              /* crashed, or an error that claims nothing */
 #define A_WRITTEN  1              /* WriteResult: the batch committed by this job */
@@ -48,6 +56,7 @@ byte mark_job = NOBODY;           /* xasink_sinks.job_id */
 byte applied = 0;                 /* how many jobs' rows of batch B reached the target */
 bit refusable = 1;                /* the target may refuse one apply (a staged mode) */
 bit final_phase = 0;
+bit replayed_done;                /* ghost: the final replay came after a run reported B done */
 
 #define CRASH  if :: !final_phase -> goto dead :: skip fi
 
@@ -92,6 +101,9 @@ proctype J(byte me) {
 #endif
   /* write_xa / commit() -> decided_already */
   atomic { seen = mark; owner = mark_job }
+#ifdef MUTANT_PATH_SINK
+  if :: me == 2 -> seen = 0 :: else fi;              /* another sink: no mark yet */
+#endif
   if
   :: seen == 1 ->
        CRASH;
@@ -102,6 +114,9 @@ proctype J(byte me) {
        st = job[owner];
        if
        :: st == J_COMMITTED -> answer[me] = A_SKIPPED
+#ifndef MUTANT_PRUNE_MARK
+       :: st == J_GONE -> answer[me] = A_SKIPPED     /* a mark's job is final, not aborted */
+#endif
        :: else -> answer[me] = A_NONE                /* CommitError: run xasink recover */
        fi;
 #ifdef CHECK_AFTER_BEGIN
@@ -125,6 +140,9 @@ proctype J(byte me) {
     :: job[me] == J_RUNNING ->
 #ifndef MUTANT_NO_CONDITION
          if
+#ifdef MUTANT_PATH_SINK
+         :: me == 2 -> job[me] = J_COMMITTING; st = 1  /* the other sink's mark moves */
+#endif
          :: mark == 0 -> mark = 1; mark_job = me; job[me] = J_COMMITTING; st = 1
          :: else -> st = 2                           /* BATCH_TAKEN: rolled back */
          fi
@@ -156,6 +174,30 @@ dead:
   skip
 }
 
+#ifdef PRUNE
+/* `xasink prune`: deletes final jobs' rows; never the mark's job (jobs.prune). */
+#ifdef MUTANT_PRUNE_MARK
+#define PRUNABLE(j) 1
+#else
+#define PRUNABLE(j) (mark_job != (j))
+#endif
+proctype P() {
+  byte j = 0;
+  do
+  :: j < NJ ->
+       atomic {
+         if
+         :: (job[j] == J_COMMITTED || job[j] == J_ABORTED) && PRUNABLE(j) -> job[j] = J_GONE
+         :: else
+         fi
+       }
+       j++
+  :: j < NJ -> j++
+  :: j == NJ -> break
+  od
+}
+#endif
+
 proctype R() {
   byte j = 0;
   do
@@ -176,23 +218,35 @@ init {
     run R()
   }
   (_nr_pr == 1);                                     /* everyone stopped (or crashed) */
+#ifdef PRUNE
+  /* prune keeps every job that ended within the grace: it can only delete jobs whose end
+     is long past, which is after everything above, and before a restart's replay */
+  run P(); (_nr_pr == 1);
+#endif
   final_phase = 1;
   /* The final recovery (fault-free), then the final replay of B (Spark runs it until a
    * run reports it done; a fresh job id). */
   j = 0;
   do :: j < NJ -> recover(j); j++ :: else -> break od;
-  /* Spark replays the batch (with a new job) unless a run reported it done; a run that
-     reported it done is never asked again, so "done" had better be true */
+  /* Spark replays the batch (with a new job) until a run reported it done, and may replay
+     it once more after that: its commit log is written only after the sink returned */
   if
   :: answer[0] != A_WRITTEN && answer[0] != A_SKIPPED &&
      answer[1] != A_WRITTEN && answer[1] != A_SKIPPED -> run J(2); (_nr_pr == 1)
-  :: else
+  :: else ->
+       if
+       :: replayed_done = 1; run J(2); (_nr_pr == 1)
+       :: skip
+       fi
   fi;
-
+  /* a replay, fault-free, is answered: written, or skipped as done (never an error that
+     Spark would meet again on every restart) */
+  assert(!replayed_done || answer[2] == A_SKIPPED);
   /* exactly once: batch B's rows reached the target exactly once */
   assert(applied == 1);
   /* the mark says B exactly when a job of B is committed, and names it */
-  assert(mark == 1 && mark_job != NOBODY && job[mark_job] == J_COMMITTED);
+  assert(mark == 1 && mark_job != NOBODY
+         && (job[mark_job] == J_COMMITTED || job[mark_job] == J_GONE));
   j = 0;
   do
   :: j < NJ ->

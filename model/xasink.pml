@@ -14,9 +14,11 @@
  *
  * Switches: -DSTAGED (overwrite/upsert/merge; default append); -DADMIN; -DMARIADB (prepared
  * branches stay attached: XAER_NOTA while listed); -DREPLY_LOST (an XA COMMIT's reply is lost);
- * -DRESTART (one server restart); -DHEARTBEAT (H as a process instead of folded in); scope:
+ * -DRESTART (one server restart); -DHEARTBEAT (H as a process instead of folded in); -DBUSY
+ * (XA COMMIT takes two steps, and a second finisher meanwhile is answered "busy"); scope:
  * -DNO_R2, -DNO_LOSER1, -DNO_LOSER3, -DNO_AMBIGUOUS, -DD_STOPS_AT_DECISION; and one of
- * -DMUTANT_A, -DMUTANT_B, -DMUTANT_C, -DMUTANT_F (each re-introduces one old bug).
+ * -DMUTANT_A, -DMUTANT_B, -DMUTANT_C, -DMUTANT_F, -DMUTANT_BUSY (each re-introduces one
+ * old bug).
  * model/check.sh lists the configurations that `make model` verifies.
  * See model/README.md for the step -> code mapping.
  */
@@ -53,6 +55,7 @@
 #define A_UNKNOWN   3      /* DecisionUnknownError: claims nothing */
 #define A_LOST      4      /* LostBranchError: these branches' rows are NOT in the table */
 #define A_UNAPPLIED 5      /* staged: nothing applied, target unchanged */
+#define A_ERR       6      /* CommitError: a winner could not be committed now */
 
 /* progress of one phase-2 call (BranchOps.commit / rollback) */
 #define O_NONE      0      /* (re)issue XA COMMIT */
@@ -64,6 +67,8 @@
 #define O_LOST      6
 #define O_ERR       7      /* gave up (still attached after the retries, TRANSIENT) */
 #define O_ROLLED    8
+#define O_INFLIGHT  9      /* -DBUSY: this actor's XA COMMIT is running on the server */
+#define O_BUSY      10     /* -DBUSY: another session is finishing the branch right now */
 
 #ifdef STAGED
 #define STAGED_JOB 1
@@ -83,6 +88,7 @@ byte pwinm;                /* its winners */
 bit decided;               /* ghost: the decision landed */
 byte applied;              /* staged: how often the stage was applied */
 byte msg[NB];              /* messages to the driver (Spark task results) */
+byte gx;                   /* -DBUSY: branches whose XA COMMIT is running on the server */
 
 /* ---- what the actors said ---- */
 byte d_answer = A_NONE;
@@ -90,6 +96,7 @@ bit d_done;
 byte d_lost;               /* D: "rows of these branches are NOT in the table" */
 bit d_unapplied;           /* D: "nothing applied, target unchanged" */
 byte r_lost;               /* R: reported LOST */
+bit r_failed;              /* R: reported FAILED for a winner (could not commit it now) */
 byte adminrb;              /* branches the administrator rolled back */
 byte restarts;
 
@@ -125,6 +132,12 @@ inline commit_branch(b) {                        /* caller sets out = O_NONE (or
   :: out == O_NONE ->
      atomic {                                     /* XA COMMIT */
        if
+#ifdef BUSY
+       :: br[b] == B_PREP && BIT(gx, b) -> out = O_BUSY  /* PostgreSQL 55000 "is busy" */
+       :: br[b] == B_PREP && !ATT(b) && !BIT(gx, b) ->
+            assert(WIN(b) && decided);            /* S1 only winners, S2 decision first */
+            gx = gx | (1 << b); out = O_INFLIGHT  /* the server finishes it, whatever we do */
+#else
        :: br[b] == B_PREP && !ATT(b) ->
             assert(WIN(b) && decided);            /* S1 only winners, S2 decision first */
             br[b] = B_COMMIT;
@@ -137,11 +150,35 @@ inline commit_branch(b) {                        /* caller sets out = O_NONE (or
 #else
             out = O_COMMITTED
 #endif
+#endif
        :: br[b] == B_RB ->
             if :: out = O_NOTA :: out = O_LOST fi /* XAER_NOTA, or XA_RB* */
        :: else -> out = O_NOTA                    /* committed, or attached (MariaDB) */
        fi
      }
+#ifdef BUSY
+  :: out == O_INFLIGHT ->
+     atomic {                                     /* the server completes it and replies */
+       if
+       :: BIT(gx, b) -> br[b] = B_COMMIT; markers = markers | (1 << b); gx = gx & ~(1 << b)
+       :: else                                    /* completed already (DB step below) */
+       fi;
+       out = O_COMMITTED
+     }
+  :: out == O_BUSY ->
+#ifdef MUTANT_BUSY
+     out = O_ERR                                  /* old: XAER_RMERR, not retried */
+#else
+     CRASH;
+     (!BIT(gx, b));                               /* _settle: back off while it is held */
+     atomic {                                     /* then XA RECOVER */
+       if
+       :: br[b] == B_PREP -> out = O_NONE         /* still listed: COMMIT again */
+       :: else -> out = O_GONE                    /* finished there: settled by its marker */
+       fi
+     }
+#endif
+#endif
   :: out == O_NOTA ->
      CRASH;
      atomic {                                     /* _settle: XA RECOVER */
@@ -160,7 +197,7 @@ inline commit_branch(b) {                        /* caller sets out = O_NONE (or
      CRASH;
      atomic { if :: job == J_COMMITTED -> out = O_ALREADY :: else -> out = O_LOST fi }
 #endif
-  :: out >= O_COMMITTED -> break
+  :: out >= O_COMMITTED && out <= O_ROLLED -> break
   od
 }
 
@@ -176,6 +213,7 @@ inline commit_branch(b) {                        /* caller sets out = O_NONE (or
 /* BranchOps.rollback(b), one XA ROLLBACK (its NOTA retries folded in). */
 inline rollback_branch(b) {
   atomic {
+    !BIT(gx, b);                                  /* busy: back off until it is finished */
     if
     :: br[b] == B_PREP && !ATT(b) ->
          assert(!WIN(b) || job == J_ABORTED);     /* never roll back a decided winner */
@@ -345,7 +383,7 @@ phase2:                                           /* _commit_all -> commit_group
   out = O_NONE;
   commit_branch(W1);
   if :: out == O_LOST -> lostm = lostm | (1 << W1) :: out == O_ERR -> err = 1 :: else fi;
-  if :: err -> goto dead :: else fi;              /* CommitError: claims nothing */
+  if :: err -> d_answer = A_ERR; goto dead :: else fi;  /* CommitError */
   CRASH;
   listing(lst);                                   /* _roll_back_others(keep=winners) */
   lst = lst & ~WINNERS;
@@ -400,7 +438,13 @@ proctype DB() {
 #endif
   :: atomic { pending -> job = J_COMMITTING; winm = pwinm; decided = 1; pending = 0 }
   :: atomic { pending -> pending = 0 }
-  :: d_done && !pending -> break
+#ifdef BUSY
+  :: atomic {                                     /* a running XA COMMIT completes */
+       gx != 0 -> k = LOWEST(gx); br[k] = B_COMMIT; markers = markers | (1 << k);
+       gx = gx & ~(1 << k); k = 0
+     }
+#endif
+  :: d_done && !pending && gx == 0 -> break
   od
 }
 
@@ -529,7 +573,7 @@ roll_forward:                                     /* _roll_forward */
          if
          :: out == O_LOST -> assert(br[k] == B_RB); r_lost = r_lost | (1 << k);
                              lostm = lostm | (1 << k)
-         :: out == O_ERR -> unres = 1
+         :: out == O_ERR -> unres = 1; r_failed = 1
          :: else
          fi;
          k = 0; out = 0
@@ -622,6 +666,11 @@ init {
        staged job decided, then abandoned after an admin rollback also answers this) */
     assert(d_answer != A_PRE || (job != J_COMMITTED && applied == 0 && (STAGED_JOB || !decided)));
     assert(!d_unapplied || (applied == 0 && STAGED_JOB));
-    assert(d_answer != A_LOST || d_lost != 0)
+    assert(d_answer != A_LOST || d_lost != 0);
+#ifndef MARIADB
+    /* no false CommitError or FAILED: where branches never stay attached, a winner is
+       always committed in the end, by whoever meets it first */
+    assert(d_answer != A_ERR && !r_failed)
+#endif
   }
 }
