@@ -218,29 +218,45 @@ def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
         yield spec, session, journal
 
 
-def xasink_cli(db, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+def xasink_cli(
+    db, command: str, *args: str, in_process: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run an `xasink` subcommand as a user would, with the password in an environment
-    variable and no terminal (so nothing can wait for an answer)."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "xasink",
-            command,
-            "--url",
-            db.jdbc_url,
-            "--user",
-            db.user,
-            "--password-env",
-            "XASINK_TEST_PASSWORD",
-            *args,
-        ],
-        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    variable and no terminal (so nothing can wait for an answer).
+
+    In this process by default (`xasink.cli.main`, its report and errors captured): starting
+    a Python and a JVM for every call proves nothing the command's own code does not. With
+    `in_process=False`, as a process of its own (exit codes, output of a real process)."""
+    argv = [
+        command,
+        "--url",
+        db.jdbc_url,
+        "--user",
+        db.user,
+        "--password-env",
+        "XASINK_TEST_PASSWORD",
+        *args,
+    ]
+    if not in_process:
+        return subprocess.run(
+            [sys.executable, "-m", "xasink", *argv],
+            env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+    import io
+
+    from xasink.cli import main
+
+    os.environ["XASINK_TEST_PASSWORD"] = db.password
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        code = main(argv, out=out, err=err)
+    except SystemExit as exc:  # argparse refused the arguments
+        code = int(exc.code or 0)
+    return subprocess.CompletedProcess(["xasink", *argv], code, out.getvalue(), err.getvalue())
 
 
 def cli(db, *args: str) -> subprocess.CompletedProcess[str]:

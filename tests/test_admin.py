@@ -60,7 +60,8 @@ def test_an_append_job_with_a_lost_winner_is_listed_and_abandoned(db):
     assert f"partition(s) [{lost.partition}]" in mine["blocker"]
     assert f"xasink resolve {job_id} --abandon" in mine["blocker"]
 
-    refused = xasink_cli(db, "resolve", job_id, "--abandon")  # no terminal, no --yes
+    # A process of its own without a terminal, and no --yes: nothing may wait for an answer.
+    refused = xasink_cli(db, "resolve", job_id, "--abandon", in_process=False)
     assert refused.returncode == 2 and "--yes" in refused.stderr
     done = xasink_cli(
         db, "resolve", job_id, "--abandon", "--yes", "--reason", "partition rewritten"

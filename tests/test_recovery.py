@@ -24,6 +24,7 @@ from support import (
     kill_driver_at,
     latest_job_state,
     new_table,
+    xasink_cli,
     xasink_prepared,
 )
 
@@ -55,7 +56,7 @@ def test_driver_killed_before_decision_rolls_back(db):
     assert dry.returncode == 1 and dry.stdout.count("action=would-rollback") == PARTITIONS
     assert len(xasink_prepared(db)) == PARTITIONS
 
-    done = cli(db, "--grace", "0")
+    done = xasink_cli(db, "recover", "--grace", "0", "-v", in_process=False)  # logs too
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("action=rollback") == PARTITIONS
     assert db.password not in done.stdout + done.stderr

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from .errors import XasinkError
 from .journal import DEFAULT_LOCK_WAIT
@@ -165,12 +165,15 @@ def _recover(args: argparse.Namespace) -> int:
         **_connection(args),
     )
     if args.json:
-        print(report.to_json())
+        print(report.to_json(), file=args.out)
     else:
-        print(report.journal)
+        print(report.journal, file=args.out)
         for action in report.actions:
-            print(action.line())
-        print(report.summary() + (" (dry run: nothing changed)" if args.dry_run else ""))
+            print(action.line(), file=args.out)
+        print(
+            report.summary() + (" (dry run: nothing changed)" if args.dry_run else ""),
+            file=args.out,
+        )
     return EXIT_OK if report.ok else EXIT_UNRESOLVED
 
 
@@ -183,17 +186,23 @@ def _jobs(args: argparse.Namespace) -> int:
             ops, conn, journal, states=tuple(args.state or ()), table=args.table, limit=args.limit
         )
     if args.json:
-        print(json.dumps([j.as_dict() for j in found], indent=2))
+        print(json.dumps([j.as_dict() for j in found], indent=2), file=args.out)
     else:
-        print(f"{'job':32}  {'state':10}  {'mode':9}  {'rows':>10}  {'age':>8}  table / blocker")
+        print(
+            f"{'job':32}  {'state':10}  {'mode':9}  {'rows':>10}  {'age':>8}  table / blocker",
+            file=args.out,
+        )
         for j in found:
             rows = "-" if j.rows is None else str(j.rows)
             age = "-" if j.age_seconds is None else _duration(j.age_seconds)
-            print(f"{j.job_id:32}  {j.state:10}  {j.mode:9}  {rows:>10}  {age:>8}  {j.table}")
+            print(
+                f"{j.job_id:32}  {j.state:10}  {j.mode:9}  {rows:>10}  {age:>8}  {j.table}",
+                file=args.out,
+            )
             stream = f"sink {j.sink_id} batch {j.batch_id}" if j.sink_id else ""
             for note in (stream, j.blocker, j.resolution):
                 if note:
-                    print(f"{'':32}  -> {note}")
+                    print(f"{'':32}  -> {note}", file=args.out)
     return EXIT_UNRESOLVED if any(j.blocker for j in found) else EXIT_OK
 
 
@@ -212,7 +221,7 @@ def _confirmed(args: argparse.Namespace, ask: Callable[[str], str], what: str, w
         raise XasinkError(f"{args.command} asks for confirmation: pass --yes in scripts")
     if ask(f"{what}? Type {word!r} to confirm: ").strip() == word:
         return True
-    print("xasink: not confirmed; nothing changed", file=sys.stderr)
+    print("xasink: not confirmed; nothing changed", file=args.err)
     return False
 
 
@@ -225,11 +234,14 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
     with operate(args.url, **_connection(args)) as (conn, journal, ops):
         final, report = abandon(ops, conn, journal, args.job_id, args.reason)
     if args.json:
-        print(json.dumps({"job_id": args.job_id, "state": final, **json.loads(report.to_json())}))
+        print(
+            json.dumps({"job_id": args.job_id, "state": final, **json.loads(report.to_json())}),
+            file=args.out,
+        )
     else:
-        print(f"job={args.job_id} state={final}")
+        print(f"job={args.job_id} state={final}", file=args.out)
         for action in report.actions:
-            print(action.line())
+            print(action.line(), file=args.out)
     return EXIT_OK if report.ok else EXIT_UNRESOLVED
 
 
@@ -246,9 +258,9 @@ def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
         else "had no batch"
     )
     if args.json:
-        print(json.dumps({"sink_id": args.sink_id, "reset": mark is not None}))
+        print(json.dumps({"sink_id": args.sink_id, "reset": mark is not None}), file=args.out)
     else:
-        print(f"sink {args.sink_id!r} {before}; its next batch starts it again")
+        print(f"sink {args.sink_id!r} {before}; its next batch starts it again", file=args.out)
     return EXIT_OK
 
 
@@ -260,16 +272,25 @@ def _prune(args: argparse.Namespace) -> int:
         count = prune(conn, journal, args.older_than, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, "jobs": count}))
+        print(json.dumps({"dry_run": args.dry_run, "jobs": count}), file=args.out)
     else:
         print(
-            f"{verb} the journal rows of {count} job(s) finished over {args.older_than:g} days ago"
+            f"{verb} the journal rows of {count} job(s) finished over {args.older_than:g} days ago",
+            file=args.out,
         )
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None, ask: Callable[[str], str] = input) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    ask: Callable[[str], str] = input,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run one command; its report goes to `out`, errors to `err` (default: the process's
+    stdout and stderr). Returns the exit status."""
     args = _parser().parse_args(argv)
+    args.out, args.err = out or sys.stdout, err or sys.stderr
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
@@ -283,11 +304,11 @@ def main(argv: Sequence[str] | None = None, ask: Callable[[str], str] = input) -
             return _reset_sink(args, ask)
         return handlers[args.command](args)
     except XasinkError as exc:
-        print(f"xasink: {exc}", file=sys.stderr)
+        print(f"xasink: {exc}", file=args.err)
     except Exception as exc:  # never a traceback, never a secret: exit 2 means "error"
         secret = os.environ.get(args.password_env) if args.password_env else None
         text = Redactor([secret])(f"{type(exc).__name__}: {exc}")
-        print(f"xasink: unexpected error: {text}", file=sys.stderr)
+        print(f"xasink: unexpected error: {text}", file=args.err)
     return EXIT_ERROR
 
 

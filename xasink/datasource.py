@@ -5,8 +5,10 @@ The steps of one job run in different processes here: Spark calls `writer()` (ba
 `streamWriter()` (each micro-batch) in a Python worker on the driver, `write()` in each task,
 and `commit()` / `abort()` in another driver-side worker. So everything a later step needs
 travels in the pickled writer (the job's plan) or in the tasks' messages, and each step opens
-its own journal connection. Tasks send the job's heartbeat while they write, as no driver
-process lives through the whole job.
+its own journal connection. Tasks send the job's heartbeat, each from its first moment, as no
+driver process lives through the whole job; until the first task runs, the job keeps a long
+start lease (it holds nothing yet). A stream's sink is named by Spark's query id, which the
+tasks read and report, unless `xasink.sinkId` names it.
 
 Differences from write_xa, each checked: the input's partitions are the branches (Spark does
 not let a data source repartition; `numPartitions` bounds them), so upsert/merge rows of one
