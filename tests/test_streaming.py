@@ -299,7 +299,7 @@ sys.modules["IPython"] = None  # as where IPython is missing: the write is then 
 import jpype
 url, user, password, table, where, driver_write_bytes = sys.argv[1:7]
 
-def check():  # runs after xasink's exit hook and right before JPype stops the JVM
+def check():  # runs after xasink's exit hook, where JPype would stop the JVM
     from xasink import idle
     threads = [t.name for t in threading.enumerate() if t.name.startswith("xasink")]
     queue = jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance().isRunning()

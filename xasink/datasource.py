@@ -48,7 +48,7 @@ from .job import (
     preflight,
     release_stage,
 )
-from .journal import COMMITTED, COMMITTING, RUNNING, SinkBatch
+from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, SinkBatch
 from .options import FormatRequest, parse
 from .recovery import DEFAULT_GRACE, resolve_in_doubt
 from .sinks import decided_already
@@ -197,7 +197,7 @@ def cancel(plan: WritePlan, request: JobRequest) -> str | None:
         conn = session.connection
         with BranchOps(request.spec, plan.journal) as ops:
             state = plan.journal.state(conn, plan.job_id)
-            if state == RUNNING:
+            if state in (RUNNING, ABORTED):  # abort it, and roll back what it prepared
                 abort(plan, ops, conn)
             elif state == COMMITTING:
                 resolve_in_doubt(ops, conn, plan.journal, job=plan.job_id, grace=DEFAULT_GRACE)

@@ -15,8 +15,11 @@ code -6). Three kinds of thread can be in that position:
 - JPype's reference-queue thread, a Java thread that calls into Python whenever the JVM
   collects its sentinel object (to run a Python garbage collection) or a Java object that
   holds a Python one. A write that moves its rows through this JVM (the driver's own small
-  writes) makes the JVM collect often, so that call could land during finalization. It is
-  stopped here, after the callbacks, while the interpreter is whole.
+  writes) makes the JVM collect often, so that call could land during finalization (seen:
+  aborts in 2 of 4 exits mid-write, 7 of 8 when the exit first collects garbage). It is
+  stopped here, after the callbacks, while the interpreter is whole. JPype's own exit
+  handler would stop it again, which waits 10 s for a thread that is gone, so it is told not
+  to run: the JVM ends with the process, every connection already closed.
 
 All of it runs in one of threading's own exit hooks: before any atexit handler (pyspark's,
 JPype's), and before concurrent.futures refuses new work (a MariaDB load's background
@@ -38,6 +41,7 @@ from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 import jpype
+import jpype.config
 
 log = logging.getLogger("xasink")
 
@@ -121,6 +125,9 @@ def stop_java_callbacks() -> None:
         queue = jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance()
         if queue.isRunning():
             queue.stop()
+        # JPype's own exit handler would stop it again, and a second stop() waits 10 s for
+        # a thread that is gone; the JVM then simply ends with the process.
+        jpype.config.onexit = False
     except Exception as exc:  # a JPype without this class: its own shutdown stops it later
         log.debug("xasink: JPype's reference queue left running (%s)", type(exc).__name__)
 
@@ -128,10 +135,6 @@ def stop_java_callbacks() -> None:
 def at_exit() -> None:
     """The exit hook: wait for writes, then end xasink's and JPype's Java-calling threads."""
     wait_for_writes()
-    # Java objects in garbage cycles are freed here, on the exiting thread, while the JVM
-    # runs; and no Python thread starts a collection from now on.
-    gc.collect()
-    gc.disable()
     with _changed:
         callbacks = list(_callbacks)
     for callback in callbacks:
@@ -139,7 +142,11 @@ def at_exit() -> None:
             callback()
         except Exception as exc:  # an exit must go on (the type only: no URL or secret)
             log.warning("xasink: cleanup at exit failed (%s)", type(exc).__name__)
+    # No thread starts a collection from now on; the one below frees Java objects in
+    # garbage cycles here, on the exiting thread, while the JVM runs.
     stop_java_callbacks()
+    gc.disable()
+    gc.collect()
 
 
 threading._register_atexit(at_exit)  # type: ignore[attr-defined]
