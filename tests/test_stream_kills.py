@@ -97,7 +97,7 @@ def test_a_stream_survives_driver_kills(db, tmp_path):
     checkpoint = tmp_path / "checkpoint"
     files = batches_of(checkpoint)
     assert sum(files.values()) == FILES
-    print(f"batches that took several files: {({b: n for b, n in files.items() if n > 1})}")
+    print(f"batches that took several files: { ({b: n for b, n in files.items() if n > 1}) }")
     # Every batch Spark committed was decided by the sink, the last one last.
     assert sink_mark(db, f"{sink}-append")[0] == last_committed(checkpoint) == max(files)
     assert sink_mark(db, f"{sink}-merge")[0] == last_committed(checkpoint)
