@@ -68,10 +68,11 @@ def main() -> None:
     common = {
         "user": config["user"],
         "password": os.environ.get("XASINK_TEST_PASSWORD") or None,
-        "max_branches": 2,
         "heartbeat_interval": 1.0,
     }
     sink, url = config["sink"], config["url"]
+    # The append sink's small batches are written by the driver itself (as most
+    # micro-batches are); the merge sink's by two tasks.
     append = foreach_batch(url, config["table"], sink_id=f"{sink}-append", **common)
     merge = None
     if config.get("merge_table"):
@@ -83,6 +84,7 @@ def main() -> None:
             key="id",
             op="op",
             order="seq",
+            max_branches=2,
             **common,
         )
 
