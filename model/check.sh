@@ -41,7 +41,7 @@ sink-prune | -DPRUNE -DMUTANT_PRUNE_MARK | prune deletes the job the mark names;
 streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
 streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
 streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped
-live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: livelock'
+live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 
 # model_of NAME: which model a configuration or mutant checks (by its name's prefix)

@@ -3,22 +3,28 @@
  * micro-batch cannot livelock (writeStream.format("xasink"), xasink/datasource.py).
  *
  * A format("xasink") micro-batch's job is minted before Spark runs anything (mint), waits
- * for upstream stages and for an executor (no task yet), then its task reads its first row,
- * writes, and commit() decides. No driver process lives through the batch: only the tasks
- * beat. Recovery runs again and again (a cron `xasink recover`, other writers' startup
- * recovery) with the default grace, and aborts a running job it finds silent past its lease
- * (recovery.py _alive). A batch whose job was aborted fails; Spark restarts the query, which
- * replays the batch with a fresh job (a new mint), forever if need be.
+ * for upstream stages and for an executor (no task yet), then its tasks, in two waves, each
+ * read their first row, write and PREPARE; commit() decides. No driver process lives
+ * through the batch: only the tasks beat, and a task's beats end with it. Recovery runs
+ * again and again (a cron `xasink recover`, other writers' startup recovery) with the
+ * default grace, and aborts a running job it finds silent past its lease (recovery.py
+ * _alive). A batch whose job was aborted fails; Spark restarts the query, which replays the
+ * batch with a fresh job (a new mint). The Spark driver may also die for good, once: then
+ * nobody beats and nothing replays.
  *
- * Time is abstracted into what recovery may see: a job is "silent past its lease" when no
- * task beats and the lease allows it. The code gives a minted job its start lease
- * (xasink.startTimeout, an hour by default: it holds nothing before a task runs) until the
- * first beat, and every task beats from its first moment, before it reads a row. The
- * assumption behind the start lease: upstream stages end within it.
+ * Time is abstracted into what recovery may see, with the code's leases as the assumptions:
+ * a minted job keeps its start lease (xasink.startTimeout, an hour: it holds nothing before a
+ * task runs) until its first beat, and upstream stages end within it; every task beats from
+ * its first moment, before it reads a row; the gaps without a running task (between waves,
+ * after the last task until commit()) are shorter than the running lease
+ * (xasink.leaseSeconds). So recovery finds a job silent past its lease only once its owner
+ * is dead.
  *
- * Checked under weak fairness: <> (the batch is committed). Mutant -DMUTANT_LATE_BEAT
- * (the old code): a task beats only once its first row arrived, and the job starts with the
- * short running lease, so every replay can be aborted while it waits: a livelock.
+ * Checked: a live owner's job is never aborted (assertion), and under weak fairness
+ * <> (the batch is committed, or its owner died and the job is aborted): eventually final.
+ * Mutant -DMUTANT_LATE_BEAT (the old code): a task beats only once its first row arrived,
+ * and the job starts with the running lease, so a slow upstream stage or first row leaves a
+ * live job silent past it: an abort of a live job, and replays aborted forever.
  */
 
 #define J_NONE      0
@@ -28,45 +34,63 @@
 
 byte job = J_NONE;
 bit beating;          /* a task of the job beats now (its heartbeat thread runs) */
-bit started;          /* a task has started: from now on the job has the running lease */
+bit first_beat;       /* the job has beaten: its start lease is replaced by the running one */
+bit waiting_row;      /* a task waits for its first row (old code: not beating yet) */
+bit dead;             /* the Spark driver died for good */
 
-/* Spark: mint, upstream, the task (beats, first row, rows, PREPARE), commit(); an aborted
-   job fails the batch and the restarted query replays it with a fresh job. */
+#define DIE  if :: !dead -> atomic { dead = 1; beating = 0 }; goto gone :: skip fi
+
+/* One task: beats from its start, reads its first row, writes, PREPAREs, ends. */
+inline task() {
+  atomic {
+#ifndef MUTANT_LATE_BEAT
+    beating = 1; first_beat = 1;                           /* Heartbeat(beat_now=True) */
+#endif
+    waiting_row = 1
+  }
+  DIE;
+  atomic { waiting_row = 0; beating = 1; first_beat = 1 }  /* its first row (old: 1st beat) */
+  DIE;
+  beating = 0                                              /* rows, PREPARE; heartbeat.stop */
+}
+
 active proctype Spark() {
   do
-  :: atomic { job = J_RUNNING; beating = 0; started = 0 }   /* mint: begin_job, start lease */
-     skip;                                                  /* upstream stages, a queue */
-     atomic {                                               /* the task starts */
-       started = 1;
-#ifndef MUTANT_LATE_BEAT
-       beating = 1                                          /* Heartbeat(beat_now=True) */
-#endif
-     }
-     skip;                                                  /* reading the first row */
-     beating = 1;                                           /* (old: the first beat here) */
-     skip;                                                  /* rows, marker, PREPARE */
-     atomic {                                               /* commit(): decide_commit */
+  :: atomic { job = J_RUNNING; beating = 0; first_beat = 0 }  /* mint: start lease */
+     DIE;                                                     /* upstream stages, a queue */
+     task();                                                  /* the first wave */
+     DIE;                                                     /* a gap between waves */
+     task();                                                  /* the second wave */
+     DIE;
+     atomic {                                                 /* commit(): decide_commit */
        if
-       :: job == J_RUNNING -> job = J_COMMITTED; beating = 0
-       :: else -> beating = 0                               /* JobAbortedError: replay */
+       :: job == J_RUNNING -> job = J_COMMITTED
+       :: else                                                /* JobAbortedError: replay */
        fi
      }
      if :: job == J_COMMITTED -> break :: else fi
-  od
+  od;
+gone:
+  skip
 }
 
-/* Recovery runs, again and again: aborts a running job silent past its lease. Before its
-   first task, the job's start lease outlasts upstream stages (the old code had none). */
+/* Recovery runs, again and again: aborts a running job silent past its lease. With the
+   leases above, only a dead owner's job is (the old code: also one that has not beaten
+   yet, whatever it waits for). */
 #ifdef MUTANT_LATE_BEAT
-#define PAST_LEASE  1
+#define PAST_LEASE  (dead || !first_beat || waiting_row)
 #else
-#define PAST_LEASE  started
+#define PAST_LEASE  dead
 #endif
 active proctype Recovery() {
   do
-  :: atomic { job == J_RUNNING && !beating && PAST_LEASE -> job = J_ABORTED }
-  :: job == J_COMMITTED -> break
+  :: atomic {
+       job == J_RUNNING && !beating && PAST_LEASE ->
+         assert(dead);                                        /* never a live owner's job */
+         job = J_ABORTED
+     }
+  :: job == J_COMMITTED || (dead && job != J_RUNNING) -> break
   od
 }
 
-ltl batch_commits { <> (job == J_COMMITTED) }
+ltl eventually_final { <> (job == J_COMMITTED || (dead && job == J_ABORTED)) }

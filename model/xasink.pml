@@ -89,6 +89,7 @@ bit decided;               /* ghost: the decision landed */
 byte applied;              /* staged: how often the stage was applied */
 byte msg[NB];              /* messages to the driver (Spark task results) */
 byte gx;                   /* -DBUSY: branches whose XA COMMIT is running on the server */
+bit slow;                  /* -DBUSY: one such COMMIT took longer than the lock wait */
 
 /* ---- what the actors said ---- */
 byte d_answer = A_NONE;
@@ -170,13 +171,16 @@ inline commit_branch(b) {                        /* caller sets out = O_NONE (or
      out = O_ERR                                  /* old: XAER_RMERR, not retried */
 #else
      CRASH;
-     (!BIT(gx, b));                               /* _settle: back off while it is held */
-     atomic {                                     /* then XA RECOVER */
-       if
-       :: br[b] == B_PREP -> out = O_NONE         /* still listed: COMMIT again */
-       :: else -> out = O_GONE                    /* finished there: settled by its marker */
-       fi
-     }
+     if                                           /* _settle: back off while it is held */
+     :: atomic {
+          !BIT(gx, b) ->                          /* then XA RECOVER */
+            if
+            :: br[b] == B_PREP -> out = O_NONE    /* still listed: COMMIT again */
+            :: else -> out = O_GONE               /* finished there: settled by its marker */
+            fi
+        }
+     :: slow -> out = O_ERR                       /* held past the lock wait: TRANSIENT */
+     fi
 #endif
 #endif
   :: out == O_NOTA ->
@@ -439,6 +443,7 @@ proctype DB() {
   :: atomic { pending -> job = J_COMMITTING; winm = pwinm; decided = 1; pending = 0 }
   :: atomic { pending -> pending = 0 }
 #ifdef BUSY
+  :: atomic { gx != 0 && !slow -> slow = 1 }      /* e.g. a stalled synchronous standby */
   :: atomic {                                     /* a running XA COMMIT completes */
        gx != 0 -> k = LOWEST(gx); br[k] = B_COMMIT; markers = markers | (1 << k);
        gx = gx & ~(1 << k); k = 0
@@ -668,9 +673,10 @@ init {
     assert(!d_unapplied || (applied == 0 && STAGED_JOB));
     assert(d_answer != A_LOST || d_lost != 0);
 #ifndef MARIADB
-    /* no false CommitError or FAILED: where branches never stay attached, a winner is
-       always committed in the end, by whoever meets it first */
-    assert(d_answer != A_ERR && !r_failed)
+    /* S7, no false CommitError or FAILED: where branches never stay attached, a winner
+       another session is finishing is waited for and settled, unless that session holds
+       it longer than the lock wait (then the error is true: not committed yet) */
+    assert((d_answer != A_ERR && !r_failed) || slow)
 #endif
   }
 }

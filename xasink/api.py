@@ -163,8 +163,9 @@ def write_xa(
 
     No bookkeeping or apply statement waits longer than `lock_wait_timeout` seconds for a
     lock, and no JDBC call longer than `network_timeout` seconds for an answer (it must be
-    longer: only a dead or silent server runs into it). Every XasinkError raised once the
-    job exists carries its id as `job_id`.
+    longer than the lock wait, so that a live server's lock waits never run into it; a
+    staged apply, which may run long, is bounded by TCP keepalive instead). Every
+    XasinkError raised once the job exists carries its id as `job_id`.
 
     `sink_id` and `batch_id` make the write one micro-batch of a stream (see
     `xasink.foreach_batch`): the decision records the batch, and a batch whose decision is
@@ -438,7 +439,7 @@ def recover(
         if dry_run:
             journal.check_complete(conn)
         else:
-            journal = journal.ensure(conn, spec)  # upgrades an older journal's tables
+            journal = journal.ensure(conn, spec)  # checks it whole
         with BranchOps(spec, journal) as ops:
             return resolve_in_doubt(
                 ops,

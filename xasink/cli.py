@@ -247,6 +247,9 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
     from .api import operate
+    from .sinks import sink_batch
+
+    sink_batch(args.sink_id, 0)  # the same rules as a writer's sink id
 
     if not _confirmed(args, ask, f"Forget the last batch of sink {args.sink_id!r}", args.sink_id):
         return EXIT_ERROR

@@ -119,7 +119,7 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
             # Until its first task beats, the job waits for Spark (upstream stages, a queue
             # for executors): it holds no lock or slot then, so it may wait long.
             lease = max(fmt.start_timeout, fmt.lease)
-            begun = begin(conn, ops, request, pre, frame, lease, fmt.stream_key)
+            begun = begin(conn, ops, request, pre, frame, lease, fmt.stream_key, fmt.sink_id)
             assert isinstance(begun, Begun)  # no sink here: never skipped
             plan, _ = plan_job(conn, request, pre, begun, schema, fmt.heartbeat_interval, fmt.lease)
     ordered = [*request.options.written(frame), *request.options.steering]

@@ -43,6 +43,8 @@ from typing import ParamSpec, TypeVar
 import jpype
 import jpype.config
 
+from .jvm import started_here
+
 log = logging.getLogger("xasink")
 
 #: How long the interpreter's exit waits for writes still running on other threads.
@@ -118,8 +120,9 @@ def wait_for_writes(timeout: float = EXIT_WAIT_SECONDS) -> bool:
 
 
 def stop_java_callbacks() -> None:
-    """Stop JPype's reference-queue thread, the one Java thread that calls into Python."""
-    if not jpype.isJVMStarted():
+    """Stop JPype's reference-queue thread, the one Java thread that calls into Python, in a
+    JVM that xasink started (another library's JVM keeps JPype's own exit)."""
+    if not jpype.isJVMStarted() or not started_here():
         return
     try:
         queue = jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance()

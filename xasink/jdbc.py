@@ -83,6 +83,23 @@ def set_network_timeout(conn: Any, seconds: float) -> None:
 
 
 @contextlib.contextmanager
+def network_timeout_lifted(conn: Any) -> Iterator[None]:
+    """Run a statement that may legitimately run long (a staged apply of millions of rows)
+    without the connection's network timeout; TCP keepalive still ends a dead peer's wait."""
+    try:
+        before = int(conn.getNetworkTimeout())
+    except jpype.JException:
+        yield
+        return
+    executor = jpype.JClass("java.util.concurrent.ForkJoinPool").commonPool()
+    conn.setNetworkTimeout(executor, 0)
+    try:
+        yield
+    finally:
+        conn.setNetworkTimeout(executor, before)
+
+
+@contextlib.contextmanager
 def local_transaction(conn: Any) -> Iterator[Any]:
     """Commit on success, roll back on error; autocommit restored afterwards."""
     conn.setAutoCommit(False)

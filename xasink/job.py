@@ -232,6 +232,7 @@ def begin(
     columns: Sequence[str],
     lease: float,
     stream_key: str | None = None,
+    stream_sink: str | None = None,
 ) -> Begun | Skipped:
     """Resolve what earlier jobs left on the table, skip a decided streaming batch, else
     register a new job."""
@@ -248,7 +249,9 @@ def begin(
     with step("job row"):
         job_id = uuid.uuid4().hex
         apply = apply_plan_for(request.options, target, columns, pre.targets, job_id, journal)
-        journal.begin_job(conn, job_id, str(target), apply, lease, request.sink, stream_key)
+        journal.begin_job(
+            conn, job_id, str(target), apply, lease, request.sink, stream_key, stream_sink
+        )
     return Begun(job_id, apply, recovered)
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .dialects import Dialect, get_dialect
 from .errors import JournalError
-from .jdbc import execute, local_transaction, query
+from .jdbc import execute, local_transaction, network_timeout_lifted, query
 from .staging import ApplyPlan, apply, check_stage, drop_stage, is_data_error, stage_name
 from .target import ConnectionSpec
 from .xid import valid_job_id
@@ -191,23 +192,24 @@ class Journal:
                 f"(SELECT COUNT(*) FROM {self.markers} WHERE 1=0), "
                 f"(SELECT COUNT(*) FROM {self.sinks} WHERE 1=0) FROM {self.meta} m WHERE m.id = 1",
             )
-        except Exception as exc:
-            if not self.dialect.is_missing_table(exc):
-                raise
+        except Exception:  # look table by table, to say what is wrong
             rows = None
         if rows and int(rows[0][1]) == SCHEMA_VERSION:
             return
         for table in (self.meta, self.winners, self.markers, self.sinks):
-            try:
-                query(conn, f"SELECT 1 FROM {table} WHERE 1=0")
-            except Exception as exc:
-                if not self.dialect.is_missing_table(exc):
-                    raise
+            if not self._table_exists(conn, table):
                 raise JournalError(
                     f"The journal is incomplete: {table} is missing although {self.jobs} "
                     f"exists. xasink will not recreate it ({_LOSS_IF_RECREATED}) and touches "
                     "nothing until it is restored from a backup."
-                ) from None
+                )
+        if rows is None:
+            raise JournalError(
+                f"The journal's tables ({self.meta} and the others) are not laid out as "
+                f"schema version {SCHEMA_VERSION} lays them out (a journal of another xasink "
+                "release, or changed by hand). xasink touches nothing in it: use the release "
+                "that wrote it, or restore it."
+            )
         if not rows:
             raise JournalError(
                 f"The journal has lost its tag: {self.meta} has no row. xasink will not make "
@@ -220,10 +222,36 @@ class Journal:
             f"version {SCHEMA_VERSION}. Use the xasink release that wrote it."
         )
 
+    def _table_exists(self, conn: Any, table: str) -> bool:
+        try:
+            query(conn, f"SELECT 1 FROM {table} WHERE 1=0")
+            return True
+        except Exception as exc:
+            if self.dialect.is_missing_table(exc):
+                return False
+            raise
+
+    def _check_not_half_gone(self, conn: Any) -> None:
+        """No jobs table, yet the journal's tag is there: the jobs table was lost (or a
+        first writer is creating the journal right now, which ends within moments)."""
+        for wait in (0.2, 0.5, 1.0, 2.0, 0.0):
+            if self._stored_tag(conn) is None or self.exists(conn):
+                return
+            time.sleep(wait)
+        raise JournalError(
+            f"The journal is incomplete: {self.jobs} is missing although {self.meta} holds "
+            f"its tag. xasink will not recreate it ({_LOSS_IF_RECREATED}) and touches "
+            "nothing until it is restored from a backup."
+        )
+
     def ensure(self, conn: Any, spec: ConnectionSpec | None = None) -> Journal:
         """Create the journal if this schema has none (DDL, before any branch opens), or
         check that the existing one is whole; returns the journal with its tag."""
         if self.exists(conn):
+            self.check_complete(conn)
+            return replace(self, tag=str(self._stored_tag(conn)))
+        self._check_not_half_gone(conn)
+        if self.exists(conn):  # another first writer finished creating it meanwhile
             self.check_complete(conn)
             return replace(self, tag=str(self._stored_tag(conn)))
         d = self.dialect
@@ -294,11 +322,13 @@ class Journal:
         lease: float,
         sink: SinkBatch | None = None,
         stream_key: str | None = None,
+        stream_sink: str | None = None,
     ) -> None:
         """Register the job, and its staging table (if any) before that table exists.
 
-        `stream_key`: a format("xasink") stream's writer options, hashed, for a job whose
-        batch is not known yet (see `running_of_stream`)."""
+        A format("xasink") stream's job is registered before its batch is known: with
+        `stream_key`, its writer's identity, hashed (see `running_of_stream`), and
+        `stream_sink`, its sink when the options name it (`reset_sink` sees it running)."""
         now = self.dialect.now_sql
         execute(
             conn,
@@ -311,7 +341,7 @@ class Journal:
                 RUNNING,
                 plan.to_json() if plan else None,
                 int(lease + 0.999),
-                sink.sink_id if sink else None,
+                sink.sink_id if sink else stream_sink,
                 sink.batch_id if sink else None,
                 sink.query_id if sink else None,
                 stream_key,
@@ -386,8 +416,8 @@ class Journal:
         sink: SinkBatch | None = None,
     ) -> str:
         """Durably record the commit decision. Returns DECIDED, JOB_ENDED (the job is no
-        longer running) or BATCH_TAKEN (the sink's mark already reached this batch: another
-        job decided it, and nothing was recorded).
+        longer running) or BATCH_TAKEN (the sink's mark already reached this batch, belongs
+        to another query, or was reset meanwhile: nothing was recorded).
 
         `winners` are (partition, attempt, rows). A streaming job's decision also moves its
         sink's mark to its batch, in the same local transaction and only if the mark is
@@ -515,7 +545,8 @@ class Journal:
                 if plan is not None:
                     self._check_apply_order(conn, job_id, plan)
                     check_stage(conn, self.dialect, plan)
-                    apply(conn, self.dialect, plan)
+                    with network_timeout_lifted(conn):  # may run long on a live server
+                        apply(conn, self.dialect, plan)
                 # Exact keys only: a late, still-prepared loser's marker row stays untouched
                 # (a range delete would wait on its lock).
                 self._batch(

@@ -21,6 +21,7 @@ JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
 DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")
 
 _lock = threading.Lock()
+_started_here = False
 _loaded_jars: list[str] = []
 _loader: Any = None
 _thread_class: Any = None
@@ -40,6 +41,8 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
             jpype.startJVM(
                 *options, classpath=list(classpath), convertStrings=False, interrupt=False
             )
+            global _started_here
+            _started_here = True
             _loaded_jars.extend(classpath)
             global _thread_class
             _thread_class = jpype.JClass("java.lang.Thread")
@@ -52,6 +55,11 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
             parent = _loader or jpype.JClass("java.lang.ClassLoader").getSystemClassLoader()
             _loader = jpype.JClass("java.net.URLClassLoader")(urls, parent)
             _loaded_jars.extend(extra)
+
+
+def started_here() -> bool:
+    """Whether xasink started this process's JVM (then its exit is xasink's to order)."""
+    return _started_here
 
 
 def attach_as_daemon() -> None:

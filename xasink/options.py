@@ -159,7 +159,7 @@ def parse(
         max_branches=branches,
         heartbeat_interval=_number(own, "heartbeatinterval", 10.0, float),
         sink_id=sink_id,
-        stream_key=_stream_key(given) if streaming else None,
+        stream_key=_stream_key(given, spec.masked_url) if streaming else None,
         lease=_number(own, "leaseseconds", DEFAULT_TASK_LEASE, float),
         start_timeout=_number(own, "starttimeout", DEFAULT_START_TIMEOUT, float),
     )
@@ -235,11 +235,16 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
-def _stream_key(options: Mapping[str, str]) -> str:
+def _stream_key(options: Mapping[str, str], url: str) -> str:
     """The same for every writer Spark makes for one query run (they get the same options),
-    never a secret: a hash of the options without the password."""
-    shown = sorted((k, v) for k, v in options.items() if k != "password")
-    return hashlib.sha256(json.dumps(shown).encode()).hexdigest()[:32]
+    from what names the stream and never a secret: the masked URL, the table, the checkpoint
+    and the sink and query names."""
+    named = [url, *(options.get(k, "") for k in _STREAM_NAMES)]
+    return hashlib.sha256(json.dumps(named).encode()).hexdigest()[:32]
+
+
+#: The options that tell one stream's writer from another's (with the URL, passwords masked).
+_STREAM_NAMES = ("dbtable", "checkpointlocation", "queryname", "xasink.sinkid", "xasink.mode")
 
 
 __all__ = ["FormatRequest", "parse"]

@@ -86,7 +86,13 @@ def conflict_at_decision(journal: Journal, conn: Any, sink: SinkBatch, job_id: s
         refused = refusal(mark, sink, job_id)
         if refused is not None:
             return refused
-    by = f"job {mark.job_id}" if mark else "another job"
+    if mark is None:
+        return SinkConflictError(
+            f"Sink {sink.sink_id!r} was reset (`xasink reset-sink`) while job {job_id} was "
+            f"deciding its batch {sink.batch_id}. This job committed nothing; the query's "
+            "next run writes the batch."
+        )
+    by = f"job {mark.job_id}"
     return SinkConflictError(
         f"Batch {sink.batch_id} of sink {sink.sink_id!r} was committed by {by} while job "
         f"{job_id} was writing it: two queries (or two runs of one query) are writing with "

@@ -9,9 +9,9 @@ next batch.
 Binary COPY carries no types: the server checks only each value's length, so bytes encoded
 for a bigint load into a double precision column as a different number, silently. The
 column types the encoder was built for come from a description read before the job (and
-maybe cached), which a migration can change at any time. So the branch reads the types
-again under a lock on the table, held until the branch ends, which no ALTER of a column's
-type can pass; if they changed, the rows go as CSV instead, which the server types.
+maybe cached), which a migration can change at any time. So the branch takes a lock on the
+table, held until the branch ends, which no ALTER of a column's type can pass, and reads the
+types again; if they changed, the rows go as CSV instead, which the server types.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import logging
 
 import pyarrow as pa
 
-from ..jdbc import query
+from ..jdbc import execute, query
 from ..jvm import jclass
 from .csv_encoding import CsvEncoder, encodable
 from .pg_binary import HEADER, TRAILER, PgBinaryEncoder
@@ -70,13 +70,15 @@ class PostgresCopyLoader:
 
 def _changed_types(target: LoadTarget) -> list[str]:
     """The load columns whose type is no longer the one the encoder was built for, read in
-    the branch under an ACCESS SHARE lock on the table (taken as the statement is parsed,
-    before its snapshot; it blocks ALTER TABLE until the branch ends)."""
+    the branch after taking the ACCESS SHARE lock that COPY would take anyway (held until
+    the branch ends: no ALTER TABLE passes it). The lock is its own statement, which takes
+    no snapshot, so the read sees every change committed before it was granted, under any
+    isolation level."""
+    execute(target.conn, f"LOCK TABLE {target.table_sql} IN ACCESS SHARE MODE")
     rows = query(
         target.conn,
         "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped "
-        f"AND NOT EXISTS (SELECT 1 FROM {target.table_sql} WHERE false)",
+        "WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped",
         (target.table_sql,),
     )
     now = {str(name): str(type_name) for name, type_name in rows}
