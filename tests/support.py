@@ -119,6 +119,46 @@ def file_stream(spark: Any, directory: Path) -> Any:
     )
 
 
+def xasink_stream(stream: Any, db: DbServer, table: str, checkpoint: object) -> Any:
+    """`stream.writeStream.format("xasink")` into `table`, with `db`'s connection options
+    and the checkpoint (a path, or any spelling of one)."""
+    return (
+        stream.writeStream.format("xasink")
+        .option("url", db.jdbc_url)
+        .option("dbtable", table)
+        .option("user", db.user)
+        .option("password", db.password)
+        .option("checkpointLocation", str(checkpoint))
+    )
+
+
+def start_foreach_stream(spark: Any, source: Path, checkpoint: Path, write: Any) -> Any:
+    """The file stream over `source` through foreachBatch(`write`), until its input is
+    consumed (availableNow); the started query."""
+    return (
+        file_stream(spark, source)
+        .writeStream.foreachBatch(write)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def in_background(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run `call` on a daemon thread; the list receives its result or its exception."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 def new_table(server: DbServer, prefix: str = "ev") -> str:
     """A fresh, empty events table with a unique name (no primary key: duplicates show)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"

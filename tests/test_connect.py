@@ -21,6 +21,7 @@ from support import (
     seeded_table,
     sink_mark,
     stream_files,
+    xasink_stream,
 )
 
 from xasink import foreach_batch, write_xa
@@ -99,16 +100,9 @@ def test_foreach_batch_from_a_connect_client(remote, db, tmp_path):
 def test_stream_format_from_a_connect_client(remote, db, tmp_path):
     table = new_table(db)
     stream_files(tmp_path / "in", 2, 100)
+    stream = failing_once(file_stream(remote, tmp_path / "in"), 150)
     query = (
-        failing_once(file_stream(remote, tmp_path / "in"), 150)
-        .writeStream.format("xasink")
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+        xasink_stream(stream, db, table, tmp_path / "checkpoint").trigger(availableNow=True).start()
     )
     query.awaitTermination()
     assert_exactly(db, table, range(200))

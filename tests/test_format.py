@@ -22,6 +22,7 @@ from support import (
     sink_mark,
     stage_tables,
     stream_files,
+    xasink_stream,
 )
 
 
@@ -188,15 +189,10 @@ def test_more_partitions_than_num_partitions_is_refused(spark, db):
 
 
 # -- streaming ---------------------------------------------------------------------------------
-def _stream(spark, db, table, source, checkpoint) -> None:
+def format_stream(spark, db, table, source, checkpoint) -> None:
+    """The file stream over `source` through format('xasink'), until its input is consumed."""
     query = (
-        file_stream(spark, source)
-        .writeStream.format("xasink")
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-        .option("checkpointLocation", str(checkpoint))
+        xasink_stream(file_stream(spark, source), db, table, checkpoint)
         .trigger(availableNow=True)
         .start()
     )
@@ -222,7 +218,7 @@ def test_a_stream_through_the_format_is_exactly_once_across_a_replay(spark, db, 
     replays batch 2: the sink recognizes it and writes nothing twice."""
     table, source, checkpoint = new_table(db), tmp_path / "in", tmp_path / "checkpoint"
     stream_files(source, 3, 100)
-    _stream(spark, db, table, source, checkpoint)
+    format_stream(spark, db, table, source, checkpoint)
     assert_exactly(db, table, range(300))
     sink = sink_of(db, table)
     assert sink.startswith("query-")
@@ -231,7 +227,7 @@ def test_a_stream_through_the_format_is_exactly_once_across_a_replay(spark, db, 
     shutil.rmtree(checkpoint / "commits" / ".2.crc", ignore_errors=True)
     (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
     stream_files(source, 1, 100, start=3)
-    _stream(spark, db, table, source, checkpoint)
+    format_stream(spark, db, table, source, checkpoint)
     assert_exactly(db, table, range(400))
     assert sink_mark(db, sink)[0] == 3
     assert set(latest_jobs(db, table)) <= {"committed", "aborted"}

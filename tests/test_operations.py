@@ -21,6 +21,7 @@ from support import (
     cli,
     connection_args,
     events_df,
+    in_background,
     job_states,
     new_table,
     xasink_prepared,
@@ -228,7 +229,7 @@ def test_a_micro_batch_whose_tasks_all_fail_ends_its_job(spark, db, tmp_path):
     recovery run takes it for dead."""
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import functions as F
-    from support import file_stream, stream_files
+    from support import file_stream, stream_files, xasink_stream
 
     table, source = new_table(db), tmp_path / "in"
     stream_files(source, 1, 50)
@@ -236,17 +237,8 @@ def test_a_micro_batch_whose_tasks_all_fail_ends_its_job(spark, db, tmp_path):
     def boom(value: int) -> int:
         raise RuntimeError("upstream always fails")
 
-    query = (
-        file_stream(spark, source)
-        .withColumn("id", F.udf(boom, "long")(F.col("id")))
-        .writeStream.format("xasink")
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    stream = file_stream(spark, source).withColumn("id", F.udf(boom, "long")(F.col("id")))
+    query = xasink_stream(stream, db, table, tmp_path / "checkpoint").start()
     with pytest.raises(StreamingQueryException, match="upstream always fails"):
         query.awaitTermination(120)
     assert latest_jobs(db, table) == ["aborted"]
@@ -295,26 +287,17 @@ def test_a_silent_heartbeat_connection_cannot_hang_a_write(spark, postgres):
         return i
 
     df = events_df(spark, 2000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(
-                write_xa(
-                    df,
-                    table=table,
-                    heartbeat_interval=0.5,
-                    network_timeout=6,
-                    lock_wait_timeout=2,
-                    driver_write_bytes=0,
-                    **connection_args(db),
-                )
-            )
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, outcome = in_background(
+        lambda: write_xa(
+            df,
+            table=table,
+            heartbeat_interval=0.5,
+            network_timeout=6,
+            lock_wait_timeout=2,
+            driver_write_bytes=0,
+            **connection_args(db),
+        )
+    )
     stopped = None
     try:
         stopped = _stop_heartbeat_backend(db)

@@ -24,6 +24,7 @@ from support import (
     cli,
     connection_args,
     contents,
+    in_background,
     job_states,
     journal_session,
     kill_driver_at,
@@ -361,25 +362,11 @@ def test_g_an_apply_blocked_by_a_prepared_transaction_gives_up_and_names_it(spar
         b.prepare()
     rows = [(i, "new", float(i)) for i in range(495, 505)]
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(2)
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(
-                write_xa(
-                    df,
-                    table=table,
-                    mode="upsert",
-                    key="id",
-                    lock_wait_timeout=3,
-                    **connection_args(db),
-                )
-            )
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, outcome = in_background(
+        lambda: write_xa(
+            df, table=table, mode="upsert", key="id", lock_wait_timeout=3, **connection_args(db)
+        )
+    )
     thread.join(timeout=180)
     assert not thread.is_alive(), "the apply waited forever behind a prepared transaction"
     assert isinstance(outcome[0], CommitError), outcome

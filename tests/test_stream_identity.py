@@ -15,13 +15,13 @@ from support import (
     cli,
     connection_args,
     events_df,
-    file_stream,
     new_table,
     sink_mark,
+    start_foreach_stream,
     stream_files,
     xasink_cli,
 )
-from test_format import latest_jobs, sink_of
+from test_format import format_stream, latest_jobs, sink_of
 from test_streaming import assert_clean, new_sink
 
 from xasink import foreach_batch, write_xa
@@ -86,14 +86,7 @@ def test_sink_ids_compare_byte_for_byte(spark, db):
 def _foreach_stream(spark, db, table, source, checkpoint, sink) -> object:
     options = connection_args(db)
     write = foreach_batch(options.pop("url"), table, sink_id=sink, max_branches=1, **options)
-    query = (
-        file_stream(spark, source)
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    return query
+    return start_foreach_stream(spark, source, checkpoint, write)
 
 
 def test_a_second_query_on_a_sink_is_refused_until_the_sink_is_reset(spark, db, tmp_path):
@@ -147,33 +140,18 @@ def test_reset_sink_is_refused_while_a_batch_is_deciding(spark, db):
 
 
 # -- format("xasink"): the sink is named by the query id ------------------------------------
-def _format_stream(spark, db, table, source, checkpoint: str) -> None:
-    query = (
-        file_stream(spark, source)
-        .writeStream.format("xasink")
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-
-
 def test_a_reset_checkpoint_writes_its_new_batches(spark, db, tmp_path):
     """A format('xasink') query writes two batches; its checkpoint is deleted and the query
     restarted at the same path with new files (the standard reset). The new batches 0 and
     1 are a new query's: they are written, not taken for replays of the old ones."""
     table, source, checkpoint = new_table(db), tmp_path / "in", tmp_path / "checkpoint"
     stream_files(source, 2, 100)
-    _format_stream(spark, db, table, source, str(checkpoint))
+    format_stream(spark, db, table, source, str(checkpoint))
     old_sink = sink_of(db, table)
     shutil.rmtree(checkpoint)
     shutil.rmtree(source)
     stream_files(source, 2, 100, start=2)
-    _format_stream(spark, db, table, source, str(checkpoint))
+    format_stream(spark, db, table, source, str(checkpoint))
     assert_exactly(db, table, range(400))
     assert sink_mark(db, old_sink)[0] == 1
     assert_clean(db)
@@ -186,11 +164,11 @@ def test_a_checkpoint_spelled_another_way_is_the_same_stream(spark, db, tmp_path
     (same checkpoint, same query id), and the sink recognises it: no row twice."""
     table, source, checkpoint = new_table(db), tmp_path / "in", tmp_path / "checkpoint"
     stream_files(source, 3, 100)
-    _format_stream(spark, db, table, source, str(checkpoint))
+    format_stream(spark, db, table, source, str(checkpoint))
     assert _forget_last_commit(checkpoint) == 2
     stream_files(source, 1, 100, start=3)
     respelled = checkpoint.as_uri() if spelling == "file URI" else f"{checkpoint}/"
-    _format_stream(spark, db, table, source, respelled)
+    format_stream(spark, db, table, source, respelled)
     assert_exactly(db, table, range(400))
     sink = sink_of(db, table)
     assert sink.startswith("query-") and sink_mark(db, sink)[0] == 3

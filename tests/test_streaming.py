@@ -19,7 +19,6 @@ from support import (
     connection_args,
     contents,
     events_df,
-    file_stream,
     job_states,
     kill_driver_at,
     new_table,
@@ -28,6 +27,7 @@ from support import (
     seeded_table,
     sink_mark,
     stage_tables,
+    start_foreach_stream,
     stream_files,
     xasink_cli,
 )
@@ -181,14 +181,7 @@ def test_a_batch_whose_apply_is_refused_is_written_on_replay(spark, db):
 
 # -- a real stream ---------------------------------------------------------------------------
 def _run_stream(spark, source, checkpoint, write) -> None:
-    query = (
-        file_stream(spark, source)
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    start_foreach_stream(spark, source, checkpoint, write).awaitTermination()
 
 
 def test_a_stream_replays_a_batch_that_failed_in_phase_2(spark, db, tmp_path):

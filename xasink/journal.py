@@ -171,13 +171,7 @@ class Journal:
         """Whether the journal's tables are here. Only "no such table" means no; any other
         failure (a privilege, a lock timeout, a lost connection) is raised: recovery must
         never mistake an unreadable journal for a missing one."""
-        try:
-            query(conn, f"SELECT 1 FROM {self.jobs} WHERE 1=0")
-            return True
-        except Exception as exc:
-            if self.dialect.is_missing_table(exc):
-                return False
-            raise
+        return self._table_exists(conn, self.jobs)
 
     def check_complete(self, conn: Any) -> None:
         """An existing journal must be whole and of this version: every table, and the one
