@@ -2,6 +2,6 @@
 top-level module named `pyspark_*` that defines `DefaultSource` when a session first
 looks up a Python data source."""
 
-from xasink.datasource import XasinkDataSource as DefaultSource
+from xasink.spark.datasource import XasinkDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -13,7 +13,7 @@ Differences between stages attribute the time; the XA prepare/commit phases come
 WriteResult. `memory` writes one partition of 1M and one of 10M rows, each in a fresh
 Python worker (worker reuse off), and compares the writers' peak RSS. `fixed` makes many
 small calls (the `small` workloads: 1k and 10k rows, 2 partitions) of write_xa and Spark
-JDBC in turn, and splits write_xa's median call into its driver steps (xasink.steps).
+JDBC in turn, and splits write_xa's median call into its driver steps (xasink.runtime.timing).
 `branches` writes into a table without a key and one keyed on id with 1, 2 and 4 branches
 (concurrent load streams) next to Spark JDBC: how many streams the server absorbs.
 """
@@ -105,7 +105,7 @@ def _encode_and_cross(make: Callable[[Any], Any], jars: list[str]) -> Callable[[
         if not state:
             import jpype
 
-            from xasink.jvm import ensure_jvm
+            from xasink.runtime.jvm import ensure_jvm
 
             ensure_jvm(jars)
             state["e"] = make(batch.schema)
@@ -136,7 +136,7 @@ def _pg_types(db: Database, table: str) -> list[str]:
 
 def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
     from xasink import write_xa
-    from xasink.jars import find_driver_jar
+    from xasink.runtime.jars import find_driver_jar
 
     spark = _spark(reuse_workers=True)
     workload = parse_workload(f"narrow-{rows}", 4)
@@ -282,7 +282,7 @@ def formats(rows: int) -> dict[str, Any]:
 
 def _recorded_write_xa(target: Target) -> dict[str, Any]:
     """write_xa with its driver steps recorded (seconds per step name)."""
-    from xasink.steps import recording
+    from xasink.runtime.timing import recording
 
     with recording() as steps:
         detail = write_xa(target)

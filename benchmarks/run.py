@@ -109,7 +109,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def driver_jars(databases: Sequence[str]) -> dict[str, str]:
     """The JDBC jar of each database, as xasink itself would find it."""
-    from xasink.jars import find_driver_jar
+    from xasink.runtime.jars import find_driver_jar
 
     jars = {}
     for kind in databases:

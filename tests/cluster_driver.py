@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from support import events_df, failing_once
 
 from xasink import write_xa
-from xasink.jars import HIDDEN_ENV, SYSTEM_DIRS, find_driver_jar, search_dirs
+from xasink.runtime.jars import HIDDEN_ENV, SYSTEM_DIRS, find_driver_jar, search_dirs
 
 
 def main() -> None:

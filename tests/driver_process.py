@@ -20,7 +20,7 @@ import sys
 from support import events_df, mode_case, spark_builder
 
 from xasink import write_xa
-from xasink.faults import Fault
+from xasink._testing.faults import Fault
 
 
 def main() -> None:

@@ -25,8 +25,8 @@ from support import (
 )
 
 from xasink import foreach_batch, write_xa
-from xasink.jars import HIDDEN_ENV, SYSTEM_DIRS, find_driver_jar, search_dirs
-from xasink.sparkenv import is_connect
+from xasink.runtime.jars import HIDDEN_ENV, SYSTEM_DIRS, find_driver_jar, search_dirs
+from xasink.spark.session import is_connect
 
 pytestmark = pytest.mark.connect_client
 

@@ -12,8 +12,8 @@ import pytest
 from support import assert_exactly, connection_args, events_df, job_states, new_table
 
 from xasink import write_xa
-from xasink.faults import Fault
-from xasink.jars import find_driver_jar
+from xasink._testing.faults import Fault
+from xasink.runtime.jars import find_driver_jar
 
 ROWS, PARTITIONS = 4000, 4
 

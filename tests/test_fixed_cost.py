@@ -1,5 +1,5 @@
 """What write_xa keeps per process to cut its fixed cost per call, against real servers:
-the check cache (xasink.checkcache: a failed call forgets it, a changed table is described
+the check cache (xasink.driver.checks: a failed call forgets it, a changed table is described
 again after a failure or once its entry expired) and the shared heartbeat thread. Contents
 are read with psycopg / pymysql."""
 
@@ -20,10 +20,10 @@ from support import (
     new_table,
 )
 
-import xasink.api
+import xasink.spark.write
 from xasink import SchemaMismatchError, WriteError, write_xa
-from xasink.checkcache import CheckCache
-from xasink.heartbeat import Heartbeat
+from xasink.driver.checks import CheckCache
+from xasink.protocol.heartbeat import Heartbeat
 
 
 class Clock:
@@ -38,7 +38,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """write_xa's cache on a clock the test moves."""
     clock = Clock()
-    monkeypatch.setattr(xasink.api, "CHECKS", CheckCache(ttl=60, clock=clock))
+    monkeypatch.setattr(xasink.spark.write, "CHECKS", CheckCache(ttl=60, clock=clock))
     return clock
 
 
@@ -53,7 +53,7 @@ def test_a_failed_call_forgets_and_the_next_describes_the_table_again(spark, db,
     table = new_table(db)
     df = events_df(spark, 100, 2)
     write_xa(df, table=table, **connection_args(db))
-    assert len(xasink.api.CHECKS) == 3  # server, table, journal
+    assert len(xasink.spark.write.CHECKS) == 3  # server, table, journal
     drop_column(db, table, "n")
     # Still cached: the stale description passes preflight, and the server refuses the rows.
     with pytest.raises(WriteError):
@@ -62,7 +62,7 @@ def test_a_failed_call_forgets_and_the_next_describes_the_table_again(spark, db,
             table=table,
             **connection_args(db),
         )
-    assert len(xasink.api.CHECKS) == 0
+    assert len(xasink.spark.write.CHECKS) == 0
     assert_exactly(db, table, range(100))
     # Described again: preflight names the column, nothing is written.
     with pytest.raises(SchemaMismatchError, match="'n'"):

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from support import spec_for
 
-from xasink.connect import open_session
-from xasink.javahelpers import helper_class
+from xasink.loaders.base import LoadTarget
 from xasink.loaders.batched import BatchedInsertLoader
-from xasink.loaders.target import LoadTarget
+from xasink.protocol.sessions import open_session
+from xasink.runtime.javahelpers import helper_class
 
 UTC = dt.timezone.utc
 DDL = {

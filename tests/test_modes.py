@@ -29,9 +29,9 @@ from support import (
 from test_exactly_once import failed_tasks
 
 from xasink import write_xa
-from xasink.commit import BranchOps
+from xasink._testing.faults import Fault
 from xasink.errors import InputDataError, PreflightError, SchemaMismatchError
-from xasink.faults import Fault
+from xasink.protocol.branches import BranchOps
 
 MODES = ["append", "overwrite", "upsert", "merge"]
 STAGED = MODES[1:]
@@ -262,8 +262,8 @@ def test_lost_branch_of_a_staged_job_leaves_the_table_unchanged(db):
 def test_silent_staged_job_without_branches_is_aborted_and_its_stage_dropped(db):
     """A driver that died after creating its staging table, before any branch prepared,
     leaves no XA trace: recovery finds it through the journal alone."""
-    from xasink.staging import ApplyPlan, create_stage_sql, stage_name
-    from xasink.target import TableRef
+    from xasink.spec import TableRef
+    from xasink.target.staging import ApplyPlan, create_stage_sql, stage_name
 
     table = seeded_table(db)
     job_id = uuid.uuid4().hex

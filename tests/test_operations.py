@@ -30,7 +30,7 @@ from test_format import latest_jobs, writer
 from test_protocol import admin_sql, q
 
 from xasink import write_xa
-from xasink.checkcache import CHECKS
+from xasink.driver.checks import CHECKS
 from xasink.errors import JournalError
 
 
@@ -170,8 +170,8 @@ def test_a_job_waiting_for_its_first_task_keeps_its_start_lease(spark, db):
     """A format('xasink') job is registered before Spark runs anything (upstream stages, a
     queue for executors): it keeps its start lease (xasink.startTimeout) until a task beats,
     so a recovery run with a short grace leaves it alone while it waits."""
-    from xasink.datasource import cancel, mint
-    from xasink.options import parse
+    from xasink.spark.datasource import cancel, mint
+    from xasink.spark.options import parse
 
     table = new_table(db)
     frame = events_df(spark, 10, 1)

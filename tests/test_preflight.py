@@ -10,10 +10,10 @@ import time
 import pytest
 from support import assert_exactly, connection_args, events_df, new_table
 
-import xasink.jars
+import xasink.runtime.jars
 from xasink import ConfigurationError, DriverNotFoundError, PreflightError, write_xa
 from xasink.dialects.mysql import version_problem
-from xasink.preflight import check_spark_conf
+from xasink.target.fit import check_spark_conf
 
 SECRET = "Pr3flight-S3cret"
 
@@ -48,9 +48,9 @@ def test_unreachable_database_fails_within_seconds(spark, logs):
 
 
 def test_missing_driver_jar_says_where_it_looked(spark, postgres, tmp_path, monkeypatch, logs):
-    monkeypatch.setattr(xasink.jars, "SYSTEM_DIRS", (tmp_path / "system",))
-    monkeypatch.setattr(xasink.jars, "_PROJECT_JARS", tmp_path / "project-jars")
-    monkeypatch.delenv(xasink.jars.JARS_ENV, raising=False)
+    monkeypatch.setattr(xasink.runtime.jars, "SYSTEM_DIRS", (tmp_path / "system",))
+    monkeypatch.setattr(xasink.runtime.jars, "_PROJECT_JARS", tmp_path / "project-jars")
+    monkeypatch.delenv(xasink.runtime.jars.JARS_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     table = new_table(postgres)
     with pytest.raises(DriverNotFoundError) as error:

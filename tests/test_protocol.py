@@ -38,11 +38,11 @@ from support import (
 from test_exactly_once import failed_tasks
 
 from xasink import write_xa
-from xasink.commit import BranchOps
 from xasink.errors import CommitError, InputDataError, JobAbortedError
-from xasink.recovery import resolve_in_doubt
-from xasink.staging import ApplyPlan, create_stage_sql, stage_name
-from xasink.target import TableRef
+from xasink.protocol.branches import BranchOps
+from xasink.protocol.recovery import resolve_in_doubt
+from xasink.spec import TableRef
+from xasink.target.staging import ApplyPlan, create_stage_sql, stage_name
 from xasink.xid import BranchId
 
 

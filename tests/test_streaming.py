@@ -34,8 +34,8 @@ from support import (
 from test_protocol import admin_sql
 
 from xasink import foreach_batch, write_xa
+from xasink._testing.faults import Fault
 from xasink.errors import ConfigurationError, InputDataError
-from xasink.faults import Fault
 
 
 def new_sink() -> str:
@@ -302,7 +302,7 @@ atexit.register(check)
 from pyspark.sql import functions as F
 from support import events_df, spark_builder
 from xasink import write_xa
-from xasink.inflight import writes_in_progress
+from xasink.runtime.shutdown import writes_in_progress
 spark = spark_builder("xasink-exit").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 def slow(i):

@@ -2,7 +2,7 @@
 
 One wide table per database holds a column of every type in docs/types.md; rows carry the
 extremes, NULLs, NULL elements, empty arrays and nested values. Tables are created by
-write_xa(create="if_missing") or, independently, from xasink.types.column_ddl_type, and read
+write_xa(create="if_missing") or, independently, from xasink.target.types.column_ddl_type, and read
 back with psycopg / pymysql only. Unsupported and
 incompatible types must fail before anything is written.
 """
@@ -24,12 +24,12 @@ from pyspark.sql import types as T
 from support import assert_exactly, connection_args, new_table, spec_for, xasink_prepared
 
 from xasink import write_xa
-from xasink.columns import TableColumn
-from xasink.connect import open_session
 from xasink.errors import SchemaMismatchError, UnsupportedTypeError
+from xasink.loaders.base import LoadTarget
 from xasink.loaders.batched import BatchedInsertLoader
-from xasink.loaders.target import LoadTarget
-from xasink.types import column_ddl_type, compatibility_problem
+from xasink.protocol.sessions import open_session
+from xasink.target.columns import TableColumn
+from xasink.target.types import column_ddl_type, compatibility_problem
 
 UTC = dt.timezone.utc
 DIALECT = {"postgres": "postgres", "mariadb": "mysql"}

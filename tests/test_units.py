@@ -9,9 +9,9 @@ import pytest
 
 from xasink import FORMAT_ID, BranchId, Xid
 from xasink.errors import ConfigurationError, DriverNotFoundError
-from xasink.jars import find_driver_jar, resolve_classpath
 from xasink.masking import Redactor, mask_url
-from xasink.target import ConnectionSpec, TableRef
+from xasink.runtime.jars import find_driver_jar, resolve_classpath
+from xasink.spec import ConnectionSpec, TableRef
 
 JOB = "0123456789abcdef0123456789abcdef"
 
@@ -124,7 +124,7 @@ def test_explicit_jars_win_and_must_exist(tmp_path):
 
 
 def test_check_cache_expires_and_forgets_per_connection():
-    from xasink.checkcache import CheckCache
+    from xasink.driver.checks import CheckCache
 
     now = [0.0]
     cache = CheckCache(ttl=60, clock=lambda: now[0])

@@ -5,7 +5,6 @@ result = write_xa(df, "jdbc:postgresql://db:5432/app", "events", user="app", pas
 write_xa(df, url, "users", mode="upsert", key=["id"], user="app", password=pw)
 """
 
-from .api import WriteResult, recover, write_xa
 from .errors import (
     CommitError,
     ConfigurationError,
@@ -24,8 +23,9 @@ from .errors import (
     XaError,
     XasinkError,
 )
-from .recovery import BranchAction, RecoveryReport
-from .streaming import foreach_batch
+from .protocol.recovery import BranchAction, RecoveryReport
+from .spark.streaming import foreach_batch
+from .spark.write import WriteResult, recover, write_xa
 from .xid import FORMAT_ID, BranchId, Xid
 
 __version__ = "0.1.0"

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from .errors import XasinkError
-from .journal import DEFAULT_LOCK_WAIT
 from .masking import Redactor
-from .recovery import DEFAULT_GRACE
-from .target import DEFAULT_NETWORK_TIMEOUT
+from .protocol.journal import DEFAULT_LOCK_WAIT
+from .protocol.recovery import DEFAULT_GRACE
+from .spec import DEFAULT_NETWORK_TIMEOUT
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
 
@@ -153,7 +153,7 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _recover(args: argparse.Namespace) -> int:
-    from .api import recover
+    from .spark.write import recover
 
     report = recover(
         args.url,
@@ -178,8 +178,8 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from .api import operate
-    from .jobs import list_jobs
+    from .protocol.admin import list_jobs
+    from .spark.write import operate
 
     with operate(args.url, **_connection(args)) as (conn, journal, ops):
         found = list_jobs(
@@ -226,8 +226,8 @@ def _confirmed(args: argparse.Namespace, ask: Callable[[str], str], what: str, w
 
 
 def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
-    from .api import operate
-    from .jobs import abandon
+    from .protocol.admin import abandon
+    from .spark.write import operate
 
     if not _confirmed(args, ask, f"Abandon job {args.job_id}", args.job_id):
         return EXIT_ERROR
@@ -246,8 +246,8 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 
 def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
-    from .api import operate
-    from .sinks import sink_batch
+    from .driver.sinks import sink_batch
+    from .spark.write import operate
 
     sink_batch(args.sink_id, 0)  # the same rules as a writer's sink id
 
@@ -268,8 +268,8 @@ def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from .api import operate
-    from .jobs import prune
+    from .protocol.admin import prune
+    from .spark.write import operate
 
     with operate(args.url, **_connection(args)) as (conn, journal, _):
         count = prune(conn, journal, args.older_than, dry_run=args.dry_run)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
-from ..target import ConnectionSpec, TableRef
+from ..spec import ConnectionSpec, TableRef
 
 _HOST_PORT = re.compile(
     r"^jdbc:[a-z0-9:]+://(?:[^@/]*@)?\[?([^/\]?;,]+?)\]?(?::(\d+))?(?:[/?;,]|$)"
@@ -63,7 +63,7 @@ class Dialect:
         return spec.url
 
     def new_datasource(self, spec: ConnectionSpec, datasource_class: str) -> Any:
-        from ..jvm import jclass
+        from ..runtime.jvm import jclass
 
         ds = jclass(datasource_class)()
         url = self.datasource_url(spec, datasource_class)
@@ -142,13 +142,13 @@ class Dialect:
     # -- classifying errors ----------------------------------------------------------
     def is_missing_table(self, exc: BaseException) -> bool:
         """The statement failed because a table does not exist (and for no other reason)."""
-        from ..jdbc import sql_error_code, sql_state
+        from ..runtime.jdbc import sql_error_code, sql_state
 
         return sql_state(exc) in ("42P01", "42S02") or sql_error_code(exc) == 1146
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
         """The statement gave up waiting for a lock another transaction holds."""
-        from ..jdbc import sql_error_code, sql_state
+        from ..runtime.jdbc import sql_error_code, sql_state
 
         return sql_state(exc) == "55P03" or sql_error_code(exc) in (1205, 3572)
 

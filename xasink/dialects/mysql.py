@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..target import ConnectionSpec, TableRef
+from ..spec import ConnectionSpec, TableRef
 from .base import Dialect
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
@@ -35,7 +35,7 @@ def version_problem(version: str) -> str | None:
 
 
 def _mariadb_connection_class() -> Any:
-    from ..jvm import jclass
+    from ..runtime.jvm import jclass
 
     return jclass("org.mariadb.jdbc.MariaDbConnection")
 
@@ -84,7 +84,7 @@ class MySQLDialect(Dialect):
         return MySQLLoadDataLoader
 
     def bulk_problem(self, conn: Any) -> str | None:
-        from ..jdbc import query
+        from ..runtime.jdbc import query
 
         if not conn.isWrapperFor(_mariadb_connection_class()):
             return "LOAD DATA from a stream needs MariaDB Connector/J"
@@ -96,7 +96,7 @@ class MySQLDialect(Dialect):
         return ["SET time_zone = '+00:00'"]
 
     def check_server(self, conn: Any, branches: int, user: str | None) -> None:
-        from ..jdbc import query, sql_error_code
+        from ..runtime.jdbc import query, sql_error_code
 
         problem = version_problem(str(query(conn, "SELECT VERSION()")[0][0]))
         if problem:
@@ -128,7 +128,7 @@ class MySQLDialect(Dialect):
         return [f"CREATE TABLE IF NOT EXISTS {table} ({columns}{declared})"]
 
     def prepared_count(self, conn: Any, format_id: int) -> int:
-        from ..jdbc import query
+        from ..runtime.jdbc import query
 
         # Rows of (formatID, gtrid_length, bqual_length, data), the list XA RECOVER gives
         # the connector's recover() too.

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..target import ConnectionSpec, TableRef
+from ..spec import ConnectionSpec, TableRef
 from .base import Dialect
 
 
@@ -43,7 +43,7 @@ class PostgresDialect(Dialect):
         return ["SET TIME ZONE 'UTC'"]
 
     def check_server(self, conn: Any, branches: int, user: str | None) -> None:
-        from ..jdbc import query
+        from ..runtime.jdbc import query
 
         limit = int(query(conn, "SELECT current_setting('max_prepared_transactions')")[0][0])
         in_use = int(query(conn, "SELECT count(*) FROM pg_prepared_xacts")[0][0])
@@ -75,7 +75,7 @@ class PostgresDialect(Dialect):
         )
 
     def prepared_count(self, conn: Any, format_id: int) -> int:
-        from ..jdbc import query
+        from ..runtime.jdbc import query
 
         # pgjdbc's gid is `formatId_base64(gtrid)_base64(bqual)`; its recover() lists only
         # the current database's transactions.

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from ..target import TableRef
+from ..spec import TableRef
+from .base import LoadTarget
 from .batched import BatchedInsertLoader
-from .target import LoadTarget
 
 if TYPE_CHECKING:
     from ..dialects import Dialect

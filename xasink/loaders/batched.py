@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigurationError
-from ..javahelpers import helper_class
-from .target import LoadTarget
+from ..runtime.javahelpers import helper_class
+from .base import LoadTarget
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import jpype
 import pyarrow as pa
 
 from ..errors import WriteError
-from ..jvm import jclass
+from ..runtime.jvm import jclass
+from .base import LoadTarget
 from .csv_encoding import CsvEncoder, encodable
-from .target import LoadTarget
 
 CHUNK_BYTES = 4 << 20
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")

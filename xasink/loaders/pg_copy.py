@@ -20,11 +20,11 @@ import logging
 
 import pyarrow as pa
 
-from ..jdbc import execute, query
-from ..jvm import jclass
+from ..runtime.jdbc import execute, query
+from ..runtime.jvm import jclass
+from .base import LoadTarget
 from .csv_encoding import CsvEncoder, encodable
 from .pg_binary import HEADER, TRAILER, PgBinaryEncoder
-from .target import LoadTarget
 
 log = logging.getLogger("xasink")
 

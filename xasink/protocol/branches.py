@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..errors import PreflightError
+from ..spec import ConnectionSpec
+from ..xid import BranchId, Xid
 from . import idle
-from .connect import open_session
-from .errors import PreflightError
 from .journal import COMMITTED, Journal
-from .target import ConnectionSpec
+from .sessions import open_session
 from .xa import FailureKind, XaFailure, XaSession
-from .xid import BranchId, Xid
 
 log = logging.getLogger("xasink")
 T = TypeVar("T")

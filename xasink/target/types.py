@@ -41,8 +41,8 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
+from ..errors import UnsupportedTypeError
 from .columns import TableColumn
-from .errors import UnsupportedTypeError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

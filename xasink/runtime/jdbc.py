@@ -162,8 +162,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def redacting_java_errors(func: F) -> F:
     """No raw Java exception leaves a public call: it becomes an XasinkError whose message
     has the call's passwords (argument, or `properties`) and URL credentials masked."""
-    from .errors import XasinkError
-    from .masking import Redactor
+    from ..errors import XasinkError
+    from ..masking import Redactor
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -13,11 +13,11 @@ from typing import Any
 
 import jpype
 
-from .errors import XaError
-from .jdbc import java_message, sql_error_code, sql_state
-from .jvm import java_xid, xid_from_java
-from .masking import Redactor
-from .xid import Xid
+from ..errors import XaError
+from ..masking import Redactor
+from ..runtime.jdbc import java_message, sql_error_code, sql_state
+from ..runtime.jvm import java_xid, xid_from_java
+from ..xid import Xid
 
 log = logging.getLogger("xasink")
 

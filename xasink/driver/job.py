@@ -10,13 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import idle
-from .checkcache import UNCACHED, CheckCache
-from .columns import TableColumn
-from .commit import BranchOps, commit_group
-from .connect import check_reachable, classpath_for, open_session
-from .dialects import Dialect, dialect_name_for, get_dialect
-from .errors import (
+from .._testing.faults import Fault, trigger
+from ..dialects import Dialect, dialect_name_for, get_dialect
+from ..errors import (
     CommitError,
     ConfigurationError,
     DecisionUnknownError,
@@ -26,8 +22,10 @@ from .errors import (
     PreflightError,
     WriteError,
 )
-from .faults import Fault, trigger
-from .journal import (
+from ..executor.branch import JOB_ENDED, WritePlan
+from ..protocol import idle
+from ..protocol.branches import BranchOps, commit_group
+from ..protocol.journal import (
     ABORTED,
     BATCH_TAKEN,
     COMMITTED,
@@ -40,21 +38,23 @@ from .journal import (
     SinkBatch,
     SinkMark,
 )
-from .planning import apply_plan_for, load_target
-from .recovery import (
+from ..protocol.recovery import (
     DEFAULT_GRACE,
     BranchAction,
     blocked_detail,
     resolve_in_doubt,
 )
+from ..protocol.sessions import check_reachable, classpath_for, open_session
+from ..protocol.xa import XaSession
+from ..runtime.timing import step
+from ..spec import DEFAULT_NETWORK_TIMEOUT, ConnectionSpec, TableRef, properties_tuple
+from ..target.catalog import check_create, check_fit, ensure_table
+from ..target.columns import TableColumn
+from ..target.staging import ApplyPlan, ModeOptions, refused
+from ..xid import FORMAT_ID, BranchId
+from .checks import UNCACHED, CheckCache
+from .plan import apply_plan_for, load_target
 from .sinks import conflict_at_decision, decided_already
-from .staging import ApplyPlan, ModeOptions, refused
-from .steps import step
-from .tables import check_create, check_fit, ensure_table
-from .target import DEFAULT_NETWORK_TIMEOUT, ConnectionSpec, TableRef, properties_tuple
-from .writer import JOB_ENDED, WritePlan
-from .xa import XaSession
-from .xid import FORMAT_ID, BranchId
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .dialects import Dialect
-from .jdbc import query
-from .target import TableRef
+from ..dialects import Dialect
+from ..runtime.jdbc import query
+from ..spec import TableRef
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import ConfigurationError
-from .job import JobRequest, make_spec
-from .journal import DEFAULT_LOCK_WAIT
-from .recovery import DEFAULT_GRACE
-from .sinks import sink_batch
-from .staging import APPEND, OVERWRITE, ModeOptions
-from .target import DEFAULT_NETWORK_TIMEOUT, TableRef
+from ..driver.job import JobRequest, make_spec
+from ..driver.sinks import sink_batch
+from ..errors import ConfigurationError
+from ..protocol.journal import DEFAULT_LOCK_WAIT
+from ..protocol.recovery import DEFAULT_GRACE
+from ..spec import DEFAULT_NETWORK_TIMEOUT, TableRef
+from ..target.staging import APPEND, OVERWRITE, ModeOptions
 
 #: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
 #: sink is named by Spark's query id, which survives any spelling of its checkpoint path).

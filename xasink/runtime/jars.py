@@ -7,14 +7,14 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import DriverNotFoundError
+from ..errors import DriverNotFoundError
 
 JARS_ENV = "XASINK_JARS"
 #: Test-only: folders (os.pathsep-separated) whose jars this process must not see, to play
 #: an executor on a machine that lacks the driver's jars (tests/test_cluster.py).
 HIDDEN_ENV = "XASINK_TEST_HIDE_JAR_DIRS"
 SYSTEM_DIRS: tuple[Path, ...] = (Path("/usr/share/java"), Path("/usr/local/share/java"))
-_PROJECT_JARS = Path(__file__).resolve().parent.parent / "jars"
+_PROJECT_JARS = Path(__file__).resolve().parents[2] / "jars"
 
 #: Which jar files hold which driver, by file name pattern.
 DRIVER_JAR_PATTERNS: dict[str, tuple[str, ...]] = {

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from . import inflight
-from .connect import open_session
-from .dialects import get_dialect
-from .errors import WriteError
-from .faults import Fault, trigger
-from .heartbeat import Heartbeat
-from .journal import RUNNING, Journal, SinkBatch
-from .loaders import Loader, open_loader
-from .staging import OP_COLUMN, ApplyPlan, branch_problem
-from .target import ConnectionSpec, TableRef
-from .xa import XaFailure, XaSession
-from .xid import BranchId, Xid
+from .._testing.faults import Fault, trigger
+from ..dialects import get_dialect
+from ..errors import WriteError
+from ..loaders import Loader, open_loader
+from ..protocol.heartbeat import Heartbeat
+from ..protocol.journal import RUNNING, Journal, SinkBatch
+from ..protocol.sessions import open_session
+from ..protocol.xa import XaFailure, XaSession
+from ..runtime import shutdown
+from ..spec import ConnectionSpec, TableRef
+from ..target.staging import OP_COLUMN, ApplyPlan, branch_problem
+from ..xid import BranchId, Xid
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -268,7 +268,7 @@ def _write_branch(
     finally:
         if session is not None and keep:
             _idle_sessions[plan.spec] = session  # this worker's next partition reuses it
-            inflight.call_at_exit(_close_idle_sessions)  # a driver's writes keep one too
+            shutdown.call_at_exit(_close_idle_sessions)  # a driver's writes keep one too
         elif session is not None:
             session.close()
 

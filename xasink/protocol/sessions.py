@@ -7,13 +7,13 @@ from typing import Any
 
 import jpype
 
-from .dialects import Dialect, get_dialect
-from .errors import ConfigurationError, PreflightError
-from .jars import resolve_classpath, visible
-from .jdbc import java_message
-from .jvm import attach_as_daemon, ensure_jvm, jclass
-from .sparkenv import shipped_copy
-from .target import ConnectionSpec
+from ..dialects import Dialect, get_dialect
+from ..errors import ConfigurationError, PreflightError
+from ..runtime.jars import resolve_classpath, visible
+from ..runtime.jdbc import java_message
+from ..runtime.jvm import attach_as_daemon, ensure_jvm, jclass
+from ..spark.session import shipped_copy
+from ..spec import ConnectionSpec
 from .xa import XaSession, classify
 
 _datasources: dict[ConnectionSpec, Any] = {}

@@ -12,11 +12,11 @@ import os
 import threading
 import time
 
-from . import inflight
-from .connect import open_session
-from .jdbc import execute, set_network_timeout
+from ..runtime import shutdown
+from ..runtime.jdbc import execute, set_network_timeout
+from ..spec import ConnectionSpec
 from .journal import Journal
-from .target import ConnectionSpec
+from .sessions import open_session
 from .xa import XaSession
 
 log = logging.getLogger("xasink")
@@ -88,7 +88,7 @@ class _Beater:
                     target=self._run, name="xasink-heartbeat", daemon=True
                 )
                 self._thread.start()
-                inflight.call_at_exit(self.shutdown)
+                shutdown.call_at_exit(self.shutdown)
             self._cond.notify_all()
 
     def remove(self, heartbeat: Heartbeat) -> None:
@@ -109,7 +109,7 @@ class _Beater:
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """End the thread at exit, after its beat in flight, and close its sessions: it must
-        not be inside a Java call when the interpreter ends (xasink.inflight)."""
+        not be inside a Java call when the interpreter ends (xasink.runtime.shutdown)."""
         with self._cond:
             self._exiting = True
             self._due.clear()

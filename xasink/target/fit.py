@@ -6,11 +6,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .dialects import Dialect
-from .errors import PreflightError, SchemaMismatchError
-from .jdbc import java_message
-from .masking import Redactor
-from .target import TableRef
+from ..dialects import Dialect
+from ..errors import PreflightError, SchemaMismatchError
+from ..masking import Redactor
+from ..runtime.jdbc import java_message
+from ..spec import TableRef
 
 MIN_PYSPARK_MEMORY_MB = 2048
 PYSPARK_MEMORY = "spark.executor.pyspark.memory"

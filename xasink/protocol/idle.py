@@ -19,8 +19,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from . import inflight
-from .target import ConnectionSpec
+from ..runtime import shutdown
+from ..spec import ConnectionSpec
 from .xa import XaSession
 
 log = logging.getLogger("xasink")
@@ -61,7 +61,7 @@ def give(spec: ConnectionSpec, role: str, session: XaSession) -> None:
     with _lock:
         previous = _idle.pop((spec, role), None)
         _idle[(spec, role)] = (session, time.monotonic())
-    inflight.call_at_exit(close_all)
+    shutdown.call_at_exit(close_all)
     if previous is not None:
         previous[0].close()
 

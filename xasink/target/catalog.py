@@ -7,14 +7,14 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..dialects import Dialect
+from ..errors import ConfigurationError, PreflightError, SchemaMismatchError
+from ..masking import Redactor
+from ..runtime.jdbc import execute, java_message
+from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
-from .dialects import Dialect
-from .errors import ConfigurationError, PreflightError, SchemaMismatchError
-from .jdbc import execute, java_message
-from .masking import Redactor
-from .preflight import match_columns, table_columns
+from .fit import match_columns, table_columns
 from .staging import ModeOptions
-from .target import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

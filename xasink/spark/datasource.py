@@ -32,10 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .commit import BranchOps
-from .errors import CommitError, ConfigurationError, WriteError, XasinkError
-from .jdbc import redacting_java_errors
-from .job import (
+from ..driver.job import (
     Begun,
     JobRequest,
     Preflight,
@@ -48,13 +45,16 @@ from .job import (
     preflight,
     release_stage,
 )
-from .journal import ABORTED, COMMITTED, COMMITTING, RUNNING, SinkBatch
+from ..driver.sinks import decided_already
+from ..errors import CommitError, ConfigurationError, WriteError, XasinkError
+from ..executor.branch import BranchReport, WritePlan, write_task
+from ..protocol.branches import BranchOps
+from ..protocol.journal import ABORTED, COMMITTED, COMMITTING, RUNNING, SinkBatch
+from ..protocol.recovery import DEFAULT_GRACE, resolve_in_doubt
+from ..runtime.jdbc import redacting_java_errors
+from ..target.types import needs_spark_conversion
 from .options import FormatRequest, parse
-from .recovery import DEFAULT_GRACE, resolve_in_doubt
-from .sinks import decided_already
-from .sparkenv import QUERY_ID_PROPERTY, task_property
-from .types import needs_spark_conversion
-from .writer import BranchReport, WritePlan, write_task
+from .session import QUERY_ID_PROPERTY, task_property
 
 log = logging.getLogger("xasink")
 

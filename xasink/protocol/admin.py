@@ -9,9 +9,10 @@ import socket
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .commit import BranchOps, Outcome
-from .errors import ConfigurationError
-from .jdbc import execute, local_transaction, query
+from ..errors import ConfigurationError
+from ..runtime.jdbc import execute, local_transaction, query
+from ..xid import BranchId, valid_job_id
+from .branches import BranchOps, Outcome
 from .journal import (
     ABANDONED,
     ABORTED,
@@ -21,7 +22,6 @@ from .journal import (
     Journal,
 )
 from .recovery import DEFAULT_GRACE, RecoveryReport, resolve_in_doubt
-from .xid import BranchId, valid_job_id
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,18 @@ import logging
 import re
 from typing import Any
 
-from .commit import BranchOps
-from .errors import CommitError, ConfigurationError, SinkConflictError
-from .journal import ABANDONED, COMMITTED, COMMITTING, Journal, SinkBatch, SinkMark, foreign
-from .recovery import DEFAULT_GRACE, resolve_in_doubt
+from ..errors import CommitError, ConfigurationError, SinkConflictError
+from ..protocol.branches import BranchOps
+from ..protocol.journal import (
+    ABANDONED,
+    COMMITTED,
+    COMMITTING,
+    Journal,
+    SinkBatch,
+    SinkMark,
+    foreign,
+)
+from ..protocol.recovery import DEFAULT_GRACE, resolve_in_doubt
 
 log = logging.getLogger("xasink")
 

@@ -10,16 +10,16 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from .columns import TableColumn, describe_table, unique_keys
-from .dialects import Dialect
-from .errors import ConfigurationError
-from .jdbc import execute
-from .journal import Journal
-from .preflight import table_columns
-from .sparkenv import default_parallelism, estimated_bytes, partition_count
-from .staging import ApplyPlan, ModeOptions, create_stage_sql, stage_name
-from .target import ConnectionSpec, TableRef
-from .writer import WritePlan
+from ..dialects import Dialect
+from ..errors import ConfigurationError
+from ..executor.branch import WritePlan
+from ..protocol.journal import Journal
+from ..runtime.jdbc import execute
+from ..spark.session import default_parallelism, estimated_bytes, partition_count
+from ..spec import ConnectionSpec, TableRef
+from ..target.columns import TableColumn, describe_table, unique_keys
+from ..target.fit import table_columns
+from ..target.staging import ApplyPlan, ModeOptions, create_stage_sql, stage_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -122,7 +122,7 @@ def load_target(
     job's staging table, created here with the target's column types."""
     if apply_plan is None:
         return target, list(targets)
-    from .types import column_ddl_type
+    from ..target.types import column_ddl_type
 
     steering = [
         column_ddl_type(dialect.name, name, schema[frame].dataType, key=False)
@@ -150,7 +150,7 @@ def shape_frame(
     same key), or left as it is for the driver's one branch."""
     from pyspark.sql import functions as F
 
-    from .types import needs_spark_conversion, to_wire
+    from ..target.types import needs_spark_conversion, to_wire
 
     names = list(df.columns)
     positions = [names.index(c) for c in [*options.written(names), *options.steering]]

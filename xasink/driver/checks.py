@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .target import ConnectionSpec
+from ..spec import ConnectionSpec
 
 T = TypeVar("T")
 

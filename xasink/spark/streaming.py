@@ -12,9 +12,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .api import write_xa
-from .errors import ConfigurationError
-from .sinks import sink_batch
+from ..driver.sinks import sink_batch
+from ..errors import ConfigurationError
+from .write import write_xa
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

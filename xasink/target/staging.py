@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .dialects import Dialect
-from .errors import ConfigurationError, InputDataError
-from .jdbc import Param, execute, query, sql_error_code, sql_state
-from .target import TableRef
+from ..dialects import Dialect
+from ..errors import ConfigurationError, InputDataError
+from ..runtime.jdbc import Param, execute, query, sql_error_code, sql_state
+from ..spec import TableRef
 
 APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
 MODES = (APPEND, OVERWRITE, UPSERT, MERGE)

@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .dialects import Dialect, get_dialect
-from .errors import JournalError
-from .jdbc import execute, local_transaction, network_timeout_lifted, query
-from .staging import ApplyPlan, apply, check_stage, drop_stage, is_data_error, stage_name
-from .target import ConnectionSpec
-from .xid import valid_job_id
+from ..dialects import Dialect, get_dialect
+from ..errors import JournalError
+from ..runtime.jdbc import execute, local_transaction, network_timeout_lifted, query
+from ..spec import ConnectionSpec
+from ..target.staging import ApplyPlan, apply, check_stage, drop_stage, is_data_error, stage_name
+from ..xid import valid_job_id
 
 log = logging.getLogger("xasink")
 

@@ -15,7 +15,7 @@ from typing import Any
 import jpype
 import jpype.config
 
-from .xid import Xid
+from ..xid import Xid
 
 JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
 DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")

@@ -10,20 +10,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from .checkcache import CHECKS
-from .commit import BranchOps
-from .dialects import get_dialect
-from .errors import (
-    ConfigurationError,
-    JournalError,
-    XasinkError,
-)
-from .faults import Fault
-from .heartbeat import LEASE_INTERVALS, Heartbeat
-from .idle import kept_on_success
-from .inflight import tracked
-from .jdbc import redacting_java_errors
-from .job import (
+from .._testing.faults import Fault
+from ..dialects import get_dialect
+from ..driver.checks import CHECKS
+from ..driver.job import (
     JOURNAL_ROLE,
     JobRequest,
     PhaseOne,
@@ -40,19 +30,28 @@ from .job import (
     preflight,
     release_stage,
 )
-from .journal import (
-    DEFAULT_LOCK_WAIT,
-    Journal,
-)
-from .planning import (
+from ..driver.plan import (
     DRIVER_WRITE_BYTES,
     branch_count,
     one_stream,
     shape_frame,
     writes_on_driver,
 )
-from .preflight import PYSPARK_MEMORY, check_spark_conf
-from .recovery import (
+from ..driver.sinks import sink_batch
+from ..errors import (
+    ConfigurationError,
+    JournalError,
+    XasinkError,
+)
+from ..executor.branch import MESSAGE_DDL, WritePlan, write_from_driver, write_partition
+from ..protocol.branches import BranchOps
+from ..protocol.heartbeat import LEASE_INTERVALS, Heartbeat
+from ..protocol.idle import kept_on_success
+from ..protocol.journal import (
+    DEFAULT_LOCK_WAIT,
+    Journal,
+)
+from ..protocol.recovery import (
     DEFAULT_GRACE,
     BranchAction,
     RecoveryReport,
@@ -61,12 +60,13 @@ from .recovery import (
     presume_abort,
     resolve_in_doubt,
 )
-from .sinks import sink_batch
-from .sparkenv import conf, job_label, ship_jars, streaming_query_id
-from .staging import APPEND, ModeOptions
-from .steps import step
-from .target import DEFAULT_NETWORK_TIMEOUT, ConnectionSpec, TableRef
-from .writer import MESSAGE_DDL, WritePlan, write_from_driver, write_partition
+from ..runtime.jdbc import redacting_java_errors
+from ..runtime.shutdown import tracked
+from ..runtime.timing import step
+from ..spec import DEFAULT_NETWORK_TIMEOUT, ConnectionSpec, TableRef
+from ..target.fit import PYSPARK_MEMORY, check_spark_conf
+from ..target.staging import APPEND, ModeOptions
+from .session import conf, job_label, ship_jars, streaming_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -101,7 +101,7 @@ class WriteResult:
     decided_by: str | None = None
 
 
-@tracked  # the interpreter's exit waits for it (xasink.inflight)
+@tracked  # the interpreter's exit waits for it (xasink.runtime.shutdown)
 @redacting_java_errors
 def write_xa(
     df: DataFrame,

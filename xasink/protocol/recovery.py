@@ -30,9 +30,11 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .commit import BranchOps, Outcome
-from .errors import JournalError
-from .jdbc import query
+from ..errors import JournalError
+from ..runtime.jdbc import query
+from ..target.staging import ApplyPlan
+from ..xid import BranchId, valid_job_id
+from .branches import BranchOps, Outcome
 from .journal import (
     ABANDONED,
     ABORTED,
@@ -43,8 +45,6 @@ from .journal import (
     JobRecord,
     Journal,
 )
-from .staging import ApplyPlan
-from .xid import BranchId, valid_job_id
 
 log = logging.getLogger("xasink")
 
