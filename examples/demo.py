@@ -22,7 +22,7 @@ from servers import DbServer, start_postgres
 from support import events_df, spark_builder
 
 from xasink import write_xa
-from xasink.faults import Fault
+from xasink._testing.faults import Fault
 
 ROWS, PARTITIONS, TABLE = 200_000, 4, "xasink_demo"
 
