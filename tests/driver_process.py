@@ -20,7 +20,7 @@ import sys
 from support import events_df, mode_case, spark_builder
 
 from xasink import write_xa
-from xasink._testing.faults import Fault
+from xasink._testing.faults import Fault, injected
 
 
 def main() -> None:
@@ -42,16 +42,16 @@ def main() -> None:
         sink_id, batch_id = sink.rsplit(":", 1)
         options.update(sink_id=sink_id, batch_id=int(batch_id))
     try:
-        result = write_xa(
-            df,
-            url,
-            table,
-            **options,
-            user=user,
-            password=os.environ["XASINK_TEST_PASSWORD"],
-            heartbeat_interval=1.0,
-            _faults=faults,
-        )
+        with injected(*faults):
+            result = write_xa(
+                df,
+                url,
+                table,
+                **options,
+                user=user,
+                password=os.environ["XASINK_TEST_PASSWORD"],
+                heartbeat_interval=1.0,
+            )
     except Exception as exc:
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
         sys.exit(3)

@@ -233,7 +233,7 @@ def sink_mark(server: DbServer, sink_id: str) -> tuple[int, str | None] | None:
 
 def spec_for(server: DbServer) -> Any:
     """xasink's ConnectionSpec for a test server, as write_xa would build it."""
-    from xasink.spark.write import make_spec
+    from xasink.protocol.connecting import make_spec
 
     return make_spec(
         server.jdbc_url,
@@ -250,10 +250,11 @@ def spec_for(server: DbServer) -> Any:
 @contextlib.contextmanager
 def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
     """(spec, session, journal) for driving xasink's internals against `server`."""
-    from xasink.driver.job import open_journal as _open_journal
+    from xasink.protocol.connecting import open_journal as _open_journal
+    from xasink.target.staging import STAGED_APPLY
 
     spec = spec_for(server)
-    session, journal = _open_journal(spec, None)
+    session, journal = _open_journal(spec, None, staged=STAGED_APPLY)
     with session:
         yield spec, session, journal
 

@@ -1,6 +1,6 @@
 """The ways out for a person: `xasink jobs`, `xasink resolve --abandon`, `xasink prune`.
 
-Decided jobs that can never finish (finding H) are made for real: a winner rolled back by
+Decided jobs that can never finish are made for real: a winner rolled back by
 an administrator, a column dropped between the decision and the apply.
 """
 

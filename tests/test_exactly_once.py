@@ -12,7 +12,7 @@ import pytest
 from support import assert_exactly, connection_args, events_df, job_states, new_table
 
 from xasink import write_xa
-from xasink._testing.faults import Fault
+from xasink._testing.faults import Fault, injected
 from xasink.runtime.jars import find_driver_jar
 
 ROWS, PARTITIONS = 4000, 4
@@ -33,13 +33,13 @@ def failed_tasks(spark, group: str) -> int:
 def run(spark, db, table, faults=(), rows=ROWS, partitions=PARTITIONS):
     group = f"xasink-test-{uuid.uuid4().hex[:8]}"
     spark.sparkContext.setJobGroup(group, "xasink test")
-    result = write_xa(
-        events_df(spark, rows, partitions),
-        table=table,
-        _faults=faults,
-        max_branches=partitions,  # a branch per partition, written by tasks, as for big frames
-        **connection_args(db),
-    )
+    with injected(*faults):
+        result = write_xa(
+            events_df(spark, rows, partitions),
+            table=table,
+            max_branches=partitions,  # a branch per partition, written by tasks, as for big frames
+            **connection_args(db),
+        )
     return result, failed_tasks(spark, group)
 
 
@@ -92,13 +92,11 @@ def test_a_fault_in_the_drivers_own_write_leaves_nothing(spark, db, point):
     from xasink.errors import WriteError
 
     table = new_table(db)
-    with pytest.raises(WriteError, match=r"failed by the driver .*nothing was written") as error:
-        write_xa(
-            events_df(spark, 500, 2),
-            table=table,
-            _faults=[Fault(point, "raise", attempt_number=None)],
-            **connection_args(db),
-        )
+    with (
+        pytest.raises(WriteError, match=r"failed by the driver .*nothing was written") as error,
+        injected(Fault(point, "raise", attempt_number=None)),
+    ):
+        write_xa(events_df(spark, 500, 2), table=table, **connection_args(db))
     assert f"injected fault at {point}" in str(error.value)
     assert_exactly(db, table, [])
     assert job_states(db)[error.value.job_id] == "aborted"

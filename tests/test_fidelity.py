@@ -1,7 +1,7 @@
 """Exact fidelity: random DataFrames go in through write_xa and come back unchanged.
 
-Read back with psycopg / pymysql. Conversions that are not identity are documented in the
-README's type table and asserted here explicitly (MySQL cannot hold NaN/Infinity and turns
+Read back with psycopg / pymysql. Conversions that are not identity are documented in
+docs/types.md and asserted here explicitly (MySQL cannot hold NaN/Infinity and turns
 -0.0 into 0.0, its DATETIME has no zone, and booleans come back as 0/1).
 """
 

@@ -1,5 +1,5 @@
 """What write_xa keeps per process to cut its fixed cost per call, against real servers:
-the check cache (xasink.driver.checks: a failed call forgets it, a changed table is described
+the check cache (xasink.driver.check_cache: a failed call forgets it, a changed table is described
 again after a failure or once its entry expired) and the shared heartbeat thread. Contents
 are read with psycopg / pymysql."""
 
@@ -22,7 +22,7 @@ from support import (
 
 import xasink.spark.write
 from xasink import SchemaMismatchError, WriteError, write_xa
-from xasink.driver.checks import CheckCache
+from xasink.driver.check_cache import CheckCache
 from xasink.protocol.heartbeat import Heartbeat
 
 

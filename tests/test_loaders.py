@@ -100,3 +100,33 @@ def test_both_binding_paths_store_the_same_rows(db, use_binder):
         for r in BATCH.to_pylist()
     ]
     assert got == sorted(want, key=lambda r: r[0])
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["compiled-xid", "python-proxy-xid"])
+def test_both_xid_paths_prepare_list_and_commit(db, native, monkeypatch):
+    """Where no JDK can compile XasinkXid, XIDs are Python proxies: a branch must prepare,
+    be listed by XA RECOVER as the same XID, and commit from another session either way."""
+    from xasink.runtime import jvm
+    from xasink.xid import BranchId
+
+    if not native:
+        monkeypatch.setattr(jvm, "helper_class", lambda name: None)
+    table = f"ld_xid_{'n' if native else 'p'}_{db.kind}"
+    with db.connect() as conn:
+        conn.cursor().execute(f"DROP TABLE IF EXISTS {table}")
+        conn.cursor().execute(f"CREATE TABLE {table} (id BIGINT)")
+    xid = BranchId("0badcafe", "0" * 32, 1, 7).xid
+    spec = spec_for(db)
+    with open_session(spec) as writer:
+        writer.start(xid)
+        statement = writer.connection.createStatement()
+        statement.executeUpdate(f"INSERT INTO {table} VALUES (42)")
+        statement.close()
+        writer.end(xid)
+        writer.prepare(xid)
+    with open_session(spec) as finisher:
+        assert xid in finisher.recover()
+        finisher.commit(xid)
+        assert xid not in finisher.recover()
+    assert rows(db, table) == [(42,)]
+    assert db.prepared_transactions() == []

@@ -29,7 +29,7 @@ from support import (
 from test_exactly_once import failed_tasks
 
 from xasink import write_xa
-from xasink._testing.faults import Fault
+from xasink._testing.faults import Fault, injected
 from xasink.errors import InputDataError, PreflightError, SchemaMismatchError
 from xasink.protocol.branches import BranchOps
 
@@ -40,7 +40,8 @@ STAGED = MODES[1:]
 def write(spark, db, table, df, faults=(), **options):
     group = f"xasink-test-{uuid.uuid4().hex[:8]}"
     spark.sparkContext.setJobGroup(group, "xasink mode test")
-    result = write_xa(df, table=table, _faults=faults, **options, **connection_args(db))
+    with injected(*faults):
+        result = write_xa(df, table=table, **options, **connection_args(db))
     return result, failed_tasks(spark, group)
 
 

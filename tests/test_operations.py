@@ -30,7 +30,7 @@ from test_format import latest_jobs, writer
 from test_protocol import admin_sql, q
 
 from xasink import write_xa
-from xasink.driver.checks import CHECKS
+from xasink.driver.check_cache import CHECKS
 from xasink.errors import JournalError
 
 

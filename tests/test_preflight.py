@@ -13,7 +13,7 @@ from support import assert_exactly, connection_args, events_df, new_table
 import xasink.runtime.jars
 from xasink import ConfigurationError, DriverNotFoundError, PreflightError, write_xa
 from xasink.dialects.mysql import version_problem
-from xasink.target.fit import check_spark_conf
+from xasink.spark.session import check_spark_conf
 
 SECRET = "Pr3flight-S3cret"
 

@@ -1,10 +1,10 @@
-"""The protocol review's findings (A-J), each reproduced on real servers.
+"""The commit protocol under races, each reproduced on real servers.
 
-Every test here failed on the code the review read: it builds the interleaving the finding
-describes (a recovery racing a deciding or stalled driver, a journal reached under another
-name, a decision whose commit fails, a lock held by a prepared transaction, ...) and checks
-the outcome with psycopg/pymysql: the exact contents, no prepared branch and no staging
-table left, and the truth of what the driver and recovery report.
+Every test builds the interleaving that once broke a guarantee (a recovery racing a deciding
+or stalled driver, a journal reached under another name, a decision whose commit fails, a
+lock held by a prepared transaction, ...) and checks the outcome with psycopg/pymysql: the
+exact contents, no prepared branch and no staging table left, and the truth of what the
+driver and recovery report.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ STAGE_TYPES = {
 
 
 # -- A ----------------------------------------------------------------------------------
-def test_a_recovery_reads_the_decision_before_listing_branches(db):
+def test_recovery_reads_the_decision_before_listing_branches(db):
     """A recovery that listed the branches before the driver decided must not call the
     late-prepared winner LOST and abort the decided job."""
     table = seeded_table(db)
@@ -180,7 +180,7 @@ def test_a_driver_never_reports_success_for_a_job_another_process_ended(db):
 
 
 # -- B ----------------------------------------------------------------------------------
-def test_b_a_committed_job_without_markers_is_not_lost(db):
+def test_a_committed_job_without_markers_is_not_lost(db):
     """The driver stalls in phase 2; recovery finishes the job (deleting the markers); the
     driver resumes and must report success, not LostBranchError (rows are all there)."""
     table = new_table(db)
@@ -196,7 +196,7 @@ def test_b_a_committed_job_without_markers_is_not_lost(db):
 
 
 # -- C ----------------------------------------------------------------------------------
-def test_c_an_unreadable_journal_is_an_error_not_a_missing_one(db):
+def test_an_unreadable_journal_is_an_error_not_a_missing_one(db):
     """Decided job, driver dead mid phase 2, and the winners table unreadable: recovery
     must fail loudly and roll back nothing (presuming abort would half-write the job)."""
     table = new_table(db)
@@ -227,7 +227,7 @@ def test_c_an_unreadable_journal_is_an_error_not_a_missing_one(db):
     assert_exactly(db, table, range(ROWS))
 
 
-def test_c_without_a_journal_nothing_is_touched_unless_asked(db):
+def test_without_a_journal_nothing_is_touched_unless_asked(db):
     """No journal in the schema recovery was pointed at: its branches stay, reported; an
     explicit --presume-abort TAG rolls them back, and still respects the grace period."""
     schema = f"nojournal_{uuid.uuid4().hex[:8]}"
@@ -266,7 +266,7 @@ def test_c_without_a_journal_nothing_is_touched_unless_asked(db):
 
 
 # -- D ----------------------------------------------------------------------------------
-def test_d_one_journal_has_one_tag_however_it_is_addressed(db):
+def test_one_journal_has_one_tag_however_it_is_addressed(db):
     """Writers used the default journal schema; recovery names the schema explicitly. It
     must find the same branches, not call every winner LOST and abort the decided job."""
     table = seeded_table(db)
@@ -280,7 +280,7 @@ def test_d_one_journal_has_one_tag_however_it_is_addressed(db):
 
 
 # -- E ----------------------------------------------------------------------------------
-def test_e_an_older_decided_staged_job_is_never_applied_after_a_newer_one(spark, db):
+def test_an_older_decided_staged_job_is_never_applied_after_a_newer_one(spark, db):
     """Overwrite J1 dies after its decision; J2 overwrites the same table right away. J1
     must be applied first (by J2's own recovery), so the table ends with J2's rows."""
     table = seeded_table(db)
@@ -294,7 +294,7 @@ def test_e_an_older_decided_staged_job_is_never_applied_after_a_newer_one(spark,
 
 
 # -- F ----------------------------------------------------------------------------------
-def test_f_a_failed_decision_is_settled_by_a_fence(db):
+def test_a_failed_decision_is_settled_by_a_fence(db):
     """The decision's transaction dies (its connection is killed while it waits for a
     lock). The driver must settle the outcome with a fence: the job is aborted, every
     branch rolled back, and the error is xasink's, redacted, saying nothing was written."""
@@ -349,7 +349,7 @@ def _wait_for_decision_statement(db) -> int:
 
 
 # -- G ----------------------------------------------------------------------------------
-def test_g_an_apply_blocked_by_a_prepared_transaction_gives_up_and_names_it(spark, db):
+def test_an_apply_blocked_by_a_prepared_transaction_gives_up_and_names_it(spark, db):
     """A foreign prepared insert of key 7 blocks the upsert's apply. The driver must give up
     after its lock wait bound with an error that names the blocker, not hang; once the
     blocker is gone, recovery applies the job."""
@@ -383,7 +383,7 @@ def test_g_an_apply_blocked_by_a_prepared_transaction_gives_up_and_names_it(spar
 
 
 # -- H ----------------------------------------------------------------------------------
-def test_h_a_trigger_refusing_the_apply_aborts_the_job(spark, db):
+def test_a_trigger_refusing_the_apply_aborts_the_job(spark, db):
     """A trigger rejects a row at apply time (P0001 / 45000, not SQLSTATE class 22/23):
     the job must end aborted with the table unchanged, not stay decided and stuck."""
     table = seeded_table(db)
@@ -412,7 +412,7 @@ def test_h_a_trigger_refusing_the_apply_aborts_the_job(spark, db):
 
 
 # -- I ----------------------------------------------------------------------------------
-def test_i_keys_equal_only_under_the_collation_are_duplicates(spark, db):
+def test_keys_equal_only_under_the_collation_are_duplicates(spark, db):
     """'Bob' and 'bob' are one key under the column's collation, but Spark routes them to
     different branches: the apply transaction must catch them, not pick one at random."""
     from pyspark.sql import functions as F
@@ -452,7 +452,7 @@ def test_i_keys_equal_only_under_the_collation_are_duplicates(spark, db):
 
 
 # -- J ----------------------------------------------------------------------------------
-def test_j_recovery_refuses_journal_rows_naming_other_tables(db):
+def test_recovery_refuses_journal_rows_naming_other_tables(db):
     """A journal row forged by anyone who can write the journal names a victim table as
     its stage (and another row has no valid job id): recovery acts on neither."""
     victim = seeded_table(db, prefix="victim")

@@ -207,7 +207,7 @@ def test_startup_probe_is_quiet_only_when_nothing_is_in_doubt(db):
     """write_xa skips its full recovery scan only on proof: no running or deciding job on
     the table and no prepared transaction in xasink's format (whatever its tag); other
     applications' prepared transactions neither count nor get touched."""
-    from xasink.driver.job import nothing_in_doubt
+    from xasink.driver.preflight import nothing_in_doubt
 
     table = new_table(db)
     before = sorted(db.prepared_transactions())

@@ -34,7 +34,7 @@ from support import (
 from test_protocol import admin_sql
 
 from xasink import foreach_batch, write_xa
-from xasink._testing.faults import Fault
+from xasink._testing.faults import Fault, injected
 from xasink.errors import ConfigurationError, InputDataError
 
 
@@ -196,10 +196,11 @@ def test_a_stream_replays_a_batch_that_failed_in_phase_2(spark, db, tmp_path):
     stream_files(source, batches=3, per_batch=200)
     options = {**connection_args(db), "max_branches": 2}
     url = options.pop("url")
-    failing = foreach_batch(
-        url, table, sink_id=sink, _faults=[Fault("after_first_commit", "raise")], **options
-    )
-    with pytest.raises(StreamingQueryException, match="injected fault at after_first_commit"):
+    failing = foreach_batch(url, table, sink_id=sink, **options)
+    with (
+        pytest.raises(StreamingQueryException, match="injected fault at after_first_commit"),
+        injected(Fault("after_first_commit", "raise")),
+    ):
         _run_stream(spark.newSession(), source, checkpoint, failing)
     assert sink_mark(db, sink)[0] == 0
     _run_stream(
@@ -293,10 +294,10 @@ import jpype
 url, user, password, table, where, driver_write_bytes = sys.argv[1:7]
 
 def check():  # runs after xasink's exit hook, where JPype would stop the JVM
-    from xasink import idle
+    from xasink.protocol import sessions
     threads = [t.name for t in threading.enumerate() if t.name.startswith("xasink")]
     queue = jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance().isRunning()
-    print("AT JVM STOP:", threads, len(idle._idle), queue, flush=True)
+    print("AT JVM STOP:", threads, len(sessions._idle), queue, flush=True)
 
 atexit.register(check)
 from pyspark.sql import functions as F

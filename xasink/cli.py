@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from .defaults import GRACE, LOCK_WAIT, NETWORK_TIMEOUT
+from .driver.sinks import sink_batch
 from .errors import XasinkError
 from .masking import Redactor
-from .protocol.journal import DEFAULT_LOCK_WAIT
-from .protocol.recovery import DEFAULT_GRACE
-from .spec import DEFAULT_NETWORK_TIMEOUT
+from .protocol.admin import abandon, list_jobs, operate, prune, recover
+from .target.staging import STAGED_APPLY
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
 
@@ -37,17 +38,17 @@ def _connection_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--lock-wait",
         type=float,
-        default=DEFAULT_LOCK_WAIT,
+        default=LOCK_WAIT,
         metavar="SECONDS",
-        help=f"give up waiting for any lock after this long (default {DEFAULT_LOCK_WAIT:.0f})",
+        help=f"give up waiting for any lock after this long (default {LOCK_WAIT:.0f})",
     )
     common.add_argument(
         "--network-timeout",
         type=float,
-        default=DEFAULT_NETWORK_TIMEOUT,
+        default=NETWORK_TIMEOUT,
         metavar="SECONDS",
         help="give up on a server that does not answer within this long (default "
-        f"{DEFAULT_NETWORK_TIMEOUT:.0f})",
+        f"{NETWORK_TIMEOUT:.0f})",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -77,10 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument(
         "--grace",
         type=float,
-        default=DEFAULT_GRACE,
+        default=GRACE,
         metavar="SECONDS",
         help=f"treat an undecided job as dead once its heartbeat is this old (default "
-        f"{DEFAULT_GRACE:.0f}, or the job's own lease if longer); 0 resolves now, and aborts "
+        f"{GRACE:.0f}, or the job's own lease if longer); 0 resolves now, and aborts "
         "jobs that are still writing",
     )
     recover.add_argument("--dry-run", action="store_true", help="report only; change nothing")
@@ -149,12 +150,11 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
         "dialect": args.dialect,
         "lock_wait_timeout": args.lock_wait,
         "network_timeout": args.network_timeout,
+        "staged": STAGED_APPLY,
     }
 
 
 def _recover(args: argparse.Namespace) -> int:
-    from .spark.write import recover
-
     report = recover(
         args.url,
         table=args.table,
@@ -178,9 +178,6 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from .protocol.admin import list_jobs
-    from .spark.write import operate
-
     with operate(args.url, **_connection(args)) as (conn, journal, ops):
         found = list_jobs(
             ops, conn, journal, states=tuple(args.state or ()), table=args.table, limit=args.limit
@@ -226,9 +223,6 @@ def _confirmed(args: argparse.Namespace, ask: Callable[[str], str], what: str, w
 
 
 def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
-    from .protocol.admin import abandon
-    from .spark.write import operate
-
     if not _confirmed(args, ask, f"Abandon job {args.job_id}", args.job_id):
         return EXIT_ERROR
     with operate(args.url, **_connection(args)) as (conn, journal, ops):
@@ -246,9 +240,6 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 
 def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
-    from .driver.sinks import sink_batch
-    from .spark.write import operate
-
     sink_batch(args.sink_id, 0)  # the same rules as a writer's sink id
 
     if not _confirmed(args, ask, f"Forget the last batch of sink {args.sink_id!r}", args.sink_id):
@@ -268,9 +259,6 @@ def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from .protocol.admin import prune
-    from .spark.write import operate
-
     with operate(args.url, **_connection(args)) as (conn, journal, _):
         count = prune(conn, journal, args.older_than, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"

@@ -10,6 +10,9 @@ from __future__ import annotations
 class XasinkError(Exception):
     """Base class: catch this to handle any xasink failure."""
 
+    #: The job the failure belongs to, once one exists (set by the job that raised it).
+    job_id: str | None = None
+
 
 class ConfigurationError(XasinkError):
     """The call itself is wrong: bad argument, unknown URL scheme, unusable option."""
@@ -57,12 +60,8 @@ class JournalError(XasinkError):
     """The journal holds something xasink did not write, or cannot be used as it is."""
 
 
-class RecoveryError(XasinkError):
-    """Recovery could not resolve every in-doubt branch."""
-
-
 class XaError(XasinkError):
-    """A classified XA failure (see :class:`xasink.xa.XaFailure`)."""
+    """A classified XA failure (see :class:`xasink.protocol.xa.XaFailure`)."""
 
 
 class SchemaMismatchError(PreflightError):

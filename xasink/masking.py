@@ -9,7 +9,9 @@ from urllib.parse import quote, quote_plus
 MASK = "***"
 
 _URL_PASSWORD_PARAM = re.compile(r"(?i)(password|pwd|passwd)=([^&;\s]*)")
-_URL_USERINFO = re.compile(r"(//[^/:@\s]+):([^@/\s]*)@")
+#: `//user:password@`: the password runs to the last `@` before the query or a space, so a
+#: password with `/` or `@` in it is hidden whole (over-masking a path is harmless).
+_URL_USERINFO = re.compile(r"(//[^/:@\s]+):([^\s?;]*)@")
 
 
 def mask_url(url: str) -> str:

@@ -5,13 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from . import defaults
 from .errors import ConfigurationError
 from .masking import Redactor, mask_url
-
-#: How long any JDBC call may wait for the server's answer, in seconds: above every lock
-#: wait, so that only a dead or silent peer (a half-open connection, a frozen server, a
-#: failover's old address) runs into it, and then nothing waits forever.
-DEFAULT_NETWORK_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -26,7 +22,7 @@ class ConnectionSpec:
     xa_datasource: str | None = None
     jars: tuple[str, ...] = ()
     connect_timeout: int = 10
-    network_timeout: float = DEFAULT_NETWORK_TIMEOUT
+    network_timeout: float = defaults.NETWORK_TIMEOUT
 
     @property
     def masked_url(self) -> str:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 FORMAT_ID = 0x78617378
 MAX_PART_BYTES = 64
 
-_GTRID = re.compile(rb"^xasink1:([0-9a-f]{8}):([0-9a-f]{32})$")
-_BQUAL = re.compile(rb"^p(0|[1-9][0-9]{0,9}):a(0|[1-9][0-9]{0,18})$")
-_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
-_TAG = re.compile(r"^[0-9a-f]{8}$")
+# Matched whole (fullmatch): `$` would also match before a trailing newline.
+_GTRID = re.compile(rb"xasink1:([0-9a-f]{8}):([0-9a-f]{32})")
+_BQUAL = re.compile(rb"p(0|[1-9][0-9]{0,9}):a(0|[1-9][0-9]{0,18})")
+_JOB_ID = re.compile(r"[0-9a-f]{32}")
+_TAG = re.compile(r"[0-9a-f]{8}")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Xid:
 
 def valid_job_id(job_id: object) -> bool:
     """xasink job ids are 32 lowercase hex digits; anything else is not one of ours."""
-    return isinstance(job_id, str) and bool(_JOB_ID.match(job_id))
+    return isinstance(job_id, str) and bool(_JOB_ID.fullmatch(job_id))
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,9 @@ class BranchId:
     attempt: int
 
     def __post_init__(self) -> None:
-        if not _TAG.match(self.journal):
+        if not _TAG.fullmatch(self.journal):
             raise ValueError(f"journal tag must be 8 hex digits, got {self.journal!r}")
-        if not _JOB_ID.match(self.job_id):
+        if not _JOB_ID.fullmatch(self.job_id):
             raise ValueError(f"job id must be 32 hex digits, got {self.job_id!r}")
         if not 0 <= self.partition < 2**31:
             raise ValueError(f"partition out of range: {self.partition}")
@@ -115,12 +116,10 @@ class BranchId:
         """The branch an XID names, or None when the XID is not xasink's."""
         if xid.format_id != FORMAT_ID:
             return None
-        gtrid, bqual = _GTRID.match(xid.gtrid), _BQUAL.match(xid.bqual)
+        gtrid, bqual = _GTRID.fullmatch(xid.gtrid), _BQUAL.fullmatch(xid.bqual)
         if gtrid is None or bqual is None:
             return None
-        return cls(
-            journal=gtrid.group(1).decode(),
-            job_id=gtrid.group(2).decode(),
-            partition=int(bqual.group(1)),
-            attempt=int(bqual.group(2)),
-        )
+        partition, attempt = int(bqual.group(1)), int(bqual.group(2))
+        if partition >= 2**31 or attempt >= 2**63:
+            return None  # no xasink writer makes such a branch: not ours, never an error
+        return cls(gtrid.group(1).decode(), gtrid.group(2).decode(), partition, attempt)

@@ -1,4 +1,4 @@
-"""Test-only fault injection points, passed to write_xa as `_faults`.
+"""Test-only fault injection points, armed by the test suite with `injected(...)`.
 
 They let the test suite kill, fail or stall a worker or the driver at the exact protocol step
 that matters (after rows, after PREPARE, before and after the decision, during phase 2), on
@@ -13,6 +13,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 POINTS = (
@@ -40,6 +42,27 @@ class Fault:
     def __post_init__(self) -> None:
         if self.point not in POINTS or self.action not in ACTIONS:
             raise ValueError(f"unknown fault {self.point}/{self.action}")
+
+
+#: The faults armed in this process; a job takes them when it starts (process-wide, not
+#: per thread: foreachBatch runs its function on a thread of Spark's).
+_armed: tuple[Fault, ...] = ()
+
+
+@contextmanager
+def injected(*faults: Fault) -> Iterator[None]:
+    """Arm `faults` for the jobs that start inside the block; they travel with each job's
+    plan to its tasks."""
+    global _armed
+    previous, _armed = _armed, tuple(faults)
+    try:
+        yield
+    finally:
+        _armed = previous
+
+
+def armed() -> tuple[Fault, ...]:
+    return _armed
 
 
 def trigger(

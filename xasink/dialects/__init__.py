@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigurationError
-from .base import Dialect
-from .generic import GenericDialect
+from .base import Dialect, GenericDialect
 from .mysql import MySQLDialect
 from .postgres import PostgresDialect
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
+from ..runtime.jdbc import JdbcConnection, sql_error_code, sql_state
+from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 
 _HOST_PORT = re.compile(
@@ -53,7 +55,7 @@ class Dialect:
     def host_port(self, url: str) -> tuple[str, int] | None:
         """Where the URL points, for a fast reachability check (None if unknown)."""
         match = _HOST_PORT.match(url)
-        if not match:
+        if not match or "=" in match.group(1):  # e.g. MySQL's address=(host=h)(port=p)
             return None
         port = match.group(2) or self.default_port
         return (match.group(1), int(port)) if port else None
@@ -63,8 +65,6 @@ class Dialect:
         return spec.url
 
     def new_datasource(self, spec: ConnectionSpec, datasource_class: str) -> Any:
-        from ..runtime.jvm import jclass
-
         ds = jclass(datasource_class)()
         url = self.datasource_url(spec, datasource_class)
         for setter in ("setURL", "setUrl"):
@@ -90,16 +90,12 @@ class Dialect:
         return []
 
     # -- loading ---------------------------------------------------------------------
-    def bulk_loader(self) -> type | None:
-        """The dialect's bulk loader class (same interface as BatchedInsertLoader), if any."""
-        return None
-
-    def bulk_problem(self, conn: Any) -> str | None:
+    def bulk_problem(self, conn: JdbcConnection) -> str | None:
         """Why the bulk loader cannot run against this server, or None."""
         return None
 
     # -- preflight -------------------------------------------------------------------
-    def check_server(self, conn: Any, branches: int, user: str | None) -> None:
+    def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         """Raise PreflightError when the server cannot hold `branches` prepared branches."""
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
@@ -133,7 +129,7 @@ class Dialect:
         None when the server does not say when a transaction was prepared."""
         return None
 
-    def prepared_count(self, conn: Any, format_id: int) -> int | None:
+    def prepared_count(self, conn: JdbcConnection, format_id: int) -> int | None:
         """How many prepared transactions with `format_id` the server lists where XA
         RECOVER on this database would, read on an ordinary connection; None: this dialect
         cannot tell (recovery then scans in full)."""
@@ -142,14 +138,10 @@ class Dialect:
     # -- classifying errors ----------------------------------------------------------
     def is_missing_table(self, exc: BaseException) -> bool:
         """The statement failed because a table does not exist (and for no other reason)."""
-        from ..runtime.jdbc import sql_error_code, sql_state
-
         return sql_state(exc) in ("42P01", "42S02") or sql_error_code(exc) == 1146
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
         """The statement gave up waiting for a lock another transaction holds."""
-        from ..runtime.jdbc import sql_error_code, sql_state
-
         return sql_state(exc) == "55P03" or sql_error_code(exc) in (1205, 3572)
 
     # -- journal DDL -----------------------------------------------------------------
@@ -167,3 +159,8 @@ class Dialect:
             f"ON {table} ({', '.join(cols)})"
             for cols in indexes
         ]
+
+
+class GenericDialect(Dialect):
+    """Any XA-capable JDBC driver, whose XADataSource class the caller names: ANSI quoting,
+    a setter-configured data source, batched inserts."""

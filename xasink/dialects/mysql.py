@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
+from ..runtime.jdbc import JdbcConnection, query, sql_error_code
+from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 from .base import Dialect
 
@@ -35,8 +37,6 @@ def version_problem(version: str) -> str | None:
 
 
 def _mariadb_connection_class() -> Any:
-    from ..runtime.jvm import jclass
-
     return jclass("org.mariadb.jdbc.MariaDbConnection")
 
 
@@ -78,14 +78,7 @@ class MySQLDialect(Dialect):
         # connections that load rows allow it, never the journal, heartbeat or recovery ones.
         return (("allowLocalInfile", "true"),)
 
-    def bulk_loader(self) -> type | None:
-        from ..loaders.mysql_load_data import MySQLLoadDataLoader
-
-        return MySQLLoadDataLoader
-
-    def bulk_problem(self, conn: Any) -> str | None:
-        from ..runtime.jdbc import query
-
+    def bulk_problem(self, conn: JdbcConnection) -> str | None:
         if not conn.isWrapperFor(_mariadb_connection_class()):
             return "LOAD DATA from a stream needs MariaDB Connector/J"
         if str(query(conn, "SELECT @@GLOBAL.local_infile")[0][0]) in ("0", "OFF"):
@@ -95,9 +88,7 @@ class MySQLDialect(Dialect):
     def session_sql(self) -> list[str]:
         return ["SET time_zone = '+00:00'"]
 
-    def check_server(self, conn: Any, branches: int, user: str | None) -> None:
-        from ..runtime.jdbc import query, sql_error_code
-
+    def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         problem = version_problem(str(query(conn, "SELECT VERSION()")[0][0]))
         if problem:
             raise PreflightError(problem)
@@ -127,9 +118,7 @@ class MySQLDialect(Dialect):
         )
         return [f"CREATE TABLE IF NOT EXISTS {table} ({columns}{declared})"]
 
-    def prepared_count(self, conn: Any, format_id: int) -> int:
-        from ..runtime.jdbc import query
-
+    def prepared_count(self, conn: JdbcConnection, format_id: int) -> int:
         # Rows of (formatID, gtrid_length, bqual_length, data), the list XA RECOVER gives
         # the connector's recover() too.
         return sum(1 for row in query(conn, "XA RECOVER") if int(row[0]) == format_id)

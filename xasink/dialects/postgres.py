@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
+from ..runtime.jdbc import JdbcConnection, query
 from ..spec import ConnectionSpec, TableRef
 from .base import Dialect
 
@@ -34,17 +35,10 @@ class PostgresDialect(Dialect):
         sep = "&" if "?" in spec.url else "?"
         return spec.url + sep + urlencode(props)
 
-    def bulk_loader(self) -> type | None:
-        from ..loaders.pg_copy import PostgresCopyLoader
-
-        return PostgresCopyLoader
-
     def session_sql(self) -> list[str]:
         return ["SET TIME ZONE 'UTC'"]
 
-    def check_server(self, conn: Any, branches: int, user: str | None) -> None:
-        from ..runtime.jdbc import query
-
+    def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         limit = int(query(conn, "SELECT current_setting('max_prepared_transactions')")[0][0])
         in_use = int(query(conn, "SELECT count(*) FROM pg_prepared_xacts")[0][0])
         fix = (
@@ -74,9 +68,7 @@ class PostgresDialect(Dialect):
             "FROM pg_prepared_xacts WHERE database = current_database()"
         )
 
-    def prepared_count(self, conn: Any, format_id: int) -> int:
-        from ..runtime.jdbc import query
-
+    def prepared_count(self, conn: JdbcConnection, format_id: int) -> int:
         # pgjdbc's gid is `formatId_base64(gtrid)_base64(bqual)`; its recover() lists only
         # the current database's transactions.
         return int(

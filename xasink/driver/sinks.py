@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
 
+from .. import defaults
 from ..errors import CommitError, ConfigurationError, SinkConflictError
 from ..protocol.branches import BranchOps
-from ..protocol.journal import (
-    ABANDONED,
-    COMMITTED,
-    COMMITTING,
-    Journal,
-    SinkBatch,
-    SinkMark,
-    foreign,
-)
-from ..protocol.recovery import DEFAULT_GRACE, resolve_in_doubt
+from ..protocol.journal import Journal
+from ..protocol.recovery import resolve_in_doubt
+from ..protocol.sinkmarks import SinkBatch, SinkMark, foreign
+from ..protocol.states import JobState
+from ..runtime.jdbc import JdbcConnection
 
 log = logging.getLogger("xasink")
 
@@ -87,7 +82,9 @@ def refusal(mark: SinkMark, sink: SinkBatch, job_id: str | None = None) -> SinkC
     return None
 
 
-def conflict_at_decision(journal: Journal, conn: Any, sink: SinkBatch, job_id: str) -> Exception:
+def conflict_at_decision(
+    journal: Journal, conn: JdbcConnection, sink: SinkBatch, job_id: str
+) -> Exception:
     """The decision of `job_id` was refused by its sink's mark: say why."""
     mark = journal.sink_mark(conn, sink.sink_id)
     if mark is not None:
@@ -110,7 +107,7 @@ def conflict_at_decision(journal: Journal, conn: Any, sink: SinkBatch, job_id: s
 
 
 def decided_already(
-    ops: BranchOps, conn: Any, journal: Journal, sink: SinkBatch
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, sink: SinkBatch
 ) -> SinkMark | None:
     """The sink's mark if this batch is a replay of the last decided one, finished now
     (nothing to write); None if it is to be written. Raises SinkConflictError for a batch
@@ -134,23 +131,23 @@ def decided_already(
             mark.job_id,
         )
         return mark
-    if state == COMMITTING:
+    if state == JobState.COMMITTING:
         log.info(
             "xasink sink %r: batch %d is decided (job %s) but unfinished: finishing it",
             sink.sink_id,
             sink.batch_id,
             mark.job_id,
         )
-        resolve_in_doubt(ops, conn, journal, job=mark.job_id, grace=DEFAULT_GRACE)
+        resolve_in_doubt(ops, conn, journal, job=mark.job_id, grace=defaults.GRACE)
         state = journal.state(conn, mark.job_id)
-    if state not in (COMMITTED, ABANDONED):
+    if state not in (JobState.COMMITTED, JobState.ABANDONED):
         raise CommitError(
             f"Batch {sink.batch_id} of sink {sink.sink_id!r} is decided by job {mark.job_id}, "
             f"which is {state} and could not be finished now. Run `xasink recover` (`xasink "
             "jobs` shows what blocks it), then restart the query: the batch is not written "
             "twice."
         )
-    if state == ABANDONED:
+    if state == JobState.ABANDONED:
         log.warning(
             "xasink sink %r: batch %d was abandoned by an operator (job %s): skipped",
             sink.sink_id,

@@ -1,106 +1,40 @@
-"""Executor side: one partition, one XA branch, prepared and never committed.
+"""One partition, one XA branch, prepared and never committed: the branch's whole life.
 
-Runs inside `DataFrame.mapInArrow`: Arrow batches stream through the loader one at a time, so a
-worker's memory does not grow with its partition. The only output is one small message.
+Runs in a Spark task (or, for a small frame, in the driver): Arrow batches stream through
+the loader one at a time, so a worker's memory does not grow with its partition. The only
+output is one small report. Nothing here knows Spark (see xasink.spark.tasks).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import resource
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .._testing.faults import Fault, trigger
+from .._testing.faults import trigger
 from ..dialects import get_dialect
 from ..errors import WriteError
 from ..loaders import Loader, open_loader
+from ..protocol import sessions
 from ..protocol.heartbeat import Heartbeat
-from ..protocol.journal import RUNNING, Journal, SinkBatch
 from ..protocol.sessions import open_session
+from ..protocol.states import JobState
 from ..protocol.xa import XaFailure, XaSession
-from ..runtime import shutdown
-from ..spec import ConnectionSpec, TableRef
-from ..target.staging import OP_COLUMN, ApplyPlan, branch_problem
+from ..spec import ConnectionSpec
+from ..target.modes import OP_COLUMN
+from ..target.staging import ApplyPlan, branch_problem
 from ..xid import BranchId, Xid
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
 log = logging.getLogger("xasink")
 
-#: The message each partition sends the driver.
-#: A branch's problem when its job is no longer running: the driver then reports that the
-#: job was aborted (by a recovery run), instead of Spark retrying the task in vain.
-JOB_ENDED = "job is no longer running"
-
-MESSAGE_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("attempt", pa.int64()),
-        ("xid", pa.string()),
-        ("rows", pa.int64()),
-        ("peak_rss_kb", pa.int64()),
-        ("path", pa.string()),
-        ("problem", pa.string()),
-    ]
-)
-MESSAGE_DDL = (
-    "partition int, attempt long, xid string, rows long, peak_rss_kb long, path string, "
-    "problem string"
-)
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    """Everything a partition writer needs; pickled into the Spark task."""
-
-    spec: ConnectionSpec
-    table: TableRef
-    columns: tuple[str, ...]
-    journal: Journal
-    job_id: str
-    batch_size: int
-    bulk: bool = True
-    faults: tuple[Fault, ...] = ()
-    #: The table's type name for each of `columns` (lets a loader pick an exact encoding).
-    column_types: tuple[str, ...] = ()
-    #: Staged modes: `table` is the job's staging table, checked in each branch before PREPARE.
-    apply: ApplyPlan | None = None
-    #: A streaming job's sink and batch: its decision moves the sink's mark to the batch.
-    sink: SinkBatch | None = None
-    #: Seconds between heartbeats sent by each task from its start to its end (0: the
-    #: driver beats). A Data Source job has no driver process that lives through the write.
-    task_heartbeat: float = 0.0
-    #: The job's lease once its tasks beat (replaces the longer one it started with).
-    task_lease: float | None = None
-
-
-@dataclass(frozen=True)
-class BranchOutcome:
-    rows: int
-    path: str
-    #: Why the rows cannot be applied (the branch was rolled back), or "".
-    problem: str = ""
-
-
-@dataclass(frozen=True)
-class BranchReport:
-    """What one partition tells the driver (a message row, or a Data Source commit
-    message): its prepared branch's XID ("" for none), rows, and any problem."""
-
-    partition: int
-    attempt: int
-    xid: str
-    rows: int = 0
-    peak_rss_kb: int = 0
-    path: str = ""
-    problem: str = ""
+#: The kept-session role (xasink.protocol.sessions) of a writer's session, kept by a
+#: reused Python worker between tasks (a driver's own writes keep one too).
+BRANCH_ROLE = "branch"
 
 
 def _report(
@@ -111,34 +45,6 @@ def _report(
     if outcome is None:
         return BranchReport(partition, attempt, xid, peak_rss_kb=peak)
     return BranchReport(partition, attempt, xid, outcome.rows, peak, outcome.path, outcome.problem)
-
-
-def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The mapInArrow function: write this partition into one prepared branch."""
-    report = write_task(plan, batches)
-    yield pa.RecordBatch.from_pylist([dataclasses.asdict(report)], schema=MESSAGE_SCHEMA)
-
-
-def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
-    """Write this task's rows into one prepared branch (none if it has no rows)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
-        raise WriteError("xasink's partition writer must run inside a Spark task.")
-    return write_rows(
-        plan, batches, context.partitionId(), context.taskAttemptId(), context.attemptNumber()
-    )
-
-
-def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
-    """A small DataFrame, collected as Arrow and written by the driver itself as partition
-    0's only attempt: no Python task, no worker connection. The rows arrive as the batches a
-    mapInArrow task would get; nothing is written until all of them are here, so a failed
-    Spark task is retried by Spark before any branch opens."""
-    batches = df._collect_as_arrow()  # toArrow() less its cast
-    report = write_rows(plan, iter(batches), 0, 0, 0)
-    return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran
 
 
 def write_rows(
@@ -189,8 +95,6 @@ def without_skipped_ops(
 ) -> Iterator[pa.RecordBatch]:
     """Drop the change rows that carry no change of their own (e.g. Delta's
     update_preimage), before they reach the staging table."""
-    import pyarrow.compute as pc
-
     skip = pa.array(apply.op_skip, pa.string())
     for batch in batches:
         ops = batch.column(batch.schema.get_field_index(OP_COLUMN))
@@ -210,7 +114,7 @@ def _write_branch(
     the task could not fix them."""
     redact = plan.spec.redact
     xid = branch.xid
-    session, started, keep = _idle_sessions.pop(plan.spec, None), False, False
+    session, started, keep = sessions.unpark(plan.spec, BRANCH_ROLE), False, False
     loader: Loader | None = None
     try:
         session = _start(plan.spec, session, xid)
@@ -237,7 +141,7 @@ def _write_branch(
         problem = plan.apply and branch_problem(
             session.connection, get_dialect(plan.spec.dialect), plan.apply
         )
-        if not problem and plan.journal.state(session.connection, plan.job_id) != RUNNING:
+        if not problem and plan.journal.state(session.connection, plan.job_id) != JobState.RUNNING:
             problem = JOB_ENDED  # aborted by a recovery run, or a zombie of a finished job
         if problem:
             _abandon(session, xid)
@@ -267,24 +171,14 @@ def _write_branch(
         ) from None
     finally:
         if session is not None and keep:
-            _idle_sessions[plan.spec] = session  # this worker's next partition reuses it
-            shutdown.call_at_exit(_close_idle_sessions)  # a driver's writes keep one too
+            sessions.park(plan.spec, BRANCH_ROLE, session)  # for this worker's next partition
         elif session is not None:
             session.close()
 
 
-#: One idle session per connection spec, kept by a reused Python worker between tasks.
-_idle_sessions: dict[ConnectionSpec, XaSession] = {}
-
-
-def _close_idle_sessions() -> None:
-    while _idle_sessions:
-        _idle_sessions.popitem()[1].close()
-
-
 def _job_ended(plan: WritePlan, session: XaSession) -> bool:
     try:
-        return plan.journal.state(session.connection, plan.job_id) != RUNNING
+        return plan.journal.state(session.connection, plan.job_id) != JobState.RUNNING
     except Exception:
         return False  # cannot tell: let the task fail and Spark retry it
 

@@ -9,16 +9,17 @@ without a JDK, binds value by value), `finish()` once at the end of the partitio
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
+from ..dialects import Dialect
+from ..runtime.jdbc import JdbcConnection
 from ..spec import TableRef
 from .base import LoadTarget
 from .batched import BatchedInsertLoader
-
-if TYPE_CHECKING:
-    from ..dialects import Dialect
+from .mysql_load_data import MySQLLoadDataLoader
+from .pg_copy import PostgresCopyLoader
 
 
 class Loader(Protocol):
@@ -32,9 +33,16 @@ class Loader(Protocol):
     def abort(self) -> None: ...
 
 
+#: Each dialect's bulk loader (same calls as BatchedInsertLoader).
+BULK_LOADERS: dict[str, type[PostgresCopyLoader] | type[MySQLLoadDataLoader]] = {
+    "postgres": PostgresCopyLoader,
+    "mysql": MySQLLoadDataLoader,
+}
+
+
 def open_loader(
     dialect: Dialect,
-    conn: Any,
+    conn: JdbcConnection,
     table: TableRef,
     columns: Sequence[str],
     schema: pa.Schema,
@@ -51,7 +59,7 @@ def open_loader(
         column_types=list(column_types) or [""] * len(columns),
         dialect=dialect.name,
     )
-    bulk_class = dialect.bulk_loader() if bulk else None
+    bulk_class = BULK_LOADERS.get(dialect.name) if bulk else None
     if bulk_class is not None and bulk_class.supports(schema, target):
         return bulk_class(target, schema)
     return BatchedInsertLoader(target, schema, batch_size)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from ..runtime.jdbc import JdbcConnection
 
 
 @dataclass(frozen=True)
 class LoadTarget:
-    conn: Any  # the XA branch's java.sql.Connection
+    conn: JdbcConnection  # the XA branch's java.sql.Connection
     table_sql: str  # the quoted, qualified table name
     quoted_columns: Sequence[str]
     columns: Sequence[str]  # the table's column names (and the Arrow columns' names)

@@ -45,7 +45,7 @@ def _micros(array: pa.Array) -> np.ndarray:
 
 
 #: PostgreSQL column types that take a VARCHAR parameter as it is. A string bound for any
-#: other column (jsonb, integer[], enum, uuid: what xasink.types.to_wire produces) is sent
+#: other column (jsonb, integer[], enum, uuid: what xasink.spark.wire.to_wire produces) is sent
 #: untyped (Types.OTHER), so the server parses it as the column's own type.
 _PG_TEXT_TYPES = frozenset({"", "text", "varchar", "bpchar", "name"})
 

@@ -18,6 +18,7 @@ import jpype
 import pyarrow as pa
 
 from ..errors import WriteError
+from ..runtime.jdbc import JdbcConnection
 from ..runtime.jvm import jclass
 from .base import LoadTarget
 from .csv_encoding import CsvEncoder, encodable
@@ -26,7 +27,7 @@ CHUNK_BYTES = 4 << 20
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")
 
 
-def _mariadb_statement(conn: Any) -> Any:
+def _mariadb_statement(conn: JdbcConnection) -> Any:
     statement = conn.createStatement()
     for name in _STATEMENT_CLASSES:
         try:

@@ -1,27 +1,29 @@
-"""Operating the journal: list jobs and what blocks them, end a stuck job on purpose, and
-delete finished jobs' rows. These are the ways out the protocol leaves to a person."""
+"""Operating the journal: recover it, list jobs and what blocks them, end a stuck job on
+purpose, and delete finished jobs' rows. These are the ways out the protocol leaves to a
+person (`xasink recover`, `jobs`, `resolve --abandon`, `reset-sink`, `prune`)."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import socket
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..runtime.jdbc import execute, local_transaction, query
+from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT, NETWORK_TIMEOUT
+from ..errors import ConfigurationError, JournalError
+from ..runtime.jdbc import JdbcConnection, query, redacting_java_errors
+from ..spec import ConnectionSpec, TableRef
 from ..xid import BranchId, valid_job_id
+from .actions import RecoveryReport
+from .applying import StagedApply
 from .branches import BranchOps, Outcome
-from .journal import (
-    ABANDONED,
-    ABORTED,
-    COMMITTING,
-    FINAL_STATES,
-    RUNNING,
-    Journal,
-)
-from .recovery import DEFAULT_GRACE, RecoveryReport, resolve_in_doubt
+from .connecting import journal_session
+from .journal import Journal
+from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
+from .states import FINAL_STATES, JobState
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,13 @@ class JobInfo:
 
 def list_jobs(
     ops: BranchOps,
-    conn: Any,
+    conn: JdbcConnection,
     journal: Journal,
     *,
     states: tuple[str, ...] = (),
     table: str | None = None,
     limit: int = 200,
-    grace: float = DEFAULT_GRACE,
+    grace: float = GRACE,
 ) -> list[JobInfo]:
     """Jobs, newest first, with rows, age and what blocks the unfinished ones."""
     d = journal.dialect
@@ -109,7 +111,7 @@ def _mode(plan: object) -> str:
 
 def _blocker(
     ops: BranchOps,
-    conn: Any,
+    conn: JdbcConnection,
     journal: Journal,
     job_id: str,
     state: str,
@@ -121,12 +123,12 @@ def _blocker(
     mine = prepared.get(job_id, [])
     if state in FINAL_STATES:
         return f"{len(mine)} straggler branch(es): run `xasink recover`" if mine else ""
-    if state == RUNNING:
+    if state == JobState.RUNNING:
         silent = float(beat) if beat is not None else float("inf")
         if silent < max(grace, float(lease or 0)):
             return f"writing (heartbeat {silent:.0f}s ago)"
         return f"silent for {silent:.0f}s: `xasink recover` aborts it"
-    if state != COMMITTING:
+    if state != JobState.COMMITTING:
         return f"unknown state {state!r}"
     winners = journal.winners_of(conn, job_id)
     listed = {(b.partition, b.attempt) for b in mine}
@@ -147,8 +149,8 @@ def _blocker(
 
 
 def abandon(
-    ops: BranchOps, conn: Any, journal: Journal, job_id: str, reason: str
-) -> tuple[str, RecoveryReport]:
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, reason: str
+) -> tuple[JobState, RecoveryReport]:
     """End a job that cannot finish, on an operator's word, and record who did what.
 
     A running job is aborted. A decided staged job is aborted: its apply never ran, so the
@@ -163,22 +165,14 @@ def abandon(
         raise ConfigurationError(f"No job {job_id} in this journal (`xasink jobs` lists them).")
     if record.state in FINAL_STATES:
         raise ConfigurationError(f"Job {job_id} is already {record.state}; nothing to abandon.")
-    final = ABORTED if record.state == RUNNING or record.staged else ABANDONED
+    running = record.state == JobState.RUNNING
+    final = JobState.ABORTED if running or record.staged else JobState.ABANDONED
     who = f"{getpass.getuser()}@{socket.gethostname()} as {ops.spec.user or '(default user)'}"
     what = (
         f"{record.state} -> {final} by `xasink resolve --abandon`"
         + (f": {reason}" if reason else "")
     )[:2000]
-    with local_transaction(conn):
-        changed = execute(
-            conn,
-            f"UPDATE {journal.jobs} SET state = ?, finished_at = {journal.dialect.now_sql}, "
-            "resolved_by = ?, resolution = ? WHERE job_id = ? AND state = ?",
-            (final, who[:900], what, job_id, record.state),
-        )
-        if changed == 1 and final == ABORTED:
-            journal.restore_sink(conn, job_id)  # a streaming batch is written again on replay
-    if changed != 1:
+    if not journal.end_by_operator(conn, job_id, record.state, final, who[:900], what):
         raise ConfigurationError(
             f"Job {job_id} changed state while it was being abandoned; look again with "
             "`xasink jobs`."
@@ -187,7 +181,7 @@ def abandon(
     return final, report
 
 
-def prune(conn: Any, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
+def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago (and
     whose staging table is gone); returns how many jobs.
 
@@ -208,16 +202,119 @@ def prune(conn: Any, journal: Journal, older_than_days: float, *, dry_run: bool)
         f"AND {age} > COALESCE(j.lease_seconds, 0) AND {age} > ? "
         f"AND NOT EXISTS (SELECT 1 FROM {journal.sinks} s WHERE s.job_id = j.job_id)"
     )
-    params = (*FINAL_STATES, older_than_days * 86400.0, DEFAULT_GRACE)
+    params = (*FINAL_STATES, older_than_days * 86400.0, GRACE)
     jobs = [str(row[0]) for row in query(conn, old, params)]
     if dry_run or not jobs:
         return len(jobs)
-    for start in range(0, len(jobs), 500):
-        chunk = jobs[start : start + 500]
-        marks_j = ", ".join("?" for _ in chunk)
-        for table in (journal.winners, journal.markers, journal.jobs):
-            execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks_j})", chunk)
+    journal.forget(conn, jobs)
     return len(jobs)
 
 
-__all__ = ["JobInfo", "abandon", "list_jobs", "prune"]
+# -- the commands' sessions ----------------------------------------------------------
+@contextlib.contextmanager
+def operate(
+    url: str,
+    *,
+    journal_schema: str | None = None,
+    lock_wait_timeout: float = LOCK_WAIT,
+    staged: StagedApply[Any] | None = None,
+    **connection: JdbcConnection,
+) -> Iterator[tuple[Any, Journal, BranchOps]]:
+    """(connection, journal, branch ops) for operating an existing journal; `connection`
+    takes make_spec's keyword arguments, `staged` is what finishes staged jobs."""
+    connection = {"connect_timeout": CONNECT_TIMEOUT, "properties": None, **connection}
+    with journal_session(url, journal_schema, lock_wait_timeout, staged, **connection) as (
+        spec,
+        conn,
+        journal,
+    ):
+        if not journal.exists(conn):
+            raise JournalError(
+                f"No xasink journal in {describe(journal)} at {spec.masked_url}: check --url "
+                "and --journal-schema."
+            )
+        journal = journal.ensure(conn, spec)
+        with BranchOps(spec, journal) as ops:
+            yield conn, journal, ops
+
+
+@redacting_java_errors
+def recover(
+    url: str,
+    *,
+    staged: StagedApply[Any],
+    user: str | None = None,
+    password: str | None = None,
+    table: str | Sequence[str] | None = None,
+    job: str | None = None,
+    grace: float = GRACE,
+    dry_run: bool = False,
+    properties: Mapping[str, object] | None = None,
+    jars: Sequence[str] | None = None,
+    dialect: str | None = None,
+    xa_datasource: str | None = None,
+    journal_schema: str | None = None,
+    connect_timeout: int = CONNECT_TIMEOUT,
+    network_timeout: float = NETWORK_TIMEOUT,
+    lock_wait_timeout: float = LOCK_WAIT,
+    presume_abort_tag: str | None = None,
+) -> RecoveryReport:
+    """Resolve xasink's in-doubt branches in this database (see `recovery`); `staged`
+    applies and drops staged jobs' staging tables (`xasink.recover` passes xasink's own).
+
+    Without a journal nothing is touched, unless `presume_abort_tag` names the tag whose
+    prepared branches are to be rolled back (once older than `grace`, where the server
+    tells a branch's age)."""
+    with journal_session(
+        url,
+        journal_schema,
+        lock_wait_timeout,
+        staged,
+        user=user,
+        password=password,
+        properties=properties,
+        dialect=dialect,
+        xa_datasource=xa_datasource,
+        jars=jars,
+        connect_timeout=connect_timeout,
+        network_timeout=network_timeout,
+    ) as (spec, conn, journal):
+        scope = str(TableRef.parse(table)) if table is not None else None
+        return _recover(spec, conn, journal, scope, job, grace, dry_run, presume_abort_tag)
+
+
+def _recover(
+    spec: ConnectionSpec,
+    conn: JdbcConnection,
+    journal: Journal,
+    table: str | None,
+    job: str | None,
+    grace: float,
+    dry_run: bool,
+    presume_abort_tag: str | None,
+) -> RecoveryReport:
+    exists = journal.exists(conn)  # raises unless the journal is truly missing
+    if presume_abort_tag is not None:
+        if exists:
+            raise ConfigurationError(
+                "The journal exists, so recovery decides from it: drop --presume-abort."
+            )
+        orphan = replace(journal, tag=presume_abort_tag)
+        with BranchOps(spec, orphan) as ops:
+            return presume_abort(
+                ops, presume_abort_tag, grace=grace, dry_run=dry_run, conn=conn, journal=orphan
+            )
+    if not exists:
+        with BranchOps(spec, journal) as ops:
+            return no_journal(ops, journal, dry_run)
+    if dry_run:
+        journal.check_complete(conn)
+    else:
+        journal = journal.ensure(conn, spec)  # checks it whole
+    with BranchOps(spec, journal) as ops:
+        return resolve_in_doubt(
+            ops, conn, journal, table=table, job=job, grace=grace, dry_run=dry_run
+        )
+
+
+__all__ = ["JobInfo", "abandon", "list_jobs", "operate", "prune", "recover"]

@@ -19,14 +19,15 @@ from typing import TypeVar
 from ..errors import PreflightError
 from ..spec import ConnectionSpec
 from ..xid import BranchId, Xid
-from . import idle
-from .journal import COMMITTED, Journal
+from . import sessions
+from .journal import Journal
 from .sessions import open_session
+from .states import JobState
 from .xa import FailureKind, XaFailure, XaSession
 
 log = logging.getLogger("xasink")
 T = TypeVar("T")
-#: xasink.idle's name for the branch operations' session.
+#: The kept-session role (xasink.protocol.sessions) of the branch operations' session.
 OPS_ROLE = "branch ops"
 
 
@@ -53,14 +54,14 @@ class BranchOps:
         self.journal = journal
         self.retries = retries
         self.backoff = backoff
-        #: Take a kept session and hand it back after a clean exit (xasink.idle).
+        #: Take a kept session and hand it back after a clean exit (see `sessions`).
         self.reuse = reuse
         self._session: XaSession | None = None
 
     @property
     def session(self) -> XaSession:
         if self._session is None:
-            kept = idle.take(self.spec, OPS_ROLE) if self.reuse else None
+            kept = sessions.take(self.spec, OPS_ROLE) if self.reuse else None
             self._session = kept or open_session(self.spec)
         return self._session
 
@@ -74,7 +75,7 @@ class BranchOps:
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
         if self.reuse and exc_type is None and self._session is not None:
-            idle.give(self.spec, OPS_ROLE, self._session)
+            sessions.give(self.spec, OPS_ROLE, self._session)
             self._session = None
         self.close()
 
@@ -177,7 +178,7 @@ class BranchOps:
             journal, conn = self.journal, session.connection
             if journal.marker_exists(conn, branch.job_id, branch.partition, branch.attempt):
                 return Outcome.ALREADY_COMMITTED
-            if journal.state(conn, branch.job_id) == COMMITTED:
+            if journal.state(conn, branch.job_id) == JobState.COMMITTED:
                 return Outcome.ALREADY_COMMITTED
             return Outcome.LOST
 

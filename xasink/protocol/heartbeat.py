@@ -12,6 +12,7 @@ import os
 import threading
 import time
 
+from ..defaults import LEASE_INTERVALS
 from ..runtime import shutdown
 from ..runtime.jdbc import execute, set_network_timeout
 from ..spec import ConnectionSpec
@@ -23,7 +24,6 @@ log = logging.getLogger("xasink")
 
 #: A job's lease, stored on its row, is this many heartbeat intervals: recovery never takes
 #: a job for dead sooner, whatever grace it was given (except an explicit grace of 0).
-LEASE_INTERVALS = 3
 
 
 class Heartbeat:

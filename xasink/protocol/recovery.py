@@ -25,96 +25,31 @@ Job-level actions carry partition -1.
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from ..defaults import GRACE as DEFAULT_GRACE
 from ..errors import JournalError
-from ..runtime.jdbc import query
-from ..target.staging import ApplyPlan
+from ..runtime.jdbc import JdbcConnection, query
 from ..xid import BranchId, valid_job_id
+from .actions import BranchAction, RecoveryAction, RecoveryReport
+from .applying import JobOrderError, StagedPlan
 from .branches import BranchOps, Outcome
-from .journal import (
-    ABANDONED,
-    ABORTED,
-    COMMITTED,
-    COMMITTING,
-    RUNNING,
-    JobOrderError,
-    JobRecord,
-    Journal,
-)
+from .journal import Journal
+from .records import JobRecord
+from .states import JobState
 
 log = logging.getLogger("xasink")
 
-DEFAULT_GRACE = 120.0
 
-# Actions that leave something in doubt.
-LEFT, LOST, FAILED = "left", "LOST", "failed"
 #: How often one job is looked at again when it changes state while recovery acts on it.
 _LOOKS = 3
-
-
-@dataclass(frozen=True)
-class BranchAction:
-    job_id: str
-    partition: int
-    attempt: int
-    action: str
-    detail: str = ""
-
-    @property
-    def unresolved(self) -> bool:
-        return self.action in (LEFT, LOST, FAILED) or self.action.startswith("would ")
-
-    @property
-    def is_branch(self) -> bool:
-        return self.partition >= 0
-
-    def line(self) -> str:
-        branch = f" partition={self.partition} attempt={self.attempt}" if self.is_branch else ""
-        text = f"job={self.job_id}{branch} action={self.action.replace(' ', '-')}"
-        return f"{text} ({self.detail})" if self.detail else text
-
-
-@dataclass
-class RecoveryReport:
-    dry_run: bool
-    #: Which journal was read, and its tag: a wrong schema shows here at once.
-    journal: str = ""
-    actions: list[BranchAction] = field(default_factory=list)
-
-    @property
-    def unresolved(self) -> list[BranchAction]:
-        return [a for a in self.actions if a.unresolved]
-
-    @property
-    def ok(self) -> bool:
-        return not self.unresolved
-
-    def summary(self) -> str:
-        branches = sum(1 for a in self.actions if a.is_branch)
-        jobs = len({a.job_id for a in self.actions})
-        left = len(self.unresolved)
-        return f"{branches} branch(es) of {jobs} job(s) handled, {left} action(s) left unresolved"
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "dry_run": self.dry_run,
-                "journal": self.journal,
-                "ok": self.ok,
-                "actions": [asdict(a) for a in self.actions],
-            },
-            indent=2,
-        )
 
 
 @dataclass
 class _Resolver:
     ops: BranchOps
-    conn: Any
+    conn: JdbcConnection
     journal: Journal
     grace: float
     dry_run: bool
@@ -122,15 +57,19 @@ class _Resolver:
     _ages: dict[str, float] | None = None
 
     # -- reporting -------------------------------------------------------------------
-    def _add(self, branch: BranchId, action: str, detail: str) -> None:
+    def _add(self, branch: BranchId, action: RecoveryAction, detail: str) -> None:
         self._log(BranchAction(branch.job_id, branch.partition, branch.attempt, action, detail))
 
-    def job_action(self, job_id: str, action: str, detail: str) -> None:
+    def job_action(self, job_id: str, action: RecoveryAction, detail: str) -> None:
         self._log(BranchAction(job_id, -1, -1, action, detail))
 
     def _log(self, action: BranchAction) -> None:
         self.report.actions.append(action)
-        level = logging.WARNING if action.action in (LOST, FAILED) else logging.INFO
+        level = (
+            logging.WARNING
+            if action.action in (RecoveryAction.LOST, RecoveryAction.FAILED)
+            else logging.INFO
+        )
         log.log(level, "xasink recover: %s", action.line())
 
     def _redact(self, exc: BaseException) -> str:
@@ -139,17 +78,21 @@ class _Resolver:
     # -- acting on branches ------------------------------------------------------------
     def act(self, branch: BranchId, commit: bool, why: str) -> None:
         if self.dry_run:
-            self._add(branch, "would commit" if commit else "would rollback", why)
+            self._add(
+                branch,
+                RecoveryAction.WOULD_COMMIT if commit else RecoveryAction.WOULD_ROLLBACK,
+                why,
+            )
             return
         try:
             outcome = self.ops.commit(branch) if commit else self.ops.rollback(branch)
         except Exception as exc:
-            self._add(branch, FAILED, f"{why}; {self._redact(exc)}")
+            self._add(branch, RecoveryAction.FAILED, f"{why}; {self._redact(exc)}")
             return
         if outcome is Outcome.LOST:
-            self._add(branch, LOST, _LOST_DETAIL)
+            self._add(branch, RecoveryAction.LOST, _LOST_DETAIL)
         else:
-            self._add(branch, outcome.value, why)
+            self._add(branch, RecoveryAction.of(outcome), why)
 
     def roll_back(self, branches: list[BranchId], why: str) -> None:
         for branch in branches:
@@ -165,20 +108,20 @@ class _Resolver:
             if record is None:
                 self.without_row(job_id, branches)
                 return
-            if record.state == ABORTED:
+            if record.state == JobState.ABORTED:
                 why = "no decision, job silent: aborted it" if aborted_here else "job aborted"
                 self.roll_back(branches, why)
                 return
-            if record.state in (COMMITTING, COMMITTED, ABANDONED):
+            if record.state in (JobState.COMMITTING, JobState.COMMITTED, JobState.ABANDONED):
                 self._roll_forward(record, branches)
                 return
-            if record.state != RUNNING:
+            if record.state != JobState.RUNNING:
                 for branch in branches:
-                    self._add(branch, LEFT, f"unknown job state {record.state!r}")
+                    self._add(branch, RecoveryAction.LEFT, f"unknown job state {record.state!r}")
                 return
             if self._alive(record):
                 for branch in branches:
-                    self._add(branch, LEFT, self._alive_detail(record))
+                    self._add(branch, RecoveryAction.LEFT, self._alive_detail(record))
                 return
             if self.dry_run:
                 self.roll_back(branches, "no decision, job silent")
@@ -186,7 +129,9 @@ class _Resolver:
             # Conditional: a decision (or a beat) since we read the row makes this fail,
             # and then the row is read again, with a fresh listing.
             aborted_here = self.journal.abort(self.conn, job_id, beats=record.beats)
-        self.job_action(job_id, LEFT, "the job kept changing while recovery looked at it")
+        self.job_action(
+            job_id, RecoveryAction.LEFT, "the job kept changing while recovery looked at it"
+        )
 
     def without_row(self, job_id: str, branches: list[BranchId]) -> None:
         """Presumed abort for branches whose job row is gone, once prepared long enough."""
@@ -195,7 +140,9 @@ class _Resolver:
             if self.grace > 0 and (age is None or age < self.grace):
                 known = f"prepared {age:.0f}s ago" if age is not None else "prepare time unknown"
                 self._add(
-                    branch, LEFT, f"no journal row ({known}); rolled back after the grace period"
+                    branch,
+                    RecoveryAction.LEFT,
+                    f"no journal row ({known}); rolled back after the grace period",
                 )
             else:
                 self.act(branch, commit=False, why="no journal row: presumed abort")
@@ -211,25 +158,27 @@ class _Resolver:
         for branch in branches:
             winner = (branch.partition, branch.attempt) in record.winners
             self.act(branch, commit=winner, why="decided" if winner else "not a winner")
-        if record.state != COMMITTING:
+        if record.state != JobState.COMMITTING:
             return  # finished (or closed by an operator): these were stragglers
         listed = {(b.partition, b.attempt) for b in branches}
         for partition, attempt in sorted(record.winners - listed):
             branch = BranchId(self.journal.tag, record.job_id, partition, attempt)
             outcome = self.ops.settled(branch)
             if outcome is Outcome.LOST:
-                self._add(branch, LOST, _LOST_DETAIL)
+                self._add(branch, RecoveryAction.LOST, _LOST_DETAIL)
             else:
-                self._add(branch, outcome.value, "marker row or committed job found")
+                self._add(branch, RecoveryAction.of(outcome), "marker row or committed job found")
         mine = [a for a in self.report.actions if a.job_id == record.job_id]
-        if any(a.action == LOST for a in mine) and not self.dry_run:
+        if any(a.action == RecoveryAction.LOST for a in mine) and not self.dry_run:
             self._abandon_if_staged(record)
         if any(a.unresolved for a in mine):
             return
         if not self.dry_run:
             self._finish(record)
         elif record.staged:
-            self.job_action(record.job_id, "would apply", "staging table to the target")
+            self.job_action(
+                record.job_id, RecoveryAction.WOULD_APPLY, "staging table to the target"
+            )
 
     def _abandon_if_staged(self, record: JobRecord) -> None:
         """A staged job missing a winner was never applied: abort it, target unchanged
@@ -237,14 +186,14 @@ class _Resolver:
         if self.journal.abandon(self.conn, record.job_id):
             self.job_action(
                 record.job_id,
-                "aborted",
+                RecoveryAction.ABORTED,
                 "a decided branch was lost before the apply: the target is unchanged; "
                 "run the write again",
             )
         elif not record.staged:
             self.job_action(
                 record.job_id,
-                LOST,
+                RecoveryAction.LOST,
                 "append job with a lost branch: the other branches' rows are in the table. "
                 f"Close it with `xasink resolve {record.job_id} --abandon` once you have "
                 "dealt with the missing rows",
@@ -257,24 +206,32 @@ class _Resolver:
                 self.conn, record.job_id, record.winners
             )
         except JobOrderError as exc:
-            self.job_action(record.job_id, LEFT, f"waits: {exc}")
+            self.job_action(record.job_id, RecoveryAction.LEFT, f"waits: {exc}")
             return
         except Exception as exc:
             detail = self._redact(exc)
             if self.journal.dialect.is_lock_timeout(exc):
                 detail = blocked_detail(self.ops, self.conn, self.journal, record.job_id, detail)
-            self.job_action(record.job_id, FAILED, f"finishing the job failed: {detail}")
+            self.job_action(
+                record.job_id, RecoveryAction.FAILED, f"finishing the job failed: {detail}"
+            )
             return
         if refusal is not None:
             detail = self._redact(refusal)
             log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
-            self.job_action(record.job_id, "aborted", f"target refused the rows: {detail}")
+            self.job_action(
+                record.job_id, RecoveryAction.ABORTED, f"target refused the rows: {detail}"
+            )
         elif not finished:
-            self.job_action(record.job_id, "finished elsewhere", "another process finished it")
+            self.job_action(
+                record.job_id, RecoveryAction.FINISHED_ELSEWHERE, "another process finished it"
+            )
         elif record.staged:
-            self.job_action(record.job_id, "applied", "staging table applied to the target")
+            self.job_action(
+                record.job_id, RecoveryAction.APPLIED, "staging table applied to the target"
+            )
         else:
-            self.job_action(record.job_id, "committed", "every winner committed")
+            self.job_action(record.job_id, RecoveryAction.COMMITTED, "every winner committed")
 
     # -- liveness --------------------------------------------------------------------
     def _alive(self, record: JobRecord) -> bool:
@@ -292,20 +249,22 @@ class _Resolver:
             if job is not None and job_id != job:
                 continue
             if isinstance(plan, JournalError):
-                self.job_action(job_id[:64], FAILED, str(plan))
+                self.job_action(job_id[:64], RecoveryAction.FAILED, str(plan))
                 continue
             if table is not None and str(plan.target) != table:
                 continue
             if self.dry_run:
-                self.job_action(job_id, "would drop stage", str(plan.stage))
+                self.job_action(job_id, RecoveryAction.WOULD_DROP_STAGE, str(plan.stage))
                 continue
             try:
                 self._release(job_id, plan)
-                self.job_action(job_id, "dropped stage", str(plan.stage))
+                self.job_action(job_id, RecoveryAction.DROPPED_STAGE, str(plan.stage))
             except Exception as exc:
-                self.job_action(job_id, FAILED, f"dropping {plan.stage}: {self._redact(exc)}")
+                self.job_action(
+                    job_id, RecoveryAction.FAILED, f"dropping {plan.stage}: {self._redact(exc)}"
+                )
 
-    def _release(self, job_id: str, plan: ApplyPlan) -> None:
+    def _release(self, job_id: str, plan: StagedPlan) -> None:
         """Drop a finished job's stage. A late attempt that prepared after this run listed
         the job holds it: resolve the job once more (rolling such stragglers back), retry."""
         try:
@@ -323,7 +282,9 @@ _LOST_DETAIL = (
 )
 
 
-def blocked_detail(ops: BranchOps, conn: Any, journal: Journal, job_id: str, reason: str) -> str:
+def blocked_detail(
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, reason: str
+) -> str:
     """Name what a lock wait is probably stuck behind: prepared transactions still open."""
     try:
         others: dict[str, int] = {}
@@ -352,7 +313,7 @@ def blocked_detail(ops: BranchOps, conn: Any, journal: Journal, job_id: str, rea
 
 def resolve_in_doubt(
     ops: BranchOps,
-    conn: Any,
+    conn: JdbcConnection,
     journal: Journal,
     *,
     table: str | None = None,
@@ -363,7 +324,7 @@ def resolve_in_doubt(
     """Resolve this journal's in-doubt branches (of `table`'s or `job`'s only, when given)."""
     report = RecoveryReport(dry_run=dry_run, journal=describe(journal))
     resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
-    committing = journal.jobs_in_state(conn, COMMITTING)  # oldest decision first
+    committing = journal.jobs_in_state(conn, JobState.COMMITTING)  # oldest decision first
     candidates = {branch.job_id for branch, _ in ops.prepared()}
     candidates.update(r.job_id for r in committing)
     candidates.update(journal.running(conn))  # silent before any branch prepared
@@ -372,12 +333,14 @@ def resolve_in_doubt(
         if job is not None and job_id != job:
             continue
         if not valid_job_id(job_id):
-            resolver.job_action(job_id[:64], FAILED, "not an xasink job id: row ignored")
+            resolver.job_action(
+                job_id[:64], RecoveryAction.FAILED, "not an xasink job id: row ignored"
+            )
             continue
         record = journal.job(conn, job_id)
         if table is not None and (record is None or record.table != table):
             continue
-        (decided if record and record.state == COMMITTING else undecided).append(job_id)
+        (decided if record and record.state == JobState.COMMITTING else undecided).append(job_id)
     order = {r.job_id: i for i, r in enumerate(committing)}
     for job_id in undecided + sorted(decided, key=lambda j: order.get(j, len(order))):
         resolver.resolve(job_id)
@@ -386,7 +349,7 @@ def resolve_in_doubt(
 
 
 def presume_abort(
-    ops: BranchOps, tag: str, *, grace: float, dry_run: bool, conn: Any, journal: Journal
+    ops: BranchOps, tag: str, *, grace: float, dry_run: bool, conn: JdbcConnection, journal: Journal
 ) -> RecoveryReport:
     """No journal exists: roll back the prepared branches carrying `tag`, as the operator
     asked, once prepared longer than the grace (when the server says when)."""
@@ -406,7 +369,7 @@ def no_journal(ops: BranchOps, journal: Journal, dry_run: bool) -> RecoveryRepor
                 branch.job_id,
                 branch.partition,
                 branch.attempt,
-                LEFT,
+                RecoveryAction.LEFT,
                 f"tag {branch.journal}: no journal here to decide by (wrong --journal-schema "
                 "or database?). Nothing was touched; --presume-abort TAG rolls back a tag's "
                 "branches when its journal is truly gone",

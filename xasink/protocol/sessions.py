@@ -1,24 +1,80 @@
-"""Open XA sessions for a ConnectionSpec: jars, JVM, data source class, session setup."""
+"""XA sessions for a ConnectionSpec: opened (jars, JVM, data source class, session setup),
+and kept idle between the calls of one process.
+
+Opening a session costs 2 ms (MariaDB) to tens of ms (PostgreSQL's SCRAM login): more than
+all of a call's bookkeeping statements together. So the journal's and the branch
+operations' sessions are handed back after a call that went well and taken by the next one
+(`give`, `take`, `kept_on_success`).
+
+Why that is safe: a session is kept only when the call using it ended without an error and
+it is back in autocommit with no transaction open; driver sessions never start a branch
+(they only commit, roll back or list prepared ones). It is checked alive before reuse and
+closed instead once idle for `MAX_IDLE` seconds. Every failure closes the session, as before.
+
+A writer keeps its session after its branch prepared, where the dialect allows a new branch
+on it, for the next task of its Python worker (`park`, `unpark`): unchecked, since the
+branch's first XA call tests it. `close_all` closes every kept session, at exit. (The
+heartbeat thread's sessions are its own: it closes them itself, a beat may be in flight.)
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jpype
 
 from ..dialects import Dialect, get_dialect
 from ..errors import ConfigurationError, PreflightError
+from ..runtime import shutdown
 from ..runtime.jars import resolve_classpath, visible
 from ..runtime.jdbc import java_message
 from ..runtime.jvm import attach_as_daemon, ensure_jvm, jclass
-from ..spark.session import shipped_copy
 from ..spec import ConnectionSpec
 from .xa import XaSession, classify
+
+log = logging.getLogger("xasink")
 
 _datasources: dict[ConnectionSpec, Any] = {}
 
 
+# -- where the driver jars are ---------------------------------------------------------
+def _no_shipped_copy(jar: str) -> str | None:
+    return None
+
+
+#: On an executor, this task's copy of a jar the driver shipped with the job (None outside
+#: a task, or when it was not shipped). Set by the task entry (`set_jar_locator`).
+_shipped_copy: Callable[[str], str | None] = _no_shipped_copy
+
+
+def set_jar_locator(locate: Callable[[str], str | None]) -> None:
+    """How a task finds its copy of a driver jar shipped with the job (xasink.spark)."""
+    global _shipped_copy
+    _shipped_copy = locate
+
+
+def classpath_for(spec: ConnectionSpec) -> list[str]:
+    return resolve_classpath(get_dialect(spec.dialect).jar_kinds, spec.jars)
+
+
+def _local_jars(spec: ConnectionSpec) -> list[str]:
+    """The driver's resolved jars: on an executor, the copies shipped with the job first;
+    else the driver's paths if they exist here; else this machine's own search."""
+    shipped = [_shipped_copy(jar) for jar in spec.jars]
+    if spec.jars and all(shipped):
+        return [str(path) for path in shipped]
+    if spec.jars and all(visible(jar) for jar in spec.jars):
+        return list(spec.jars)
+    return resolve_classpath(get_dialect(spec.dialect).jar_kinds, None)
+
+
+# -- opening ---------------------------------------------------------------------------
 def check_reachable(spec: ConnectionSpec) -> None:
     """Fail within seconds, naming host:port, instead of hanging inside a driver."""
     address = get_dialect(spec.dialect).host_port(spec.url)
@@ -33,21 +89,6 @@ def check_reachable(spec: ConnectionSpec) -> None:
             f"Cannot reach the database at {host}:{port} ({exc.strerror or exc}). Check that "
             "the server is running, the host and port in the URL, and any firewall."
         ) from None
-
-
-def classpath_for(spec: ConnectionSpec) -> list[str]:
-    return resolve_classpath(get_dialect(spec.dialect).jar_kinds, spec.jars)
-
-
-def _local_jars(spec: ConnectionSpec) -> list[str]:
-    """The driver's resolved jars: on an executor, the copies shipped with the job first;
-    else the driver's paths if they exist here; else this machine's own search."""
-    shipped = [shipped_copy(jar) for jar in spec.jars]
-    if spec.jars and all(shipped):
-        return [str(path) for path in shipped]
-    if spec.jars and all(visible(jar) for jar in spec.jars):
-        return list(spec.jars)
-    return resolve_classpath(get_dialect(spec.dialect).jar_kinds, None)
 
 
 def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
@@ -96,3 +137,92 @@ def open_session(spec: ConnectionSpec) -> XaSession:
         session.close()
         raise
     return session
+
+
+# -- keeping idle ones -----------------------------------------------------------------
+#: A session idle longer than this is closed rather than reused, in seconds.
+MAX_IDLE = 60.0
+
+_Key = tuple[ConnectionSpec, str]
+_idle: dict[_Key, tuple[XaSession, float]] = {}
+_lock = threading.Lock()
+
+
+def take(spec: ConnectionSpec, role: str) -> XaSession | None:
+    """A kept session for (spec, role) that still answers, or None."""
+    with _lock:
+        kept = _idle.pop((spec, role), None)
+    if kept is None:
+        return None
+    session, since = kept
+    try:
+        if time.monotonic() - since < MAX_IDLE and session.connection.isValid(2):
+            return session
+    except Exception as exc:
+        log.debug("xasink: an idle session failed its check: %s", spec.redact(exc))
+    session.close()
+    return None
+
+
+def give(spec: ConnectionSpec, role: str, session: XaSession) -> None:
+    """Keep `session` for the next call if it is idle in autocommit; else close it."""
+    try:
+        idle = bool(session.connection.getAutoCommit())
+    except Exception:
+        idle = False
+    if not idle:
+        session.close()
+        return
+    park(spec, role, session)
+
+
+def park(spec: ConnectionSpec, role: str, session: XaSession) -> None:
+    """Keep `session` as it is for the next `take` or `unpark` of (spec, role); one kept
+    there before is closed."""
+    with _lock:
+        previous = _idle.pop((spec, role), None)
+        _idle[(spec, role)] = (session, time.monotonic())
+    shutdown.call_at_exit(close_all)
+    if previous is not None:
+        previous[0].close()
+
+
+def unpark(spec: ConnectionSpec, role: str) -> XaSession | None:
+    """The session kept for (spec, role), unchecked (None: there is none)."""
+    with _lock:
+        kept = _idle.pop((spec, role), None)
+    return None if kept is None else kept[0]
+
+
+def close_all() -> None:
+    """Close every kept session (at exit: on the exiting thread, while the JVM runs)."""
+    with _lock:
+        kept = list(_idle.values())
+        _idle.clear()
+    for session, _ in kept:
+        session.close()
+
+
+@contextlib.contextmanager
+def kept_on_success(spec: ConnectionSpec, role: str, session: XaSession) -> Iterator[XaSession]:
+    """Use `session`; hand it back for reuse if the block succeeds, close it if not."""
+    try:
+        yield session
+    except BaseException:
+        session.close()
+        raise
+    give(spec, role, session)
+
+
+__all__ = [
+    "check_reachable",
+    "classpath_for",
+    "close_all",
+    "give",
+    "kept_on_success",
+    "open_session",
+    "park",
+    "set_jar_locator",
+    "take",
+    "unpark",
+]

@@ -6,11 +6,18 @@ import contextlib
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import jpype
 
+from ..errors import XasinkError
+from ..masking import Redactor
+
 Param = int | float | str | bytes | bool | None
+
+#: A java.sql.Connection as JPype hands it to Python. JPype proxies have no Python type to
+#: check, so this is Any to a type checker; the name says what a parameter holds.
+JdbcConnection: TypeAlias = Any
 
 
 def _bind(statement: Any, params: Sequence[Param]) -> None:
@@ -46,7 +53,7 @@ def _to_python(value: Any) -> Any:
     return str(value.toString())
 
 
-def execute(conn: Any, sql: str, params: Sequence[Param] = ()) -> int:
+def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int:
     """Run one statement; returns the update count."""
     statement = conn.prepareStatement(sql)
     try:
@@ -56,7 +63,7 @@ def execute(conn: Any, sql: str, params: Sequence[Param] = ()) -> int:
         statement.close()
 
 
-def query(conn: Any, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, ...]]:
+def query(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, ...]]:
     """Run a query; returns all rows as Python tuples (bookkeeping results are small)."""
     statement = conn.prepareStatement(sql)
     try:
@@ -74,7 +81,7 @@ def query(conn: Any, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, 
         statement.close()
 
 
-def set_network_timeout(conn: Any, seconds: float) -> None:
+def set_network_timeout(conn: JdbcConnection, seconds: float) -> None:
     """Bound how long any call on `conn` waits for the server (JDBC's setNetworkTimeout);
     a driver that cannot keeps the timeout of its connection properties."""
     executor = jpype.JClass("java.util.concurrent.ForkJoinPool").commonPool()
@@ -83,7 +90,7 @@ def set_network_timeout(conn: Any, seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def network_timeout_lifted(conn: Any) -> Iterator[None]:
+def network_timeout_lifted(conn: JdbcConnection) -> Iterator[None]:
     """Run a statement that may legitimately run long (a staged apply of millions of rows)
     without the connection's network timeout; TCP keepalive still ends a dead peer's wait."""
     try:
@@ -100,7 +107,7 @@ def network_timeout_lifted(conn: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def local_transaction(conn: Any) -> Iterator[Any]:
+def local_transaction(conn: JdbcConnection) -> Iterator[Any]:
     """Commit on success, roll back on error; autocommit restored afterwards."""
     conn.setAutoCommit(False)
     try:
@@ -162,8 +169,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def redacting_java_errors(func: F) -> F:
     """No raw Java exception leaves a public call: it becomes an XasinkError whose message
     has the call's passwords (argument, or `properties`) and URL credentials masked."""
-    from ..errors import XasinkError
-    from ..masking import Redactor
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ import jpype
 import jpype.config
 
 from ..xid import Xid
+from .javahelpers import helper_class
 
 JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
 DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")
@@ -99,8 +100,6 @@ def java_xid(xid: Xid) -> Any:
     """A javax.transaction.xa.Xid with value equality (pgjdbc compares XIDs by equals): our
     Java class where the JDK can compile it, else a Python proxy (JVM threads then call
     back into Python for it, which can abort a process at exit)."""
-    from .javahelpers import helper_class
-
     global _proxy_class
     native = helper_class("XasinkXid")
     if native is not None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -32,35 +33,25 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..driver.job import (
-    Begun,
-    JobRequest,
-    Preflight,
-    abort,
-    begin,
-    commit_all,
-    decide_all,
-    open_journal,
-    plan_job,
-    preflight,
-    release_stage,
-)
+from .. import defaults
+from ..driver.job import Job
+from ..driver.request import Begun, JobRequest, Preflight
 from ..driver.sinks import decided_already
-from ..errors import CommitError, ConfigurationError, WriteError, XasinkError
-from ..executor.branch import BranchReport, WritePlan, write_task
+from ..errors import CommitError, ConfigurationError, WriteError
+from ..executor.contract import BranchReport, WritePlan
 from ..protocol.branches import BranchOps
-from ..protocol.journal import ABORTED, COMMITTED, COMMITTING, RUNNING, SinkBatch
-from ..protocol.recovery import DEFAULT_GRACE, resolve_in_doubt
+from ..protocol.connecting import open_journal
+from ..protocol.recovery import resolve_in_doubt
+from ..protocol.sinkmarks import SinkBatch
+from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
+from ..target.staging import STAGED_APPLY
 from ..target.types import needs_spark_conversion
 from .options import FormatRequest, parse
 from .session import QUERY_ID_PROPERTY, task_property
+from .tasks import write_task
 
 log = logging.getLogger("xasink")
-
-#: The prepared-slot check's branch count when nothing bounds the branches (MySQL/MariaDB,
-#: whose servers have no such slots).
-DEFAULT_BRANCH_HINT = 8
 
 
 @dataclass
@@ -109,19 +100,19 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
     """Preflight, recover what earlier jobs left on the table, register a job."""
     request = fmt.request
     frame = schema.names
-    branches = fmt.max_branches or DEFAULT_BRANCH_HINT
-    session, journal = open_journal(request.spec, request.journal_schema, request.lock_wait)
-    with session:
-        conn = session.connection
-        pre = preflight(conn, journal, request, schema, branches)
+    # The prepared-slot check's branch count when nothing bounds the branches (MySQL and
+    # MariaDB, whose servers have no such slots).
+    branches = fmt.max_branches or defaults.BRANCH_HINT
+    with Job.opened(request) as job:
+        pre = job.preflight(schema, branches)
         _check_conversions(request, pre, schema)
-        with BranchOps(request.spec, pre.journal, retries=request.commit_retries) as ops:
-            # Until its first task beats, the job waits for Spark (upstream stages, a queue
-            # for executors): it holds no lock or slot then, so it may wait long.
-            lease = max(fmt.start_timeout, fmt.lease)
-            begun = begin(conn, ops, request, pre, frame, lease, fmt.stream_key, fmt.sink_id)
-            assert isinstance(begun, Begun)  # no sink here: never skipped
-            plan, _ = plan_job(conn, request, pre, begun, schema, fmt.heartbeat_interval, fmt.lease)
+        # Until its first task beats, the job waits for Spark (upstream stages, a queue for
+        # executors): it holds no lock or slot then, so it may wait long.
+        lease = max(fmt.start_timeout, fmt.lease)
+        begun = job.begin(pre, frame, lease, fmt.stream_key, fmt.sink_id)
+        assert isinstance(begun, Begun)  # no sink here: never skipped
+        with job.running():  # tasks beat for it from now on
+            plan, _ = job.make_plan(pre, schema, fmt.heartbeat_interval, fmt.lease)
     ordered = [*request.options.written(frame), *request.options.steering]
     log.info("xasink job %s: writing into %s (format xasink)", plan.job_id, request.target)
     return MintedJob(plan, tuple(frame.index(c) for c in ordered))
@@ -151,8 +142,6 @@ def _rows(minted: MintedJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 def _check_partition(fmt: FormatRequest) -> None:
     """Refuse a task beyond the job's branch bound before it opens a branch: the server
     check counted that many (on PostgreSQL, prepared-transaction slots)."""
-    from pyspark import TaskContext
-
     context = TaskContext.get()
     if fmt.max_branches and context is not None and context.partitionId() >= fmt.max_branches:
         default = (
@@ -172,18 +161,8 @@ def _check_partition(fmt: FormatRequest) -> None:
 @redacting_java_errors
 def conclude(plan: WritePlan, request: JobRequest, reports: Sequence[BranchReport]) -> None:
     """Decide and commit a job from its tasks' reports (phase 2, apply, stage release)."""
-    session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
-    with session:
-        conn = session.connection
-        with BranchOps(request.spec, plan.journal, retries=request.commit_retries) as ops:
-            try:
-                phase_one = decide_all(plan, ops, conn, reports, len(reports), True)
-                commit_all(plan, ops, conn, phase_one, request.commit_parallelism)
-            except XasinkError as exc:
-                exc.job_id = plan.job_id  # type: ignore[attr-defined]
-                raise
-            finally:
-                release_stage(plan.journal, conn, plan.job_id, plan.apply, request.spec)
+    with Job.resumed(plan, request) as job, job.running():
+        job.commit(job.decide(reports, len(reports), planned=True))
     log.info("xasink job %s: committed into %s", plan.job_id, request.target)
 
 
@@ -192,17 +171,8 @@ def cancel(plan: WritePlan, request: JobRequest) -> str | None:
     """Spark gave up on the job (or on its commit): abort it unless its decision is
     recorded, in which case it is finished instead (a decided job is never rolled back).
     Returns the job's state at the end."""
-    session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
-    with session:
-        conn = session.connection
-        with BranchOps(request.spec, plan.journal) as ops:
-            state = plan.journal.state(conn, plan.job_id)
-            if state in (RUNNING, ABORTED):  # abort it, and roll back what it prepared
-                abort(plan, ops, conn)
-            elif state == COMMITTING:
-                resolve_in_doubt(ops, conn, plan.journal, job=plan.job_id, grace=DEFAULT_GRACE)
-            release_stage(plan.journal, conn, plan.job_id, plan.apply, request.spec)
-            return plan.journal.state(conn, plan.job_id)
+    with Job.resumed(plan, request) as job:
+        return job.cancel()
 
 
 @redacting_java_errors
@@ -212,12 +182,14 @@ def end_stream_jobs(fmt: FormatRequest) -> None:
     rather than once a recovery run takes them for dead."""
     request = fmt.request
     assert fmt.stream_key is not None
-    session, journal = open_journal(request.spec, request.journal_schema, request.lock_wait)
+    session, journal = open_journal(
+        request.spec, request.journal_schema, request.lock_wait, staged=STAGED_APPLY
+    )
     with session, BranchOps(request.spec, journal) as ops:
         conn = session.connection
         for job_id in journal.running_of_stream(conn, fmt.stream_key):
             journal.abort(conn, job_id)
-            resolve_in_doubt(ops, conn, journal, job=job_id, grace=DEFAULT_GRACE)
+            resolve_in_doubt(ops, conn, journal, job=job_id, grace=defaults.GRACE)
             log.info("xasink job %s: aborted with its micro-batch", job_id)
 
 
@@ -237,13 +209,13 @@ class XasinkBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         plan = self.minted.plan
-        if cancel(plan, self.fmt.request) == COMMITTED:
+        if cancel(plan, self.fmt.request) == JobState.COMMITTED:
             error = CommitError(
                 f"Spark reports this write as failed, but job {plan.job_id} had committed "
                 f"every row into {plan.table} before: do not run an append again (it would "
                 "duplicate the rows)."
             )
-            error.job_id = plan.job_id  # type: ignore[attr-defined]
+            error.job_id = plan.job_id
             raise error
 
 
@@ -320,10 +292,8 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
     def _decided_before(self, plan: WritePlan) -> bool:
         """A replayed batch: finish the job that decided it (nothing new is written)."""
         assert plan.sink is not None
-        request = self.fmt.request
-        session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
-        with session, BranchOps(request.spec, plan.journal) as ops:
-            return decided_already(ops, session.connection, plan.journal, plan.sink) is not None
+        with Job.resumed(plan, self.fmt.request) as job:
+            return decided_already(job.ops, job.conn, job.journal, plan.sink) is not None
 
 
 def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[BranchReport]:

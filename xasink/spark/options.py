@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..driver.job import JobRequest, make_spec
+from .. import defaults
+from ..driver.request import JobRequest
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
-from ..protocol.journal import DEFAULT_LOCK_WAIT
-from ..protocol.recovery import DEFAULT_GRACE
-from ..spec import DEFAULT_NETWORK_TIMEOUT, TableRef
-from ..target.staging import APPEND, OVERWRITE, ModeOptions
+from ..protocol.connecting import make_spec
+from ..spec import TableRef
+from ..target.modes import APPEND, OVERWRITE, ModeOptions
 
 #: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
 #: sink is named by Spark's query id, which survives any spelling of its checkpoint path).
@@ -59,19 +60,6 @@ _OWN = (
 _UNPREFIXED = ("key", "op", "order")
 
 
-#: How long a format("xasink") job may wait for its first task (upstream stages, a queue
-#: for executors) before a recovery run takes it for dead, in seconds; it holds nothing
-#: until a task starts.
-DEFAULT_START_TIMEOUT = 3600.0
-#: How long its tasks may go silent once they write (between waves of tasks, and between
-#: the last task and Spark's commit call), in seconds.
-DEFAULT_TASK_LEASE = 300.0
-#: PostgreSQL's bound on a format("xasink") job's branches when numPartitions is not given:
-#: every branch holds one of the server's few prepared-transaction slots, and the writer
-#: cannot learn the input's partition count before the tasks run.
-POSTGRES_DEFAULT_BRANCHES = 8
-
-
 @dataclass(frozen=True)
 class FormatRequest:
     """A format("xasink") write: the job request plus what only the writers need."""
@@ -87,8 +75,8 @@ class FormatRequest:
     #: Streaming: the writer's options, hashed: finds the jobs this stream minted when
     #: Spark's abort() brings no task message.
     stream_key: str | None = None
-    lease: float = DEFAULT_TASK_LEASE
-    start_timeout: float = DEFAULT_START_TIMEOUT
+    lease: float = defaults.TASK_LEASE
+    start_timeout: float = defaults.START_TIMEOUT
 
 
 def parse(
@@ -129,7 +117,7 @@ def parse(
         xa_datasource=own.get("xadatasource"),
         jars=_list(own.get("jars")),
         connect_timeout=_number(own, "connecttimeout", 10, int),
-        network_timeout=_number(own, "networktimeout", DEFAULT_NETWORK_TIMEOUT, float),
+        network_timeout=_number(own, "networktimeout", defaults.NETWORK_TIMEOUT, float),
     )
     key = _list(own.get("key"))
     request = JobRequest(
@@ -142,8 +130,8 @@ def parse(
         batch_size=_number(given, "batchsize", 10_000, int),
         bulk=_flag(own, "bulk", True),
         journal_schema=own.get("journalschema"),
-        lock_wait=_number(own, "lockwaittimeout", DEFAULT_LOCK_WAIT, float),
-        grace=_number(own, "grace", DEFAULT_GRACE, float),
+        lock_wait=_number(own, "lockwaittimeout", defaults.LOCK_WAIT, float),
+        grace=_number(own, "grace", defaults.GRACE, float),
         recover_first=_flag(own, "recoverfirst", True),
         commit_retries=_number(own, "commitretries", 5, int),
         commit_parallelism=_number(own, "commitparallelism", 4, int),
@@ -153,15 +141,15 @@ def parse(
         sink_batch(sink_id, 0)  # validates it now, not at the first batch
     branches = int(_number(given, "numpartitions", 0, int)) or None
     if branches is None and spec.dialect == "postgres":
-        branches = POSTGRES_DEFAULT_BRANCHES
+        branches = defaults.POSTGRES_BRANCHES
     return FormatRequest(
         request=request,
         max_branches=branches,
         heartbeat_interval=_number(own, "heartbeatinterval", 10.0, float),
         sink_id=sink_id,
         stream_key=_stream_key(given, spec.masked_url) if streaming else None,
-        lease=_number(own, "leaseseconds", DEFAULT_TASK_LEASE, float),
-        start_timeout=_number(own, "starttimeout", DEFAULT_START_TIMEOUT, float),
+        lease=_number(own, "leaseseconds", defaults.TASK_LEASE, float),
+        start_timeout=_number(own, "starttimeout", defaults.START_TIMEOUT, float),
     )
 
 
@@ -221,7 +209,7 @@ def _number(options: Mapping[str, str], name: str, default: float, kind: type) -
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or value < 0:
+    if value is None or not math.isfinite(value) or value < 0:
         raise ConfigurationError(f"Option {name!r} takes a number, 0 or more; got {text!r}.")
     return value  # type: ignore[no-any-return]
 

@@ -15,6 +15,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyspark import SparkFiles, TaskContext
+
+from ..errors import PreflightError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -129,10 +133,6 @@ def ship_jars(spark: SparkSession, jars: Sequence[str]) -> None:
 def shipped_copy(jar: str) -> str | None:
     """On an executor, this task's copy of a jar the driver shipped (None outside a task,
     or when it was not shipped)."""
-    try:
-        from pyspark import SparkFiles, TaskContext
-    except ImportError:
-        return None
     if TaskContext.get() is None:
         return None
     try:
@@ -162,8 +162,6 @@ def streaming_query_id(spark: SparkSession) -> str | None:
 
 def task_property(name: str) -> str | None:
     """A local property of the running task (e.g. `streaming.sql.batchId`)."""
-    from pyspark import TaskContext
-
     context = TaskContext.get()
     return None if context is None else context.getLocalProperty(name)
 
@@ -179,3 +177,30 @@ __all__ = [
     "streaming_query_id",
     "task_property",
 ]
+
+
+#: Below this, the JVM that xasink starts inside a Python worker cannot start.
+MIN_PYSPARK_MEMORY_MB = 2048
+
+PYSPARK_MEMORY = "spark.executor.pyspark.memory"
+
+
+def _megabytes(size: str) -> float | None:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*", size.lower())
+    if not match:
+        return None
+    scale = {"": 1 / 2**20, "k": 1 / 1024, "m": 1, "g": 1024, "t": 2**20}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def check_spark_conf(conf: dict[str, str]) -> None:
+    """`spark.executor.pyspark.memory` caps the worker's address space; a JVM needs room."""
+    value = conf.get(PYSPARK_MEMORY)
+    size = _megabytes(value) if value else None
+    if size is not None and size < MIN_PYSPARK_MEMORY_MB:
+        raise PreflightError(
+            f"spark.executor.pyspark.memory is {value}: it limits each Python worker's address "
+            "space, and the JVM that xasink starts inside the worker cannot start under "
+            f"{MIN_PYSPARK_MEMORY_MB // 1024}g. Raise it to at least "
+            f"{MIN_PYSPARK_MEMORY_MB // 1024}g, or unset it."
+        )

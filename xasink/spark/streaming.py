@@ -3,7 +3,7 @@
 Spark runs a micro-batch again after a crash, with the same batch id and (for a replayable
 source) the same rows. Each batch is one write_xa job whose commit decision also records the
 batch in the sink's row of the journal, so a replayed batch is recognised and skipped, and two
-queries sharing a sink cannot both commit one batch (see :mod:`xasink.sinks`).
+queries sharing a sink cannot both commit one batch (see :mod:`xasink.driver.sinks`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,17 @@ def foreach_batch(
     url: str, table: str, *, sink_id: str, **write_options: Any
 ) -> Callable[[DataFrame, int], None]:
     """A function for `df.writeStream.foreachBatch(...)` that writes each micro-batch into
-    `table` exactly once, with write_xa's options (`mode`, `key`, `op`, `user`, ...).
+    `table` exactly once.
 
-    `sink_id` names the stream's place in the journal: keep it for every run of the query
-    (as long as its checkpoint), and give every query its own.
+    Args:
+        url: the JDBC URL, as for `write_xa`.
+        table: the target table, as for `write_xa`.
+        sink_id: the stream's place in the journal (printable ASCII): keep it for every run
+            of the query, as long as its checkpoint, and give every query its own. A batch
+            at or below the sink's mark from another query, or below it from this one, is
+            refused with SinkConflictError; `xasink reset-sink` starts the sink anew.
+        **write_options: any keyword of `write_xa` (`mode`, `key`, `op`, `user`, ...)
+            except `sink_id` and `batch_id`.
     """
     sink_batch(sink_id, 0)  # validates sink_id now, not at the first batch
     taken = {"sink_id", "batch_id"} & set(write_options)
@@ -40,7 +47,7 @@ def foreach_batch(
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
         result = write_xa(df, url, table, sink_id=sink_id, batch_id=int(batch_id), **write_options)
-        if not result.skipped:  # a skip was logged with its reason (xasink.sinks)
+        if not result.skipped:  # a skip was logged with its reason (driver/sinks.py)
             log.info(
                 "xasink sink %r: batch %d committed %d rows into %s (job %s, %.2fs)",
                 sink_id,

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.types import StructType
 
 from ..dialects import Dialect
 from ..errors import ConfigurationError, PreflightError, SchemaMismatchError
 from ..masking import Redactor
-from ..runtime.jdbc import execute, java_message
+from ..runtime.jdbc import JdbcConnection, execute, java_message
 from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
-from .fit import match_columns, table_columns
-from .staging import ModeOptions
-
-if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
+from .modes import ModeOptions
+from .types import column_ddl_type, compatibility_problem
 
 log = logging.getLogger("xasink")
 
@@ -36,8 +34,6 @@ def create_table_sql(
     dialect: Dialect, table: TableRef, schema: StructType, key: Sequence[str]
 ) -> str:
     """CREATE TABLE from the DataFrame's schema; the key columns become the primary key."""
-    from .types import column_ddl_type
-
     columns = []
     for field in schema.fields:
         is_key = field.name in key
@@ -50,7 +46,7 @@ def create_table_sql(
 
 
 def ensure_table(
-    conn: Any,
+    conn: JdbcConnection,
     dialect: Dialect,
     table: TableRef,
     schema: StructType,
@@ -67,8 +63,6 @@ def ensure_table(
     except PreflightError:
         if create == "never":
             raise
-    from pyspark.sql.types import StructType
-
     written = StructType([schema[c] for c in options.written(schema.names)])
     sql = create_table_sql(dialect, table, written, options.key)
     try:
@@ -82,12 +76,14 @@ def ensure_table(
     return _described(conn, dialect, table, redact), True
 
 
-def _described(conn: Any, dialect: Dialect, table: TableRef, redact: Redactor) -> list[TableColumn]:
+def _described(
+    conn: JdbcConnection, dialect: Dialect, table: TableRef, redact: Redactor
+) -> list[TableColumn]:
     return describe_table(conn, dialect, table, table_columns(conn, dialect, table, redact))
 
 
 def check_fit(
-    conn: Any,
+    conn: JdbcConnection,
     dialect: Dialect,
     table: TableRef,
     schema: StructType,
@@ -98,8 +94,6 @@ def check_fit(
 
     Names every column that is missing, of an incompatible type, NOT NULL without a
     default yet not written, and the missing unique key an upsert or merge needs."""
-    from .types import compatibility_problem
-
     fields = [schema[c] for c in options.written(schema.names)]
     names = match_columns(dialect, table, [f.name for f in fields], [c.name for c in columns])
     by_key = column_by_key(dialect, columns)
@@ -131,3 +125,51 @@ def check_fit(
                 f"({', '.join(dialect.quote(k) for k in key)})."
             )
     return targets
+
+
+def table_columns(
+    conn: JdbcConnection, dialect: Dialect, table: TableRef, redact: Redactor
+) -> dict[str, str]:
+    """The table's columns (name → the database's type name), or a PreflightError."""
+    try:
+        statement = conn.prepareStatement(f"SELECT * FROM {dialect.qualified(table)} WHERE 1=0")
+        try:
+            meta = statement.executeQuery().getMetaData()
+            return {
+                str(meta.getColumnName(i)): str(meta.getColumnTypeName(i)).lower()
+                for i in range(1, int(meta.getColumnCount()) + 1)
+            }
+        finally:
+            statement.close()
+    except Exception as exc:
+        raise PreflightError(
+            f"Target table {table} does not exist or cannot be read: "
+            f"{redact(java_message(exc))}. Create it first (or check the schema, the name's "
+            "case, and the user's privileges)."
+        ) from None
+
+
+def match_columns(
+    dialect: Dialect, table: TableRef, frame_columns: Sequence[str], table_columns: Sequence[str]
+) -> tuple[str, ...]:
+    """The table's own spelling of each DataFrame column; names every missing one."""
+    exact = {dialect.column_key(c): c for c in table_columns}
+    folded: dict[str, list[str]] = {}
+    for column in table_columns:
+        folded.setdefault(column.lower(), []).append(column)
+    matched, missing = [], []
+    for column in frame_columns:
+        name = exact.get(dialect.column_key(column))
+        if name is None and len(folded.get(column.lower(), [])) == 1:
+            name = folded[column.lower()][0]
+        if name is None:
+            missing.append(column)
+        else:
+            matched.append(name)
+    if missing:
+        raise SchemaMismatchError(
+            f"Table {table} has no column(s) {', '.join(repr(c) for c in missing)} that the "
+            f"DataFrame writes. Table columns: {', '.join(table_columns)}. Add the columns to "
+            "the table, or select/rename DataFrame columns to match."
+        )
+    return tuple(matched)

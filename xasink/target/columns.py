@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..dialects import Dialect
-from ..runtime.jdbc import query
+from ..runtime.jdbc import JdbcConnection, query
 from ..spec import TableRef
 
 
@@ -27,7 +26,7 @@ class TableColumn:
 
 
 def describe_table(
-    conn: Any, dialect: Dialect, table: TableRef, type_names: dict[str, str]
+    conn: JdbcConnection, dialect: Dialect, table: TableRef, type_names: dict[str, str]
 ) -> list[TableColumn]:
     """The table's columns in declaration order, completed from the dialect's catalog.
 
@@ -46,7 +45,7 @@ def describe_table(
     ]
 
 
-def unique_keys(conn: Any, dialect: Dialect, table: TableRef) -> list[frozenset[str]]:
+def unique_keys(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> list[frozenset[str]]:
     """Column sets of the table's primary key and unique indexes (exact names)."""
     sql, params = dialect.unique_keys_sql(table)
     keys: dict[str, set[str]] = {}

@@ -16,131 +16,19 @@ That transaction also flips the job row from `committing` to `committed` (see
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..dialects import Dialect
-from ..errors import ConfigurationError, InputDataError
-from ..runtime.jdbc import Param, execute, query, sql_error_code, sql_state
+from ..errors import InputDataError
+from ..runtime.jdbc import JdbcConnection, Param, execute, query, sql_error_code, sql_state
 from ..spec import TableRef
+from .modes import OP_COLUMN, ORDER_COLUMN, OVERWRITE, UPSERT
 
-APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
-MODES = (APPEND, OVERWRITE, UPSERT, MERGE)
-#: The staging table's names for the `op` and `order` columns (never written to the target).
-OP_COLUMN, ORDER_COLUMN = "xasink_op", "xasink_order"
-#: Without `op_values`, merge knows the common change-feed spellings, case-insensitively:
-#: plain words, Debezium's c/u/d/r (r: a snapshot read), I/U/D, and Delta's change data feed
-#: (whose update_preimage rows are skipped: the postimage carries the change).
-CDC_OP_VALUES: Mapping[str, Sequence[str]] = {
-    "insert": ("insert", "c", "r", "i"),
-    "update": ("update", "u", "update_postimage"),
-    "delete": ("delete", "d"),
-    "skip": ("update_preimage",),
-}
-_OP_KINDS = ("insert", "update", "delete", "skip")
 _ROW_NUMBER = "xasink_rn"
 #: How many offending keys or values an error names.
 SHOWN = 5
-
-
-@dataclass(frozen=True)
-class ModeOptions:
-    """The caller's choice of mode, validated against the DataFrame's columns."""
-
-    mode: str = APPEND
-    key: tuple[str, ...] = ()
-    op: str | None = None
-    order: str | None = None
-    #: (value, is_delete) for every accepted op value.
-    op_values: tuple[tuple[str, bool], ...] = ()
-    #: Op values compared lower-cased (the built-in spellings), and the ones to skip.
-    op_fold: bool = False
-    op_skip: tuple[str, ...] = ()
-
-    @classmethod
-    def build(
-        cls,
-        mode: str,
-        key: str | Sequence[str] | None,
-        op: str | None,
-        order: str | None,
-        op_values: Mapping[str, str | Sequence[str]] | None,
-        frame_columns: Sequence[str],
-    ) -> ModeOptions:
-        if mode not in MODES:
-            raise ConfigurationError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
-        keys = (key,) if isinstance(key, str) else tuple(key or ())
-        if mode in (UPSERT, MERGE) and not keys:
-            raise ConfigurationError(
-                f"mode={mode!r} needs key=[...]: the column(s) that identify a row."
-            )
-        if mode == MERGE and not op:
-            raise ConfigurationError(
-                "mode='merge' needs op='<column>': the column saying insert, update or delete."
-            )
-        if mode != MERGE and (op or op_values):
-            raise ConfigurationError("op and op_values apply to mode='merge' only.")
-        if order and mode not in (UPSERT, MERGE):
-            raise ConfigurationError("order applies to mode='upsert' and mode='merge' only.")
-        steering = [c for c in (op, order) if c]
-        if (
-            len(set(keys)) != len(keys)
-            or set(keys) & set(steering)
-            or len(set(steering)) < len(steering)
-        ):
-            raise ConfigurationError("key, op and order must name different columns.")
-        missing = [c for c in (*keys, *steering) if c not in frame_columns]
-        if missing:
-            raise ConfigurationError(
-                f"The DataFrame has no column(s) {', '.join(map(repr, missing))}; it has "
-                f"{', '.join(frame_columns)}."
-            )
-        if mode != MERGE:
-            return cls(mode, keys, op, order)
-        values, skip = _op_values(CDC_OP_VALUES if op_values is None else op_values)
-        return cls(mode, keys, op, order, values, op_values is None, skip)
-
-    @property
-    def staged(self) -> bool:
-        return self.mode != APPEND
-
-    @property
-    def routed(self) -> bool:
-        """Rows of one key must share a branch (and so a duplicate check is complete)."""
-        return self.mode in (UPSERT, MERGE)
-
-    def written(self, frame_columns: Sequence[str]) -> list[str]:
-        """The DataFrame columns written to the target, in DataFrame order."""
-        return [c for c in frame_columns if c not in self.steering]
-
-    @property
-    def steering(self) -> tuple[str, ...]:
-        """The DataFrame columns that steer the write and are not written to the target."""
-        return tuple(c for c in (self.op, self.order) if c)
-
-
-def _op_values(
-    mapping: Mapping[str, str | Sequence[str]],
-) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]]:
-    """((value, is_delete) per applied value, skipped values) of an op_values mapping."""
-    unknown = set(mapping) - set(_OP_KINDS)
-    if unknown or "delete" not in mapping:
-        raise ConfigurationError(
-            "op_values maps 'insert', 'update' and 'delete' (and optionally 'skip') to the op "
-            f"column's values, e.g. {{'insert': 'c', 'update': 'u', 'delete': 'd'}}; got "
-            f"{dict(mapping)!r}."
-        )
-    kinds: dict[str, str] = {}
-    for kind, values in mapping.items():
-        for value in (values,) if isinstance(values, str) else tuple(values):
-            earlier = kinds.setdefault(str(value), kind)
-            if earlier != kind and {earlier, kind} & {"delete", "skip"}:
-                raise ConfigurationError(
-                    f"op value {value!r} cannot mean both {earlier} and {kind}."
-                )
-    applied = tuple(sorted((v, k == "delete") for v, k in kinds.items() if k != "skip"))
-    return applied, tuple(sorted(v for v, k in kinds.items() if k == "skip"))
 
 
 @dataclass(frozen=True)
@@ -214,7 +102,7 @@ DROP_LOCK_WAIT_SECONDS = 10
 
 
 def drop_stage(
-    conn: Any, dialect: Dialect, stage: TableRef, *, restore_seconds: float | None = None
+    conn: JdbcConnection, dialect: Dialect, stage: TableRef, *, restore_seconds: float | None = None
 ) -> None:
     """DROP the staging table, waiting at most DROP_LOCK_WAIT_SECONDS behind a branch that
     still holds it; then the session's lock bound is `restore_seconds` (or the default)."""
@@ -231,7 +119,7 @@ def drop_stage(
 
 
 # -- inside each branch: the rows must be appliable ----------------------------------------
-def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
+def branch_problem(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str | None:
     """Why this branch's staged rows cannot be applied, or None.
 
     Runs inside the branch before PREPARE and sees only this branch's rows. Key routing
@@ -269,7 +157,7 @@ def branch_problem(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
     return None
 
 
-def _duplicates(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
+def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str | None:
     """Keys (with `order`: key and order value) that occur twice in the staging table, as
     the table's own collation compares them."""
     q = dialect.quote
@@ -293,7 +181,7 @@ def _duplicates(conn: Any, dialect: Dialect, plan: ApplyPlan) -> str | None:
     )
 
 
-def check_stage(conn: Any, dialect: Dialect, plan: ApplyPlan) -> None:
+def check_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
     """The whole staging table's keys are unambiguous (run in the apply transaction)."""
     problem = plan.key and _duplicates(conn, dialect, plan)
     if problem:
@@ -351,7 +239,7 @@ def _latest(dialect: Dialect, plan: ApplyPlan) -> str:
     return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1) s"
 
 
-def apply(conn: Any, dialect: Dialect, plan: ApplyPlan) -> int:
+def apply(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> int:
     """Run the apply statements on `conn` (inside the caller's transaction); rows changed."""
     return sum(execute(conn, sql, params) for sql, params in apply_statements(dialect, plan))
 
@@ -383,3 +271,35 @@ def refused(plan: ApplyPlan, job_id: str, reason: str) -> InputDataError:
         f"{plan.target}: the job is aborted and its staging table dropped. Fix the data or the "
         "table's constraints, then run the write again."
     )
+
+
+class StagedApplier:
+    """xasink's staged apply, as the journal runs it when it finishes a staged job or drops
+    its staging table (it has the shape of `xasink.protocol.applying.StagedApply`). Whoever
+    opens the journal to finish or recover jobs passes `STAGED_APPLY`."""
+
+    def parse(self, text: str) -> ApplyPlan:
+        return ApplyPlan.from_json(text)
+
+    def stage_name(self, job_id: str, schema: str | None) -> TableRef:
+        return stage_name(job_id, schema)
+
+    def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
+        check_stage(conn, dialect, plan)
+
+    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> int:
+        return apply(conn, dialect, plan)
+
+    def drop(
+        self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, *, restore_seconds: float
+    ) -> None:
+        drop_stage(conn, dialect, plan.stage, restore_seconds=restore_seconds)
+
+    def is_data_error(self, exc: BaseException) -> bool:
+        return is_data_error(exc)
+
+    def __reduce__(self) -> str:
+        return "STAGED_APPLY"  # one instance, also where a journal is unpickled
+
+
+STAGED_APPLY = StagedApplier()

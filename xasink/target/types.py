@@ -16,9 +16,6 @@ geometry, ...) raise UnsupportedTypeError naming the column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -43,11 +40,6 @@ from pyspark.sql.types import (
 
 from ..errors import UnsupportedTypeError
 from .columns import TableColumn
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column
-
-__all__ = ["StructType", "column_ddl_type", "compatibility_problem", "to_wire"]
 
 DATABASES = {"postgres": "PostgreSQL", "mysql": "MySQL/MariaDB", "generic": "the generic dialect"}
 
@@ -118,7 +110,7 @@ DOCUMENT_DDL = {"postgres": "jsonb", "mysql": "JSON", "generic": "CLOB"}
 MAX_DECIMAL_SCALE = {"mysql": 30}
 
 #: Database type name (JDBC's for PostgreSQL, COLUMN_TYPE's first word for MySQL) → family.
-_PG_FAMILIES = {
+PG_FAMILIES = {
     **dict.fromkeys(("int2", "int4", "int8", "smallserial", "serial", "bigserial"), "integer"),
     "numeric": "decimal",
     **dict.fromkeys(("float4", "float8"), "float"),
@@ -148,7 +140,7 @@ _MYSQL_FAMILIES = {
     "date": "date",
     **dict.fromkeys(("datetime", "timestamp"), "timestamp"),
 }
-_FAMILIES = {"postgres": _PG_FAMILIES, "mysql": _MYSQL_FAMILIES}
+_FAMILIES = {"postgres": PG_FAMILIES, "mysql": _MYSQL_FAMILIES}
 
 #: Spark category → the column families that take its values (the database converts).
 ACCEPTS = {
@@ -246,10 +238,10 @@ def _check_storable(dialect_name: str, column: str, data_type: DataType) -> None
 
 def _storable(data_type: DataType) -> bool:
     """Every type nested inside an array/map/struct must itself have a JSON form."""
-    return all(type(t) in _CATEGORIES and _storable(t) for t in _children(data_type))
+    return all(type(t) in _CATEGORIES and _storable(t) for t in children(data_type))
 
 
-def _children(data_type: DataType) -> list[DataType]:
+def children(data_type: DataType) -> list[DataType]:
     if isinstance(data_type, ArrayType):
         return [data_type.elementType]
     if isinstance(data_type, MapType):
@@ -288,7 +280,7 @@ def compatibility_problem(
 
     Permissive within a family (the database converts, and range errors fail the branch);
     an unknown database type takes only strings."""
-    family, element = _family(dialect_name, column)
+    family, element = family_of(dialect_name, column)
     if _accepts(dialect_name, data_type, family, element):
         return None
     shown = column.sql_type or column.type_name or "unknown"
@@ -298,7 +290,7 @@ def compatibility_problem(
     return reason
 
 
-def _family(dialect_name: str, column: TableColumn) -> tuple[str, str | None]:
+def family_of(dialect_name: str, column: TableColumn) -> tuple[str, str | None]:
     """(family, PostgreSQL array element type name or None)."""
     name = column.type_name
     if dialect_name == "postgres" and name.startswith("_"):
@@ -306,7 +298,7 @@ def _family(dialect_name: str, column: TableColumn) -> tuple[str, str | None]:
     if dialect_name == "mysql":
         name = column.sql_type or name
     base = name.split("(")[0].split()[0] if name.strip() else ""
-    families = _FAMILIES.get(dialect_name) or {**_MYSQL_FAMILIES, **_PG_FAMILIES}
+    families = _FAMILIES.get(dialect_name) or {**_MYSQL_FAMILIES, **PG_FAMILIES}
     return families.get(base, "unknown"), None
 
 
@@ -325,7 +317,7 @@ def _accepts(dialect_name: str, data_type: DataType, family: str, element: str |
         if _CATEGORIES.get(type(inner)) in (None, "array", "document"):
             return False
         probe = TableColumn("", element, element, True, False)
-        return _accepts(dialect_name, inner, *_family(dialect_name, probe))
+        return _accepts(dialect_name, inner, *family_of(dialect_name, probe))
     return False
 
 
@@ -335,131 +327,15 @@ def _article(data_type: DataType) -> str:
 
 
 # -- values on the wire ------------------------------------------------------------------
-def to_wire(
-    sources: Sequence[Column],
-    data_types: Sequence[DataType],
-    dialect_name: str,
-    columns: Sequence[TableColumn],
-) -> list[Column]:
-    """Each source column (of type `data_types[i]`) as the value its target column
-    `columns[i]` takes: array/map/struct columns become, inside Spark (JVM expressions, no
-    Python UDF), the text that column parses: a PostgreSQL array literal for a PostgreSQL
-    array column, JSON text otherwise. A boolean bound for a numeric column becomes 0/1.
-    Other columns, and sources beyond `len(columns)` (steering columns), pass unchanged.
-    JSON keeps timestamps' microseconds (instants in UTC with offset), writes binary as
-    base64 and NaN/±Infinity as strings; map keys become JSON object keys, i.e. strings (a
-    non-string key as its JSON text)."""
-    if len(columns) > len(sources):
-        raise ValueError(f"to_wire: {len(columns)} target columns for {len(sources)} columns")
-    converted = [
-        _wire_column(source, data_type, dialect_name, column)
-        for source, data_type, column in zip(sources, data_types, columns, strict=False)
-    ]
-    return [*converted, *sources[len(columns) :]]
 
 
 def needs_spark_conversion(data_type: DataType, dialect_name: str, column: TableColumn) -> bool:
-    """Whether `to_wire` changes this column (only Spark expressions can, not a loader)."""
-    return _changes(data_type, dialect_name, column)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _changes(data_type: DataType, dialect_name: str, column: TableColumn) -> bool:
+    """Whether the column must be converted by Spark expressions (xasink.spark.wire) before a
+    loader can send it: only those can reshape arrays, maps, structs and booleans."""
     if isinstance(data_type, (ArrayType, MapType, StructType)):
         return True
-    return isinstance(data_type, BooleanType) and _family(dialect_name, column)[0] in (
+    return isinstance(data_type, BooleanType) and family_of(dialect_name, column)[0] in (
         "integer",
         "decimal",
         "float",
     )
-
-
-def _wire_column(
-    col: Column, data_type: DataType, dialect_name: str, column: TableColumn
-) -> Column:
-    if not _changes(data_type, dialect_name, column):
-        return col
-    if isinstance(data_type, BooleanType):
-        return col.cast("int")
-    family, element = _family(dialect_name, column)
-    if family == "array" and isinstance(data_type, ArrayType):
-        return _pg_array_literal(col, data_type.elementType, element or "")
-    return _json_text(col, data_type)
-
-
-def _json_text(col: Column, data_type: DataType) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.to_json(_string_keys(col, data_type), JSON_OPTIONS)
-
-
-def _string_keys(col: Column, data_type: DataType) -> Column:
-    """Rewrite maps with non-string keys (at any depth) to string keys, so that to_json
-    writes a key's text rather than Spark's internal form (a date's day number)."""
-    from pyspark.sql import functions as F
-
-    if not _has_odd_keys(data_type):
-        return col
-    if isinstance(data_type, ArrayType):
-        return F.transform(col, lambda x: _string_keys(x, data_type.elementType))
-    if isinstance(data_type, StructType):
-        rebuilt = F.struct(
-            *[_string_keys(col[f.name], f.dataType).alias(f.name) for f in data_type.fields]
-        )
-        return F.when(col.isNull(), F.lit(None)).otherwise(rebuilt)
-    assert isinstance(data_type, MapType)
-    values = F.transform_values(col, lambda _, v: _string_keys(v, data_type.valueType))
-    if isinstance(data_type.keyType, (StringType, CharType, VarcharType)):
-        return values
-    return F.transform_keys(values, lambda k, _: _key_text(k))
-
-
-def _key_text(key: Column) -> Column:
-    """A key's JSON text, unquoted when it is a JSON string ("2024-01-01", base64)."""
-    from pyspark.sql import functions as F
-
-    text = F.regexp_extract(F.to_json(F.array(key), JSON_OPTIONS), r"(?s)^\[(.*)\]$", 1)
-    unquoted = F.regexp_extract(text, r'(?s)^"(.*)"$', 1)
-    return F.when(text.startswith('"'), unquoted).otherwise(text)
-
-
-def _has_odd_keys(data_type: DataType) -> bool:
-    if isinstance(data_type, MapType) and not isinstance(
-        data_type.keyType, (StringType, CharType, VarcharType)
-    ):
-        return True
-    return any(_has_odd_keys(t) for t in _children(data_type))
-
-
-def _pg_array_literal(col: Column, element: DataType, pg_element: str) -> Column:
-    """'{1,2,NULL}': strings double-quoted with \\ and " escaped, bytea as "\\\\x<hex>",
-    everything else through Spark's JSON writer (which already quotes dates, instants in
-    UTC with offset, and NaN/Infinity), its brackets swapped for braces."""
-    from pyspark.sql import functions as F
-
-    if isinstance(element, (StringType, CharType, VarcharType)):
-        quoted = F.transform(
-            col,
-            lambda x: F.concat(
-                F.lit('"'),
-                F.replace(F.replace(x, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"')),
-                F.lit('"'),
-            ),
-        )
-        return _braced(F.array_join(quoted, ",", "NULL"))
-    if isinstance(element, BinaryType):
-        hexed = F.transform(col, lambda x: F.concat(F.lit('"\\\\x'), F.hex(x), F.lit('"')))
-        return _braced(F.array_join(hexed, ",", "NULL"))
-    if isinstance(element, BooleanType) and _PG_FAMILIES.get(pg_element) != "boolean":
-        col = col.cast("array<int>")
-    return _braced(F.regexp_extract(F.to_json(col, JSON_OPTIONS), r"(?s)^\[(.*)\]$", 1))
-
-
-def _braced(body: Column) -> Column:
-    """'{' body '}'; NULL stays NULL (concat propagates it)."""
-    from pyspark.sql import functions as F
-
-    return F.concat(F.lit("{"), body, F.lit("}"))

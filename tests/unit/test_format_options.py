@@ -1,0 +1,256 @@
+"""format("xasink")'s options read into a job request (no Spark, no server: the driver jar
+is a fake file passed explicitly, so nothing searches the disk)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xasink.errors import ConfigurationError, DriverNotFoundError
+from xasink.spark.options import parse
+from xasink.spec import TableRef
+
+URL = "jdbc:postgresql://db:5432/app"
+
+
+@pytest.fixture
+def jar(tmp_path: Path) -> str:
+    path = tmp_path / "postgresql-42.7.3.jar"
+    path.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: never opened here
+    return str(path)
+
+
+@pytest.fixture
+def options(jar: str) -> dict[str, str]:
+    return {"url": URL, "dbtable": "public.events", "xasink.jars": jar}
+
+
+def parse_error(options: dict[str, str], columns=("id", "v"), **kwargs) -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        parse(options, list(columns), overwrite=kwargs.pop("overwrite", False), **kwargs)
+    return str(caught.value)
+
+
+def test_defaults(options, jar):
+    parsed = parse(options, ["id", "v"], overwrite=False)
+    request = parsed.request
+    assert request.spec.url == URL
+    assert request.spec.dialect == "postgres"
+    assert request.spec.jars == (str(Path(jar).resolve()),)
+    assert (request.spec.user, request.spec.password, request.spec.properties) == (None, None, ())
+    assert (request.spec.connect_timeout, request.spec.network_timeout) == (10, 600.0)
+    assert request.target == TableRef("events", "public")
+    assert (request.options.mode, request.options.key) == ("append", ())
+    assert (request.create, request.batch_size, request.bulk) == ("if_missing", 10_000, True)
+    assert (request.lock_wait, request.grace, request.recover_first) == (60.0, 120.0, True)
+    assert (request.commit_retries, request.commit_parallelism) == (5, 4)
+    assert request.journal_schema is None
+    assert parsed.max_branches == 8  # PostgreSQL's bound on prepared slots
+    assert (parsed.heartbeat_interval, parsed.lease, parsed.start_timeout) == (10.0, 300.0, 3600.0)
+    assert (parsed.sink_id, parsed.stream_key) == (None, None)
+
+
+def test_spark_save_mode_overwrite(options):
+    assert parse(options, ["id"], overwrite=True).request.options.mode == "overwrite"
+
+
+def test_keys_are_case_insensitive_and_numbers_parse(jar):
+    parsed = parse(
+        {
+            "URL": "jdbc:mysql://db/app",
+            "DbTable": "events",
+            "XASINK.JARS": jar,
+            "xasink.Mode": "upsert",
+            "Key": "id, name",
+            "xasink.order": "ts",
+            "batchSize": "500",
+            "numPartitions": "3",
+            "xasink.connectTimeout": "4",
+            "xasink.lockWaitTimeout": "1.5",
+            "xasink.grace": "30",
+            "xasink.bulk": "FALSE",
+            "xasink.recoverFirst": "false",
+            "xasink.commitParallelism": "2",
+            "xasink.heartbeatInterval": "2.5",
+            "xasink.journalSchema": "ops",
+        },
+        ["id", "name", "ts", "v"],
+        overwrite=False,
+    )
+    request = parsed.request
+    assert request.spec.dialect == "mysql"
+    assert request.target == TableRef("events")
+    assert request.options.key == ("id", "name")
+    assert (request.options.mode, request.options.order) == ("upsert", "ts")
+    assert (request.batch_size, request.spec.connect_timeout) == (500, 4)
+    assert (request.lock_wait, request.grace) == (1.5, 30.0)
+    assert (request.bulk, request.recover_first) == (False, False)
+    assert (request.commit_parallelism, request.journal_schema) == (2, "ops")
+    assert (parsed.max_branches, parsed.heartbeat_interval) == (3, 2.5)
+
+
+def test_mysql_has_no_default_branch_bound(options):
+    options["url"] = "jdbc:mariadb://db/app"
+    assert parse(options, ["id"], overwrite=False).max_branches is None
+
+
+def test_other_options_are_driver_properties_credentials_are_not(options):
+    options.update(
+        {
+            "user": "app",
+            "password": "hunter2",
+            "sslmode": "require",
+            "driver": "org.postgresql.Driver",
+            "path": "/ignored",
+            "checkpointLocation": "/ckpt",
+            "batchsize": "10",
+            "key": "id",
+            "xasink.mode": "upsert",
+        }
+    )
+    spec = parse(options, ["id", "v"], overwrite=False).request.spec
+    assert (spec.user, spec.password) == ("app", "hunter2")
+    assert spec.properties == (("sslmode", "require"),)
+
+
+def test_nothing_shows_the_password(options):
+    options.update({"url": URL + "?password=inurl", "password": "hunter2"})
+    shown = repr(parse(options, ["id"], overwrite=False, streaming=True))
+    assert "hunter2" not in shown and "inurl" not in shown
+    assert "url='jdbc:postgresql://db:5432/app?password=***'" in shown
+
+
+def test_the_stream_key_names_the_stream_and_hashes_no_secret(options):
+    options.update({"checkpointLocation": "/ckpt/q1", "queryName": "q1"})
+    key = parse(options, ["id"], overwrite=False, streaming=True).stream_key
+    # Pinned: sha256 of the JSON list [masked URL, dbtable, checkpoint, query name, sink id,
+    # mode]; a writer must find the jobs an earlier version of it minted for its stream.
+    assert key == "c3b51564c1d615c65d075ea5500b908d"
+    same = {**options, "url": URL, "password": "other", "user": "someone"}
+    assert parse(same, ["id"], overwrite=False, streaming=True).stream_key == key
+    secret_in_url = {**options, "url": URL + "?password=a"}
+    other_secret = {**options, "url": URL + "?password=b"}
+    assert (
+        parse(secret_in_url, ["id"], overwrite=False, streaming=True).stream_key
+        == parse(other_secret, ["id"], overwrite=False, streaming=True).stream_key
+    )
+    elsewhere = {**options, "checkpointLocation": "/ckpt/q2"}
+    assert parse(elsewhere, ["id"], overwrite=False, streaming=True).stream_key != key
+
+
+def test_sink_id_is_validated_at_once(options):
+    options["xasink.sinkId"] = "orders-to-pg"
+    assert parse(options, ["id"], overwrite=False).sink_id == "orders-to-pg"
+    options["xasink.sinkId"] = " padded"
+    assert parse_error(options).startswith("sink_id must be 1 to 200 printable ASCII characters")
+
+
+def test_merge_with_json_op_values(options):
+    options.update(
+        {
+            "xasink.mode": "merge",
+            "key": "id",
+            "op": "kind",
+            "xasink.opValues": '{"insert": ["c", "r"], "update": "u", "delete": "d"}',
+        }
+    )
+    mode = parse(options, ["id", "kind", "v"], overwrite=False).request.options
+    assert mode.op_values == (("c", False), ("d", True), ("r", False), ("u", False))
+    assert mode.written(["id", "kind", "v"]) == ["id", "v"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"xasink.colour": "blue", "xasink.batchsize": "1"},
+            "Unknown option(s) xasink.batchsize, xasink.colour; xasink's options are "
+            "xasink.mode, xasink.key, ",
+        ),
+        (
+            {"truncate": "true"},
+            "format('xasink') does not take option 'truncate': overwrite replaces the rows in "
+            "one transaction; the table is never dropped.",
+        ),
+        ({"query": "select 1"}, "format('xasink') does not take option 'query': "),
+        (
+            {"batchsize": "ten"},
+            "Option 'batchsize' takes a number, 0 or more; got 'ten'.",
+        ),
+        ({"batchsize": "1.5"}, "Option 'batchsize' takes a number, 0 or more; got '1.5'."),
+        ({"numPartitions": "-1"}, "Option 'numpartitions' takes a number, 0 or more; got '-1'."),
+        ({"xasink.grace": "-5"}, "Option 'grace' takes a number, 0 or more; got '-5'."),
+        ({"batchsize": "0"}, "batch_size must be at least 1."),
+        ({"xasink.bulk": "yes"}, "Option 'xasink.bulk' takes true or false; got 'yes'."),
+        (
+            {"xasink.mode": "replace"},
+            "mode must be one of append, overwrite, upsert, merge; got 'replace'.",
+        ),
+        (
+            {"xasink.mode": "upsert"},
+            "mode='upsert' needs key=[...]: the column(s) that identify a row.",
+        ),
+        ({"key": "id", "xasink.key": "v"}, "Options 'key' and 'xasink.key' disagree."),
+        (
+            {"xasink.mode": "merge", "key": "id", "op": "v", "xasink.opValues": "[1]"},
+            "xasink.opValues takes a JSON object, e.g. "
+            '{"insert": "c", "update": "u", "delete": "d"}.',
+        ),
+        (
+            {"xasink.create": "always"},
+            "create must be 'if_missing' (create the table from the DataFrame's schema) or "
+            "'never'; got 'always'.",
+        ),
+        (
+            {"xasink.lockWaitTimeout": "600"},
+            "network_timeout (600 s) must be above lock_wait_timeout (600 s): a lock wait "
+            "would otherwise be taken for a dead connection.",
+        ),
+        (
+            {"xasink.networkTimeout": "0"},
+            "network_timeout must be a number of seconds above 0.",
+        ),
+        (
+            {"xasink.dialect": "oracle"},
+            "Unknown dialect 'oracle'; choose one of postgres, mysql, generic.",
+        ),
+    ],
+)
+def test_bad_options_name_the_option(options, extra, message):
+    assert parse_error({**options, **extra}).startswith(message)
+
+
+def test_missing_url_or_table(options):
+    message = (
+        "format('xasink') needs .option('url', 'jdbc:...') and .option('dbtable', 'table'): "
+        "the database and the table to write."
+    )
+    assert parse_error({k: v for k, v in options.items() if k != "url"}) == message
+    assert parse_error({k: v for k, v in options.items() if k != "dbtable"}) == message
+
+
+def test_save_mode_and_xasink_mode_must_agree(options):
+    options.update({"xasink.mode": "upsert", "key": "id"})
+    assert parse_error(options, overwrite=True) == (
+        "mode('overwrite') and xasink.mode='upsert' disagree: use mode('append') with "
+        "xasink.mode='upsert', or drop xasink.mode."
+    )
+    options["xasink.mode"] = "overwrite"
+    options.pop("key")
+    assert parse(options, ["id"], overwrite=True).request.options.mode == "overwrite"
+
+
+def test_a_missing_jar_is_named(options, tmp_path):
+    missing = str(tmp_path / "nowhere.jar")
+    options["xasink.jars"] = f"{options['xasink.jars']}, {missing}"
+    with pytest.raises(DriverNotFoundError) as caught:
+        parse(options, ["id"], overwrite=False)
+    assert str(caught.value) == (
+        f"JDBC jar(s) not found: {missing}. Check the paths given in jars=[...] or in $XASINK_JARS."
+    )
+
+
+def test_not_a_number_is_refused(options):
+    options["xasink.grace"] = "nan"
+    assert parse_error(options).startswith("Option 'grace' takes a number")

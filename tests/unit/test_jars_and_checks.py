@@ -1,0 +1,129 @@
+"""Driver jar discovery (in a temporary folder, never the machine's) and the cache of
+preflight checks."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from xasink.driver.check_cache import CheckCache
+from xasink.errors import DriverNotFoundError
+from xasink.runtime import jars
+from xasink.runtime.jars import HIDDEN_ENV, JARS_ENV, find_driver_jar, resolve_classpath
+from xasink.spec import ConnectionSpec
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """The temporary folder as found paths spell it (resolved: /tmp may be a link)."""
+    return tmp_path.resolve()
+
+
+def touch(folder: Path, *names: str) -> None:
+    for name in names:
+        (folder / name).write_bytes(b"")
+
+
+def test_jar_discovery_prefers_the_newest_version_numerically(tmp_path):
+    touch(tmp_path, "postgresql-42.2.1.jar", "postgresql-42.10.0.jar", "postgresql-42.9.9.jar")
+    touch(tmp_path, "other.jar", "mariadb-java-client-3.1.4.jar", "mysql-connector-j-8.4.0.jar")
+    assert find_driver_jar("postgres", [tmp_path]) == str(tmp_path / "postgresql-42.10.0.jar")
+    assert find_driver_jar("mariadb", [tmp_path]) == str(tmp_path / "mariadb-java-client-3.1.4.jar")
+    assert find_driver_jar("mysql", [tmp_path]) == str(tmp_path / "mysql-connector-j-8.4.0.jar")
+
+
+def test_jar_discovery_takes_the_first_folder_that_has_one(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    touch(first, "postgresql-42.0.0.jar")
+    touch(second, "postgresql-42.7.3.jar")
+    missing = tmp_path / "missing"
+    assert find_driver_jar("postgres", [missing, first, second]) == str(
+        first / "postgresql-42.0.0.jar"
+    )
+    assert find_driver_jar("mariadb", [first, second]) is None
+
+
+def test_hidden_folders_are_not_searched(tmp_path, monkeypatch):
+    touch(tmp_path, "postgresql-42.7.3.jar")
+    monkeypatch.setenv(HIDDEN_ENV, os.pathsep.join(["/nowhere", str(tmp_path)]))
+    assert find_driver_jar("postgres", [tmp_path]) is None
+
+
+def test_explicit_jars_win_and_must_exist(tmp_path, monkeypatch):
+    jar = tmp_path / "custom-driver.jar"
+    jar.write_bytes(b"")
+    touch(tmp_path, "postgresql-42.7.3.jar")
+    monkeypatch.setattr(jars, "search_dirs", lambda: [tmp_path])
+    assert resolve_classpath(("postgres",), [str(jar)]) == [str(jar)]
+    missing = str(tmp_path / "missing.jar")
+    with pytest.raises(DriverNotFoundError, match=re.escape(f"JDBC jar(s) not found: {missing}.")):
+        resolve_classpath(("postgres",), [str(jar), missing])
+
+
+def test_jars_from_the_environment_count_as_explicit(tmp_path, monkeypatch):
+    one, two = tmp_path / "one.jar", tmp_path / "two.jar"
+    touch(tmp_path, "one.jar", "two.jar")
+    monkeypatch.setenv(JARS_ENV, os.pathsep.join([str(two), ""]))
+    assert resolve_classpath(("postgres",), [str(one)]) == [str(one), str(two)]
+
+
+def test_without_explicit_jars_the_search_finds_the_first_kind(tmp_path, monkeypatch):
+    touch(tmp_path, "mysql-connector-j-8.4.0.jar", "mariadb-java-client-3.1.4.jar")
+    monkeypatch.setattr(jars, "search_dirs", lambda: [tmp_path])
+    assert resolve_classpath(("mariadb", "mysql")) == [
+        str(tmp_path / "mariadb-java-client-3.1.4.jar")
+    ]
+    assert resolve_classpath(("mysql",)) == [str(tmp_path / "mysql-connector-j-8.4.0.jar")]
+
+
+def test_no_driver_found_names_the_places_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(jars, "search_dirs", lambda: [tmp_path])
+    with pytest.raises(DriverNotFoundError) as caught:
+        resolve_classpath(("postgres",))
+    message = str(caught.value)
+    assert message.startswith(
+        f"No JDBC driver jar found (file names postgresql*.jar). Looked in: jars=[...] and "
+        f"$XASINK_JARS; {tmp_path}. Supply one with jars=['/path/driver.jar'] (CLI: --jars), "
+        "set XASINK_JARS, or put it in "
+    )
+    assert message.endswith(
+        "To install: apt-get install libpostgresql-jdbc-java, or download postgresql-<version>.jar."
+    )
+    with pytest.raises(DriverNotFoundError, match=r"^No JDBC driver jar given for this database"):
+        resolve_classpath(())
+
+
+def test_check_cache_expires_and_forgets_per_connection():
+    now = [0.0]
+    cache = CheckCache(ttl=60, clock=lambda: now[0])
+    one = ConnectionSpec(url="jdbc:postgresql://h/a", dialect="postgres")
+    two = ConnectionSpec(url="jdbc:postgresql://h/b", dialect="postgres")
+    cache.put(one, "server", 4)
+    cache.put(two, "server", 2)
+    now[0] = 59.9
+    assert cache.get(one, "server") == 4
+    with pytest.raises(RuntimeError), cache.forgotten_on_failure(one):
+        raise RuntimeError("the call failed")
+    assert cache.get(one, "server") is None and cache.get(two, "server") == 2
+    now[0] = 60.0
+    assert cache.get(two, "server") is None and len(cache) == 0
+    uncached = CheckCache(ttl=0)
+    uncached.put(one, "server", 4)
+    assert uncached.get(one, "server") is None
+
+
+def test_check_cache_keys_by_the_whole_spec_password_included():
+    cache = CheckCache(ttl=60, clock=lambda: 0.0)
+    spec = ConnectionSpec("jdbc:postgresql://h/a", "u", "old", dialect="postgres")
+    cache.put(spec, ("table", "t"), ("a", "b"))
+    assert cache.get(spec, ("table", "t")) == ("a", "b")
+    assert cache.get(spec, ("table", "u")) is None
+    rotated = ConnectionSpec("jdbc:postgresql://h/a", "u", "new", dialect="postgres")
+    assert cache.get(rotated, ("table", "t")) is None
+    cache.clear()
+    assert len(cache) == 0

@@ -1,0 +1,48 @@
+"""Every default of xasink in one place: `write_xa`'s keywords, `format("xasink")`'s
+options and the command line all read them from here, so that they cannot disagree."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+#: Write modes: append inserts; the others stage the rows and apply them in one transaction.
+Mode = Literal["append", "overwrite", "upsert", "merge"]
+#: What to do about a missing table: create it from the DataFrame's schema, or refuse.
+Create = Literal["if_missing", "never"]
+
+MODE: Mode = "append"
+CREATE: Create = "if_missing"
+#: Rows per JDBC batch on the batched-INSERT path.
+BATCH_SIZE = 10_000
+#: Seconds to wait for a TCP connection to the database.
+CONNECT_TIMEOUT = 10
+#: Seconds any JDBC call may wait for an answer; above the lock wait, so that a live
+#: server's lock waits never run into it.
+NETWORK_TIMEOUT = 600.0
+#: Seconds any bookkeeping or apply statement may wait for a lock.
+LOCK_WAIT = 60.0
+#: Seconds a job's owner may stay silent before recovery may take the job for dead.
+GRACE = 120.0
+#: Seconds between heartbeats of a job's owner.
+HEARTBEAT_INTERVAL = 10.0
+#: A job's lease is this many heartbeat intervals.
+LEASE_INTERVALS = 3
+#: Attempts at phase-2 operations that fail transiently.
+COMMIT_RETRIES = 5
+#: Connections committing branches in parallel.
+COMMIT_PARALLELISM = 4
+#: A frame Spark estimates at most this size is collected and written by the driver.
+DRIVER_WRITE_BYTES = 4 << 20
+
+#: format("xasink"): how long a job may wait for its first task (upstream stages, a queue
+#: for executors) before a recovery run takes it for dead; it holds nothing until then.
+START_TIMEOUT = 3600.0
+#: format("xasink"): how long its tasks may go silent once they write (between waves of
+#: tasks, and between the last task and Spark's commit call).
+TASK_LEASE = 300.0
+#: format("xasink") on PostgreSQL without numPartitions: every branch holds one of the
+#: server's few prepared-transaction slots, and the writer cannot learn the input's
+#: partition count before the tasks run.
+POSTGRES_BRANCHES = 8
+#: format("xasink"): the branch count the server check assumes when nothing bounds it.
+BRANCH_HINT = 8

@@ -1,0 +1,102 @@
+"""Before a job exists: the server, table and journal checks (with DDL), then recovery of
+what earlier jobs left on the table. Every failure says how to fix it; nothing is written."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..dialects import get_dialect
+from ..errors import PreflightError
+from ..protocol.actions import BranchAction, RecoveryAction
+from ..protocol.branches import BranchOps
+from ..protocol.journal import Journal
+from ..protocol.recovery import resolve_in_doubt
+from ..protocol.states import JobState
+from ..runtime.jdbc import JdbcConnection
+from ..runtime.timing import step
+from ..target.catalog import check_fit, ensure_table
+from ..xid import FORMAT_ID
+from .check_cache import UNCACHED, CheckCache
+from .request import JobRequest, Preflight
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("xasink")
+
+
+def preflight(
+    conn: JdbcConnection,
+    journal: Journal,
+    request: JobRequest,
+    schema: StructType,
+    branches: int,
+    checks: CheckCache = UNCACHED,
+) -> Preflight:
+    """Server, table and journal checks (DDL included), before any job exists; what passed
+    recently on this connection is not checked again (see check_cache)."""
+    spec, target, options = request.spec, request.target, request.options
+    dialect = get_dialect(spec.dialect)
+    with step("server checks"):
+        passed = checks.get(spec, "server")
+        if not isinstance(passed, int) or passed < branches:
+            dialect.check_server(conn, branches, spec.user)
+            checks.put(spec, "server", max(branches, passed or 0))
+    with step("table description"):
+        described = checks.get(spec, ("table", target))
+        if isinstance(described, tuple):
+            existing, created = list(described), False
+        else:
+            existing, created = ensure_table(
+                conn, dialect, target, schema, options, request.create, spec.redact
+            )
+            checks.put(spec, ("table", target), tuple(existing))
+        targets = check_fit(conn, dialect, target, schema, options, existing)
+    with step("journal DDL checks"):
+        if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
+            journal = journal.ensure(conn, spec)
+            checks.put(spec, ("journal", journal.schema, journal.tag), True)
+    return Preflight(journal, targets, created)
+
+
+def recover_table(
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, table: str, grace: float, staged: bool
+) -> list[BranchAction]:
+    """Resolve what earlier jobs left on this table. Decided jobs are finished whatever
+    their heartbeat, so a staged write never starts while an older decided one is pending:
+    it would be applied after this one and overwrite newer data. The full scan runs only
+    when a cheap look cannot prove that there is nothing to do."""
+    if nothing_in_doubt(conn, journal, table):
+        return []
+    actions = resolve_in_doubt(ops, conn, journal, table=table, grace=grace).actions
+    stuck = {a.job_id for a in actions if a.unresolved and a.action != RecoveryAction.LEFT}
+    for action in actions:
+        if action.job_id in stuck:
+            log.warning("xasink: an earlier job on %s needs attention: %s", table, action.line())
+    if staged:
+        pending = [
+            r
+            for r in journal.jobs_in_state(conn, JobState.COMMITTING)
+            if r.staged and r.table == table and r.job_id in stuck
+        ]
+        if pending:
+            raise PreflightError(
+                f"Job {pending[0].job_id} on {table} is decided but cannot be finished, and "
+                "staged writes to one table are applied in decision order. Nothing was "
+                "written. `xasink jobs` shows what blocks it; if it can never finish, "
+                f"`xasink resolve {pending[0].job_id} --abandon` ends it."
+            )
+    return actions
+
+
+def nothing_in_doubt(conn: JdbcConnection, journal: Journal, table: str) -> bool:
+    """Proof that recovery scoped to `table` would do nothing: no job on it is running or
+    deciding and no finished job's staging table is left, then (read after that) no
+    prepared transaction in xasink's XID format at all, whatever its job, tag or table.
+    A job in doubt shows at the first read as such a row, or, once its row is final, only
+    through a prepared straggler, which the second read lists. Anything unsure (no journal
+    tag yet, a dialect that cannot list) means no. It only reads: it never acts."""
+    if not journal.tag or not journal.table_settled(conn, table):
+        return False
+    return journal.dialect.prepared_count(conn, FORMAT_ID) == 0

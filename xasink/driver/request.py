@@ -1,0 +1,91 @@
+"""The values one job passes between its steps: the validated request, then what
+preflight found, the registered job, and what phase 1 told the driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import defaults
+from .._testing.faults import Fault, armed
+from ..errors import ConfigurationError
+from ..protocol.actions import BranchAction
+from ..protocol.journal import Journal
+from ..protocol.sinkmarks import SinkBatch, SinkMark
+from ..spec import ConnectionSpec, TableRef
+from ..target.catalog import check_create
+from ..target.columns import TableColumn
+from ..target.modes import ModeOptions
+from ..target.staging import ApplyPlan
+from ..xid import BranchId
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A write's validated arguments: write_xa's keywords, or format("xasink")'s options."""
+
+    spec: ConnectionSpec
+    target: TableRef
+    options: ModeOptions
+    create: defaults.Create = defaults.CREATE
+    batch_size: int = defaults.BATCH_SIZE
+    bulk: bool = True
+    journal_schema: str | None = None
+    lock_wait: float = defaults.LOCK_WAIT
+    grace: float = defaults.GRACE
+    recover_first: bool = True
+    commit_retries: int = defaults.COMMIT_RETRIES
+    commit_parallelism: int = defaults.COMMIT_PARALLELISM
+    sink: SinkBatch | None = None
+    #: The test suite's armed faults (xasink._testing), taken when the request is made.
+    faults: tuple[Fault, ...] = field(default_factory=armed)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigurationError("batch_size must be at least 1.")
+        if self.spec.network_timeout <= self.lock_wait:
+            raise ConfigurationError(
+                f"network_timeout ({self.spec.network_timeout:g} s) must be above "
+                f"lock_wait_timeout ({self.lock_wait:g} s): a lock wait would otherwise be "
+                "taken for a dead connection."
+            )
+        check_create(self.create)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks before a job found: the journal (with its tag), the target's
+    columns for the written ones, and whether the table was created."""
+
+    journal: Journal
+    targets: list[TableColumn]
+    created: bool
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A job registered in the journal (its branches may open from now on)."""
+
+    job_id: str
+    apply: ApplyPlan | None
+    recovered: list[BranchAction]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A streaming batch that is already decided (and finished): nothing to write."""
+
+    mark: SinkMark
+    recovered: list[BranchAction]
+
+
+@dataclass(frozen=True)
+class PhaseOne:
+    """What the partition messages told the driver."""
+
+    winners: list[BranchId]
+    #: Rows per winning partition.
+    rows_of: dict[int, int]
+    rows: int
+    empty_partitions: int
+    worker_peak_rss_kb: int
+    load_paths: tuple[str, ...]

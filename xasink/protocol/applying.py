@@ -1,0 +1,160 @@
+"""What the journal asks of a staged job's apply, without knowing how it is done.
+
+A staged job (overwrite, upsert, merge) keeps its plan in its journal row, as JSON text, and
+is applied in the local transaction that marks it `committed` (`Journal.finish`). How a plan
+is read, checked, applied and its staging table dropped is the target's business
+(`xasink.target.staging.STAGED_APPLY`): whoever opens the journal passes it in.
+
+The journal's own part is here too: a row's plan is trusted only when it names the job's
+own staging table and target, and staged jobs on one table apply in decision order.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from ..dialects import Dialect
+from ..errors import JournalError
+from ..runtime.jdbc import JdbcConnection, query
+from ..spec import TableRef
+from ..xid import valid_job_id
+from .schema import JournalLayout
+from .states import FINAL_STATES, JobState
+
+
+class StagedPlan(Protocol):
+    """A staged job's plan, as the journal stores and checks it."""
+
+    @property
+    def target(self) -> TableRef: ...
+
+    @property
+    def stage(self) -> TableRef: ...
+
+    def to_json(self) -> str: ...
+
+
+Plan = TypeVar("Plan", bound=StagedPlan)
+
+
+class StagedApply(Protocol[Plan]):
+    """The operations on staged plans that the journal runs."""
+
+    def parse(self, text: str) -> Plan:
+        """The plan stored (by `to_json`) in a job row."""
+        ...
+
+    def stage_name(self, job_id: str, schema: str | None) -> TableRef:
+        """The staging table xasink creates for a job, next to the journal in `schema`."""
+        ...
+
+    def check(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> None:
+        """Raise unless the whole staging table can be applied (in the apply transaction)."""
+        ...
+
+    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> int:
+        """Apply the staging table to the target, in the caller's transaction."""
+        ...
+
+    def drop(
+        self, conn: JdbcConnection, dialect: Dialect, plan: Plan, *, restore_seconds: float
+    ) -> None:
+        """Drop the staging table; then the session's lock bound is `restore_seconds`."""
+        ...
+
+    def is_data_error(self, exc: BaseException) -> bool:
+        """The target refused the rows themselves: applying again cannot help."""
+        ...
+
+
+def stored_plan(
+    journal: JournalLayout, conn: JdbcConnection, job_id: str, staged: StagedApply[Plan] | None
+) -> Plan | None:
+    """The job's plan, from its row (None: not a staged job)."""
+    rows = query(
+        conn, f"SELECT apply_plan, target_table FROM {journal.jobs} WHERE job_id = ?", (job_id,)
+    )
+    if not rows or not rows[0][0]:
+        return None
+    return trusted_plan(journal, job_id, str(rows[0][0]), str(rows[0][1]), staged)
+
+
+def trusted_plan(
+    journal: JournalLayout, job_id: str, text: str, table: str, staged: StagedApply[Plan] | None
+) -> Plan:
+    """The apply plan of a journal row, refused unless it names this job's own staging
+    table and the job's own target: recovery may run with more privileges than the
+    writers that can write journal rows, and must never drop or fill another table."""
+    staged = need(staged)
+    plan = staged.parse(text)
+    expected = staged.stage_name(job_id, journal.schema)
+    own_stage = plan.stage.name == expected.name and plan.stage.schema in (None, journal.schema)
+    if not valid_job_id(job_id) or not own_stage or str(plan.target) != table:
+        raise JournalError(
+            f"Journal row {job_id[:64]!r} names staging table {plan.stage} for target "
+            f"{plan.target}, which is not what xasink creates for that job ({expected} for "
+            f"{table}). It was not written by xasink: refusing to act on it. Check who can "
+            f"write {journal.jobs}."
+        )
+    return plan
+
+
+def finished_stages(
+    journal: JournalLayout, conn: JdbcConnection, staged: StagedApply[Plan] | None
+) -> list[tuple[str, Plan | JournalError]]:
+    """Staging tables of jobs that are over, still to drop (or why one is refused)."""
+    rows = query(
+        conn,
+        f"SELECT job_id, apply_plan, target_table FROM {journal.jobs} "
+        "WHERE apply_plan IS NOT NULL AND state IN (?, ?, ?)",
+        FINAL_STATES,
+    )
+    found: list[tuple[str, Plan | JournalError]] = []
+    for job, text, table in rows:
+        try:
+            found.append((str(job), trusted_plan(journal, str(job), str(text), str(table), staged)))
+        except JournalError as exc:
+            found.append((str(job), exc))
+    return found
+
+
+def check_apply_order(
+    journal: JournalLayout, conn: JdbcConnection, job_id: str, plan: StagedPlan
+) -> None:
+    """Staged jobs on one table are applied in decision order: an older decided job
+    that is not finished yet blocks this one (it would otherwise be applied later and
+    overwrite newer data)."""
+    rows = query(
+        conn,
+        f"SELECT o.job_id FROM {journal.jobs} o, {journal.jobs} j WHERE j.job_id = ? "
+        "AND o.target_table = j.target_table AND o.state = ? AND o.job_id <> j.job_id "
+        "AND o.apply_plan IS NOT NULL AND (o.decided_at < j.decided_at OR "
+        "(o.decided_at = j.decided_at AND o.job_id < j.job_id)) ORDER BY o.decided_at",
+        (job_id, JobState.COMMITTING),
+    )
+    if rows:
+        raise JobOrderError(str(rows[0][0]), plan)
+
+
+def need(staged: StagedApply[Plan] | None) -> StagedApply[Plan]:
+    """The staged apply the journal was opened with, which a staged job needs."""
+    if staged is None:
+        raise JournalError(
+            "This journal was opened without the staged apply (an xasink bug): it cannot "
+            "apply or drop a staged job's staging table. Run `xasink recover`."
+        )
+    return staged
+
+
+class JobOrderError(JournalError):
+    """A staged job cannot be applied yet: an older decided job on its table comes first."""
+
+    def __init__(self, blocker: str, plan: StagedPlan) -> None:
+        super().__init__(
+            f"job {blocker}, decided earlier on {plan.target}, is not finished yet; staged "
+            "jobs on one table are applied in decision order"
+        )
+        self.blocker = blocker
+
+
+__all__ = ["JobOrderError", "StagedApply", "StagedPlan"]

@@ -1,0 +1,130 @@
+"""Reading the journal's job rows: a job's state and record, the jobs in a state, and the
+evidence of its branches (winners, markers). Only reads: every write is `Journal`'s."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime.jdbc import JdbcConnection, query
+from .schema import JournalLayout
+from .states import FINAL_STATES, JobState
+
+Winner = tuple[int, int]  # (partition, attempt)
+#: The states of a job that is not over yet.
+OPEN_STATES = (JobState.RUNNING, JobState.COMMITTING)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    table: str
+    #: A `JobState` value (kept as read: a state this release does not know stays visible).
+    state: str
+    winners: frozenset[Winner]
+    #: Seconds since the last heartbeat, on the database clock (inf when unknown).
+    heartbeat_age: float
+    beats: int
+    #: How long the job's own driver may stay silent (a few heartbeat intervals).
+    lease: float = 0.0
+    staged: bool = False
+
+
+@dataclass(frozen=True)
+class JournalReader(JournalLayout):
+    """The journal's tables (`JournalLayout`) and the reads of their rows."""
+
+    def state(self, conn: JdbcConnection, job_id: str) -> str | None:
+        """The job's state alone (one cheap read; None: no such job)."""
+        rows = query(conn, f"SELECT state FROM {self.jobs} WHERE job_id = ?", (job_id,))
+        return str(rows[0][0]) if rows else None
+
+    def job(self, conn: JdbcConnection, job_id: str) -> JobRecord | None:
+        records = self._records(conn, "job_id = ?", (job_id,))
+        return records[0] if records else None
+
+    def jobs_in_state(self, conn: JdbcConnection, state: JobState) -> list[JobRecord]:
+        """Jobs in `state`, oldest decision first (the order staged jobs must apply in)."""
+        return self._records(conn, "state = ?", (state,), order="decided_at, job_id")
+
+    def table_settled(self, conn: JdbcConnection, table: str) -> bool:
+        """No job on `table` is running or deciding, and no finished job's staging table is
+        left (on any table): recovery scoped to `table` would find no job row to act on."""
+        rows = query(
+            conn,
+            f"SELECT COUNT(*) FROM {self.jobs} WHERE (target_table = ? AND state IN (?, ?)) "
+            "OR (apply_plan IS NOT NULL AND state IN (?, ?, ?))",
+            (table, *OPEN_STATES, *FINAL_STATES),
+        )
+        return int(rows[0][0]) == 0
+
+    def running_of_stream(self, conn: JdbcConnection, stream_key: str) -> list[str]:
+        """Running jobs that a format("xasink") stream with these writer options minted."""
+        rows = query(
+            conn,
+            f"SELECT job_id FROM {self.jobs} WHERE stream_key = ? AND state = ?",
+            (stream_key, JobState.RUNNING),
+        )
+        return [str(row[0]) for row in rows]
+
+    def running(self, conn: JdbcConnection) -> list[str]:
+        """Running jobs: a silent one is aborted by recovery even before any branch
+        prepared (a staged one's staging table is dropped then)."""
+        rows = query(conn, f"SELECT job_id FROM {self.jobs} WHERE state = ?", (JobState.RUNNING,))
+        return [str(row[0]) for row in rows]
+
+    def _records(
+        self, conn: JdbcConnection, where: str, params: tuple[Any, ...], order: str = "job_id"
+    ) -> list[JobRecord]:
+        d = self.dialect
+        age = d.age_sql("heartbeat_at")
+        rows = query(
+            conn,
+            f"SELECT job_id, target_table, state, heartbeat_at, beats, {d.now_sql}, "
+            f"{age or 'NULL'}, lease_seconds, apply_plan IS NOT NULL "
+            f"FROM {self.jobs} WHERE {where} ORDER BY {order}",
+            params,
+        )
+        records = []
+        for job_id, table, state, heartbeat_at, beats, now, age_s, lease, staged in rows:
+            if age_s is not None:
+                seconds = float(age_s)
+            elif isinstance(now, dt.datetime) and isinstance(heartbeat_at, dt.datetime):
+                seconds = (now - heartbeat_at).total_seconds()
+            else:
+                seconds = float("inf")  # unknown is never "alive"
+            records.append(
+                JobRecord(
+                    str(job_id),
+                    str(table),
+                    str(state),
+                    self.winners_of(conn, str(job_id)),
+                    seconds,
+                    int(beats),
+                    float(lease or 0),
+                    bool(staged) and str(staged) not in ("0", "false", "False"),
+                )
+            )
+        return records
+
+    def winners_of(self, conn: JdbcConnection, job_id: str) -> frozenset[Winner]:
+        rows = query(
+            conn,
+            f"SELECT partition_id, attempt FROM {self.winners} WHERE job_id = ?",
+            (job_id,),
+        )
+        return frozenset((int(p), int(a)) for p, a in rows)
+
+    def marker_exists(
+        self, conn: JdbcConnection, job_id: str, partition: int, attempt: int
+    ) -> bool:
+        rows = query(
+            conn,
+            f"SELECT 1 FROM {self.markers} WHERE job_id = ? AND partition_id = ? AND attempt = ?",
+            (job_id, partition, attempt),
+        )
+        return bool(rows)
+
+
+__all__ = ["OPEN_STATES", "JobRecord", "JournalReader", "Winner"]

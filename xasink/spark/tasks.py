@@ -1,0 +1,68 @@
+"""Where a branch meets Spark: the mapInArrow function, the data source task's entry, the
+driver's own write of a small collected frame, and the message schema they report in."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark import TaskContext
+
+from ..errors import WriteError
+from ..executor.branch import write_rows
+from ..executor.contract import BranchReport, WritePlan
+from ..protocol.sessions import set_jar_locator
+from .session import shipped_copy
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+#: A task's XA sessions load the JDBC driver from the jars the driver shipped with the job
+#: (xasink.spark.session.ship_jars): every task runs through this module.
+set_jar_locator(shipped_copy)
+
+MESSAGE_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("attempt", pa.int64()),
+        ("xid", pa.string()),
+        ("rows", pa.int64()),
+        ("peak_rss_kb", pa.int64()),
+        ("path", pa.string()),
+        ("problem", pa.string()),
+    ]
+)
+
+
+MESSAGE_DDL = (
+    "partition int, attempt long, xid string, rows long, peak_rss_kb long, path string, "
+    "problem string"
+)
+
+
+def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow function: write this partition into one prepared branch."""
+    report = write_task(plan, batches)
+    yield pa.RecordBatch.from_pylist([dataclasses.asdict(report)], schema=MESSAGE_SCHEMA)
+
+
+def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
+    """Write this task's rows into one prepared branch (none if it has no rows)."""
+    context = TaskContext.get()
+    if context is None:
+        raise WriteError("xasink's partition writer must run inside a Spark task.")
+    return write_rows(
+        plan, batches, context.partitionId(), context.taskAttemptId(), context.attemptNumber()
+    )
+
+
+def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
+    """A small DataFrame, collected as Arrow and written by the driver itself as partition
+    0's only attempt: no Python task, no worker connection. The rows arrive as the batches a
+    mapInArrow task would get; nothing is written until all of them are here, so a failed
+    Spark task is retried by Spark before any branch opens."""
+    batches = df._collect_as_arrow()  # toArrow() less its cast
+    report = write_rows(plan, iter(batches), 0, 0, 0)
+    return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran

@@ -1,0 +1,132 @@
+"""The write modes and their options, checked against the DataFrame before anything runs:
+append inserts; overwrite, upsert and merge stage the rows and apply them in one
+transaction (see staging). Merge reads change rows, in the spellings of common change feeds
+or the caller's own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import get_args
+
+from ..defaults import Mode
+from ..errors import ConfigurationError
+
+APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
+MODES: tuple[str, ...] = get_args(Mode)
+#: The staging table's names for the `op` and `order` columns (never written to the target).
+OP_COLUMN, ORDER_COLUMN = "xasink_op", "xasink_order"
+#: Without `op_values`, merge knows the common change-feed spellings, case-insensitively:
+#: plain words, Debezium's c/u/d/r (r: a snapshot read), I/U/D, and Delta's change data feed
+#: (whose update_preimage rows are skipped: the postimage carries the change).
+CDC_OP_VALUES: Mapping[str, Sequence[str]] = {
+    "insert": ("insert", "c", "r", "i"),
+    "update": ("update", "u", "update_postimage"),
+    "delete": ("delete", "d"),
+    "skip": ("update_preimage",),
+}
+_OP_KINDS = ("insert", "update", "delete", "skip")
+
+
+@dataclass(frozen=True)
+class ModeOptions:
+    """The caller's choice of mode, validated against the DataFrame's columns."""
+
+    mode: Mode = APPEND
+    key: tuple[str, ...] = ()
+    op: str | None = None
+    order: str | None = None
+    #: (value, is_delete) for every accepted op value.
+    op_values: tuple[tuple[str, bool], ...] = ()
+    #: Op values compared lower-cased (the built-in spellings), and the ones to skip.
+    op_fold: bool = False
+    op_skip: tuple[str, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        mode: str,
+        key: str | Sequence[str] | None,
+        op: str | None,
+        order: str | None,
+        op_values: Mapping[str, str | Sequence[str]] | None,
+        frame_columns: Sequence[str],
+    ) -> ModeOptions:
+        if mode not in MODES:
+            raise ConfigurationError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+        keys = (key,) if isinstance(key, str) else tuple(key or ())
+        if mode in (UPSERT, MERGE) and not keys:
+            raise ConfigurationError(
+                f"mode={mode!r} needs key=[...]: the column(s) that identify a row."
+            )
+        if mode == MERGE and not op:
+            raise ConfigurationError(
+                "mode='merge' needs op='<column>': the column saying insert, update or delete."
+            )
+        if mode != MERGE and (op or op_values):
+            raise ConfigurationError("op and op_values apply to mode='merge' only.")
+        if order and mode not in (UPSERT, MERGE):
+            raise ConfigurationError("order applies to mode='upsert' and mode='merge' only.")
+        steering = [c for c in (op, order) if c]
+        if (
+            len(set(keys)) != len(keys)
+            or set(keys) & set(steering)
+            or len(set(steering)) < len(steering)
+        ):
+            raise ConfigurationError("key, op and order must name different columns.")
+        missing = [c for c in (*keys, *steering) if c not in frame_columns]
+        if missing:
+            raise ConfigurationError(
+                f"The DataFrame has no column(s) {', '.join(map(repr, missing))}; it has "
+                f"{', '.join(frame_columns)}."
+            )
+        if mode != MERGE:
+            return cls(mode, keys, op, order)
+        values, skip = _op_values(CDC_OP_VALUES if op_values is None else op_values)
+        return cls(mode, keys, op, order, values, op_values is None, skip)
+
+    @property
+    def staged(self) -> bool:
+        return self.mode != APPEND
+
+    @property
+    def routed(self) -> bool:
+        """Rows of one key must share a branch (and so a duplicate check is complete)."""
+        return self.mode in (UPSERT, MERGE)
+
+    def written(self, frame_columns: Sequence[str]) -> list[str]:
+        """The DataFrame columns written to the target, in DataFrame order."""
+        return [c for c in frame_columns if c not in self.steering]
+
+    @property
+    def steering(self) -> tuple[str, ...]:
+        """The DataFrame columns that steer the write and are not written to the target."""
+        return tuple(c for c in (self.op, self.order) if c)
+
+
+def _op_values(
+    mapping: Mapping[str, str | Sequence[str]],
+) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]]:
+    """((value, is_delete) per applied value, skipped values) of an op_values mapping."""
+    unknown = set(mapping) - set(_OP_KINDS)
+    if unknown or "delete" not in mapping:
+        raise ConfigurationError(
+            "op_values maps 'insert', 'update' and 'delete' (and optionally 'skip') to the op "
+            f"column's values, e.g. {{'insert': 'c', 'update': 'u', 'delete': 'd'}}; got "
+            f"{dict(mapping)!r}."
+        )
+    kinds: dict[str, str] = {}
+    for kind, values in mapping.items():
+        for value in (values,) if isinstance(values, str) else tuple(values):
+            earlier = kinds.setdefault(str(value), kind)
+            if earlier != kind and {earlier, kind} & {"delete", "skip"}:
+                raise ConfigurationError(
+                    f"op value {value!r} cannot mean both {earlier} and {kind}."
+                )
+    applied = tuple(sorted((v, k == "delete") for v, k in kinds.items() if k != "skip"))
+    if not any(is_delete for _, is_delete in applied):
+        raise ConfigurationError(
+            f"op_values['delete'] needs at least one value (the op column's value for a "
+            f"deleted row); got {dict(mapping)!r}."
+        )
+    return applied, tuple(sorted(v for v, k in kinds.items() if k == "skip"))
