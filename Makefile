@@ -7,11 +7,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint test chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint unit test chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
 	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
+	@echo "make unit     the fast tests alone: no database, no Spark, no JVM"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, and a stream of 1k-row micro-batches"
@@ -36,9 +37,13 @@ lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
+# The fast layer alone: no database, no Spark, no JVM (seconds).
+unit:
+	$(PYTHON) -m pytest -q tests/unit
+
 # Spark Connect client tests run in a pytest process of their own (tests/conftest.py).
 test: install lint
-	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client"
+	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15
 	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client
 
 # The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.

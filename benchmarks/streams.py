@@ -153,8 +153,8 @@ def write_xa_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> Data
 
 
 def format_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """writeStream.format("xasink") (Python Data Source stream writer); its sink id derives
-    from the query's new checkpoint. No Python function of ours runs per batch."""
+    """writeStream.format("xasink") (Python Data Source stream writer); its sink is named
+    by the new query's id. No Python function of ours runs per batch."""
     db = target.db
     return (
         stream.writeStream.format("xasink")

@@ -8,21 +8,32 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .defaults import GRACE, LOCK_WAIT, NETWORK_TIMEOUT
+from .dialects import DIALECTS
 from .driver.sinks import sink_batch
 from .errors import XasinkError
 from .masking import Redactor
-from .protocol.admin import abandon, list_jobs, operate, prune, recover
+from .operations import recover
+from .protocol.admin import abandon, list_jobs, operate, prune
 from .target.staging import STAGED_APPLY
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a rejected argument is echoed with any URL password masked
+    (a JDBC URL typed in the wrong place would otherwise be printed whole)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {Redactor()(message)}\n")
+
+
 def _connection_options() -> argparse.ArgumentParser:
     """The options every subcommand needs to reach a database and its journal."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--url", required=True, help="JDBC URL, e.g. jdbc:postgresql://h/db")
     common.add_argument("--user", help="database user")
     common.add_argument(
@@ -34,7 +45,7 @@ def _connection_options() -> argparse.ArgumentParser:
     common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
     common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
     common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
-    common.add_argument("--dialect", choices=("postgres", "mysql", "generic"))
+    common.add_argument("--dialect", choices=tuple(DIALECTS))
     common.add_argument(
         "--lock-wait",
         type=float,
@@ -56,7 +67,7 @@ def _connection_options() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="xasink",
         description="Exactly-once JDBC sink for PySpark. Subcommands act on a database that "
         "xasink writes to. Exit status: 0 done and nothing left in doubt, 1 something is "
@@ -155,6 +166,7 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _recover(args: argparse.Namespace) -> int:
+    connection = {k: v for k, v in _connection(args).items() if k != "staged"}
     report = recover(
         args.url,
         table=args.table,
@@ -162,7 +174,7 @@ def _recover(args: argparse.Namespace) -> int:
         grace=args.grace,
         dry_run=args.dry_run,
         presume_abort_tag=args.presume_abort,
-        **_connection(args),
+        **connection,
     )
     if args.json:
         print(report.to_json(), file=args.out)

@@ -84,12 +84,22 @@ def _unit_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.delenv(JARS_ENV, raising=False)
     monkeypatch.delenv(HIDDEN_ENV, raising=False)
+    # In `make test` the unit tests share a process with tests that started a JVM and a
+    # Spark session before them: what matters is that no unit test starts one.
+    before = _jvm_started(), _spark_context()
     yield
+    assert before[0] or not _jvm_started(), "a unit test started a JVM"
+    assert before[1] is not None or _spark_context() is None, "a unit test started Spark"
+
+
+def _jvm_started() -> bool:
     jpype = sys.modules.get("jpype")
-    assert jpype is None or not jpype.isJVMStarted(), "a unit test started a JVM"
+    return jpype is not None and bool(jpype.isJVMStarted())
+
+
+def _spark_context() -> Any:
     context = sys.modules.get("pyspark.core.context") or sys.modules.get("pyspark.context")
-    active = getattr(getattr(context, "SparkContext", None), "_active_spark_context", None)
-    assert active is None, "a unit test started a Spark session"
+    return getattr(getattr(context, "SparkContext", None), "_active_spark_context", None)
 
 
 # -- a fake journal and fake branch operations, for recovery -----------------------------

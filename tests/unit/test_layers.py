@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"_testing", "runtime"},
     {"dialects"},
     {"protocol", "target"},  # the commit protocol and the table: neither knows the other
-    {"loaders"},
+    {"loaders", "operations"},
     {"executor"},
     {"driver"},
     {"spark"},

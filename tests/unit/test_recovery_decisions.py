@@ -189,7 +189,6 @@ def test_a_dry_run_of_a_committed_staged_job_would_apply_it(fakes):
     assert journal.calls == []
 
 
-@pytest.mark.xfail(strict=True, reason="recovery: a dry run's own 'would commit' hides the apply")
 def test_a_dry_run_with_winners_to_commit_also_says_it_would_apply(fakes):
     journal, ops = setup(fakes, "committing", {(0, 1)}, [(0, 1)], staged=True)
     assert run(fakes, journal, ops, dry_run=True)[-1] == (

@@ -1,1 +1,1 @@
-"""_testing"""
+"""Test-only hooks (fault injection), outside every public signature."""

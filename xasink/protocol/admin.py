@@ -8,19 +8,19 @@ import contextlib
 import getpass
 import json
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT, NETWORK_TIMEOUT
+from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT
 from ..errors import ConfigurationError, JournalError
-from ..runtime.jdbc import JdbcConnection, query, redacting_java_errors
-from ..spec import ConnectionSpec, TableRef
+from ..runtime.jdbc import JdbcConnection, query
+from ..spec import ConnectionSpec
 from ..xid import BranchId, valid_job_id
 from .actions import RecoveryReport
 from .applying import StagedApply
 from .branches import BranchOps, Outcome
-from .connecting import journal_session
+from .connecting import journal_session, open_journal
 from .journal import Journal
 from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
 from .states import FINAL_STATES, JobState
@@ -218,7 +218,7 @@ def operate(
     journal_schema: str | None = None,
     lock_wait_timeout: float = LOCK_WAIT,
     staged: StagedApply[Any] | None = None,
-    **connection: JdbcConnection,
+    **connection: Any,
 ) -> Iterator[tuple[Any, Journal, BranchOps]]:
     """(connection, journal, branch ops) for operating an existing journal; `connection`
     takes make_spec's keyword arguments, `staged` is what finishes staged jobs."""
@@ -238,49 +238,29 @@ def operate(
             yield conn, journal, ops
 
 
-@redacting_java_errors
 def recover(
-    url: str,
-    *,
+    spec: ConnectionSpec,
     staged: StagedApply[Any],
-    user: str | None = None,
-    password: str | None = None,
-    table: str | Sequence[str] | None = None,
+    *,
+    table: str | None = None,
     job: str | None = None,
     grace: float = GRACE,
     dry_run: bool = False,
-    properties: Mapping[str, object] | None = None,
-    jars: Sequence[str] | None = None,
-    dialect: str | None = None,
-    xa_datasource: str | None = None,
     journal_schema: str | None = None,
-    connect_timeout: int = CONNECT_TIMEOUT,
-    network_timeout: float = NETWORK_TIMEOUT,
     lock_wait_timeout: float = LOCK_WAIT,
     presume_abort_tag: str | None = None,
 ) -> RecoveryReport:
-    """Resolve xasink's in-doubt branches in this database (see `recovery`); `staged`
-    applies and drops staged jobs' staging tables (`xasink.recover` passes xasink's own).
+    """Resolve xasink's in-doubt branches in the database `spec` reaches (see `recovery`);
+    `staged` applies and drops staged jobs' staging tables. The public entry point is
+    `xasink.recover`.
 
     Without a journal nothing is touched, unless `presume_abort_tag` names the tag whose
     prepared branches are to be rolled back (once older than `grace`, where the server
     tells a branch's age)."""
-    with journal_session(
-        url,
-        journal_schema,
-        lock_wait_timeout,
-        staged,
-        user=user,
-        password=password,
-        properties=properties,
-        dialect=dialect,
-        xa_datasource=xa_datasource,
-        jars=jars,
-        connect_timeout=connect_timeout,
-        network_timeout=network_timeout,
-    ) as (spec, conn, journal):
-        scope = str(TableRef.parse(table)) if table is not None else None
-        return _recover(spec, conn, journal, scope, job, grace, dry_run, presume_abort_tag)
+    session, journal = open_journal(spec, journal_schema, lock_wait_timeout, staged=staged)
+    with session:
+        conn = session.connection
+        return _recover(spec, conn, journal, table, job, grace, dry_run, presume_abort_tag)
 
 
 def _recover(

@@ -10,7 +10,6 @@ from typing import Any
 from ..defaults import LOCK_WAIT, NETWORK_TIMEOUT
 from ..dialects import dialect_name_for
 from ..errors import ConfigurationError
-from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, properties_tuple
 from . import sessions
@@ -87,7 +86,7 @@ def journal_session(
     journal_schema: str | None,
     lock_wait: float,
     staged: StagedApply[Any] | None = None,
-    **connection: JdbcConnection,
+    **connection: Any,
 ) -> Iterator[tuple[ConnectionSpec, Any, Journal]]:
     """(spec, journal connection, journal as found) for the journal at `url`;
     `connection` takes make_spec's keyword arguments."""

@@ -171,8 +171,8 @@ class _Resolver:
         mine = [a for a in self.report.actions if a.job_id == record.job_id]
         if any(a.action == RecoveryAction.LOST for a in mine) and not self.dry_run:
             self._abandon_if_staged(record)
-        if any(a.unresolved for a in mine):
-            return
+        if any(a.unresolved and not a.action.dry_run for a in mine):
+            return  # a dry run's own plan (would commit) does not hide what follows it
         if not self.dry_run:
             self._finish(record)
         elif record.staged:
