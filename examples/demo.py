@@ -22,7 +22,7 @@ from servers import DbServer, start_postgres
 from support import events_df, spark_builder
 
 from xasink import write_xa
-from xasink._testing.faults import Fault
+from xasink._testing.faults import Fault, injected
 
 ROWS, PARTITIONS, TABLE = 200_000, 4, "xasink_demo"
 
@@ -68,14 +68,15 @@ def main() -> int:
             Fault("after_prepare", "exit", partition=2),  # a worker dies after PREPARE
         ]
         print(f"writing {ROWS} rows in {PARTITIONS} partitions; two first attempts will fail")
-        result = write_xa(
-            events_df(spark, ROWS, PARTITIONS),
-            url,
-            TABLE,
-            user=user,
-            password=password,
-            _faults=faults,
-        )
+        with injected(*faults):
+            result = write_xa(
+                events_df(spark, ROWS, PARTITIONS),
+                url,
+                TABLE,
+                user=user,
+                password=password,
+                max_branches=PARTITIONS,  # one task per partition, so that the faults meet them
+            )
         spark.stop()
         print(
             f"write_xa: job {result.job_id}, {result.rows} rows, {result.partitions} branches "

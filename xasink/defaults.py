@@ -25,7 +25,8 @@ LOCK_WAIT = 60.0
 GRACE = 120.0
 #: Seconds between heartbeats of a job's owner.
 HEARTBEAT_INTERVAL = 10.0
-#: A job's lease is this many heartbeat intervals.
+#: A job's lease, stored on its row, is this many heartbeat intervals: recovery never takes
+#: a job for dead sooner, whatever grace it was given (except an explicit grace of 0).
 LEASE_INTERVALS = 3
 #: Attempts at phase-2 operations that fail transiently.
 COMMIT_RETRIES = 5

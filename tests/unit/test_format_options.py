@@ -254,3 +254,9 @@ def test_a_missing_jar_is_named(options, tmp_path):
 def test_not_a_number_is_refused(options):
     options["xasink.grace"] = "nan"
     assert parse_error(options).startswith("Option 'grace' takes a number")
+
+
+def test_a_heartbeat_interval_of_zero_is_refused(options):
+    # 0 would mean "the driver beats", and no driver process lives through a format job.
+    options["xasink.heartbeatInterval"] = "0"
+    assert parse_error(options).startswith("Option 'heartbeatinterval' takes a number above 0")

@@ -22,9 +22,6 @@ from .xa import XaSession
 
 log = logging.getLogger("xasink")
 
-#: A job's lease, stored on its row, is this many heartbeat intervals: recovery never takes
-#: a job for dead sooner, whatever grace it was given (except an explicit grace of 0).
-
 
 class Heartbeat:
     """Refreshes the job row while its owner lives, so recovery can tell it from a dead one.

@@ -145,7 +145,7 @@ def parse(
     return FormatRequest(
         request=request,
         max_branches=branches,
-        heartbeat_interval=_number(own, "heartbeatinterval", 10.0, float),
+        heartbeat_interval=_positive(own, "heartbeatinterval", defaults.HEARTBEAT_INTERVAL),
         sink_id=sink_id,
         stream_key=_stream_key(given, spec.masked_url) if streaming else None,
         lease=_number(own, "leaseseconds", defaults.TASK_LEASE, float),
@@ -212,6 +212,13 @@ def _number(options: Mapping[str, str], name: str, default: float, kind: type) -
     if value is None or not math.isfinite(value) or value < 0:
         raise ConfigurationError(f"Option {name!r} takes a number, 0 or more; got {text!r}.")
     return value  # type: ignore[no-any-return]
+
+
+def _positive(options: Mapping[str, str], name: str, default: float) -> float:
+    value = float(_number(options, name, default, float))
+    if value <= 0:
+        raise ConfigurationError(f"Option {name!r} takes a number above 0; got {options[name]!r}.")
+    return value
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:

@@ -16,6 +16,7 @@ from ..driver.job import Job
 from ..driver.plan import one_stream
 from ..driver.request import Begun, JobRequest, PhaseOne, Skipped
 from ..driver.sinks import sink_batch
+from ..errors import ConfigurationError
 from ..executor.contract import WritePlan
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
@@ -183,6 +184,8 @@ def _write(
     started: float,
 ) -> WriteResult:
     """The job's steps, from preflight to finish."""
+    if not heartbeat_interval > 0:
+        raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
     with step("spark conf, jars, branch count"):
         spark = df.sparkSession
         memory = conf(spark, PYSPARK_MEMORY)
@@ -225,7 +228,8 @@ def _write(
                 prepared - started,
             )
             losers = job.commit(phase_one)
-    return _result(request, begun, pre.created, phase_one, losers, started, prepared)
+            committed = time.monotonic()
+    return _result(request, begun, pre.created, phase_one, losers, started, prepared, committed)
 
 
 def _phase_one(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
@@ -253,6 +257,7 @@ def _result(
     losers: int,
     started: float,
     prepared: float,
+    committed: float,
 ) -> WriteResult:
     total = time.monotonic() - started
     log.info("xasink job %s: committed %d rows in %.1fs", begun.job_id, phase_one.rows, total)
@@ -263,7 +268,7 @@ def _result(
         partitions=len(phase_one.winners),
         empty_partitions=phase_one.empty_partitions,
         prepare_seconds=prepared - started,
-        commit_seconds=time.monotonic() - prepared,
+        commit_seconds=committed - prepared,
         total_seconds=total,
         rolled_back_attempts=losers,
         recovered=begun.recovered,
