@@ -8,7 +8,7 @@ import json
 import pytest
 
 from xasink.dialects import get_dialect
-from xasink.errors import ConfigurationError, InputDataError
+from xasink.errors import ConfigurationError, InputDataError, JournalError
 from xasink.spec import TableRef
 from xasink.target.modes import CDC_OP_VALUES, ModeOptions
 from xasink.target.staging import (
@@ -192,11 +192,11 @@ def test_apply_plan_json_is_stable_and_round_trips():
     assert ApplyPlan.from_json(overwrite.to_json()) == overwrite
 
 
-def test_apply_plan_from_json_of_an_older_row_without_fold_and_skip():
+def test_an_apply_plan_row_missing_fields_is_an_error_not_a_guess():
     raw = json.loads(_plan("merge", key=("id",), op_values=(("d", True),)).to_json())
     del raw["op_fold"], raw["op_skip"]
-    plan = ApplyPlan.from_json(json.dumps(raw))
-    assert (plan.op_fold, plan.op_skip, plan.op_values) == (False, (), (("d", True),))
+    with pytest.raises(JournalError, match=r"not one this xasink wrote \(KeyError: 'op_fold'"):
+        ApplyPlan.from_json(json.dumps(raw))
 
 
 def test_stage_columns_and_names():

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..dialects import Dialect
-from ..errors import InputDataError
+from ..errors import InputDataError, JournalError
 from ..runtime.jdbc import JdbcConnection, Param, execute, query, sql_error_code, sql_state
 from ..spec import TableRef
 from .modes import OP_COLUMN, ORDER_COLUMN, OVERWRITE, UPSERT
@@ -54,7 +54,19 @@ class ApplyPlan:
 
     @classmethod
     def from_json(cls, text: str) -> ApplyPlan:
-        raw = json.loads(text)
+        """The plan a job row stores; a row this version did not write is an error, never
+        filled in with guesses (the journal's schema version says what it holds)."""
+        try:
+            return cls._from_raw(json.loads(text))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JournalError(
+                f"A job row's apply plan is not one this xasink wrote ({type(exc).__name__}: "
+                f"{exc}); `xasink jobs` shows the job, and `xasink resolve JOB --abandon` "
+                "ends it with its target unchanged."
+            ) from None
+
+    @classmethod
+    def _from_raw(cls, raw: dict[str, Any]) -> ApplyPlan:
         return cls(
             mode=raw["mode"],
             target=TableRef(**raw["target"]),
@@ -63,8 +75,8 @@ class ApplyPlan:
             key=tuple(raw["key"]),
             ordered=bool(raw["ordered"]),
             op_values=tuple((str(v), bool(d)) for v, d in raw["op_values"]),
-            op_fold=bool(raw.get("op_fold", False)),
-            op_skip=tuple(str(v) for v in raw.get("op_skip", ())),
+            op_fold=bool(raw["op_fold"]),
+            op_skip=tuple(str(v) for v in raw["op_skip"]),
         )
 
     @property
