@@ -5,8 +5,8 @@
  * branch, the driver D with its heartbeat H, the writers W[b], two concurrent recovery runs R,
  * server restarts and the in-flight decision (actor DB), optionally an administrator rolling
  * back one prepared branch (-DADMIN). Every actor may crash between any two steps. Once all of
- * them have stopped, one fault-free recovery runs and the invariants of protocol-review.md
- * section 1.7 are asserted.
+ * them have stopped, one fault-free recovery runs and the invariants S1-S7 (model/README.md)
+ * are asserted.
  *
  * One step = one SQL statement, local transaction, XA call, XA RECOVER listing or journal read.
  * Work inside a branch (start, rows, staged checks, marker INSERT, END) is invisible to others
