@@ -36,7 +36,7 @@ from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..target.columns import TableColumn
 from ..target.staging import STAGED_APPLY, ApplyPlan
-from .check_cache import CHECKS, UNCACHED, CheckCache
+from .check_cache import UNCACHED, CheckCache
 from .decision import decide, fence, select_winners
 from .phase_two import commit_all, roll_back_others
 from .plan import apply_plan_for, load_target
@@ -67,27 +67,31 @@ class Job:
         self.decided = False
         self._ops: BranchOps | None = None
         self._reuse = False
+        self._checks: CheckCache = UNCACHED
         self._closing = contextlib.ExitStack()
 
     # -- opening ----------------------------------------------------------------------
 
     @classmethod
     @contextlib.contextmanager
-    def opened(cls, request: JobRequest, reuse: bool = False) -> Iterator[Job]:
-        """A new job's journal connection. With `reuse` (write_xa), sessions and preflight
-        checks are kept for the next call of this process, and forgotten on any failure."""
+    def opened(
+        cls, request: JobRequest, reuse: bool = False, checks: CheckCache = UNCACHED
+    ) -> Iterator[Job]:
+        """A new job's journal connection. With `reuse` (write_xa), sessions are kept for
+        the next call of this process; preflight checks that passed are kept in `checks`.
+        Both are forgotten on any failure."""
         spec = request.spec
         session, journal = open_journal(
             spec, request.journal_schema, request.lock_wait, reuse=reuse, staged=STAGED_APPLY
         )
         job = cls(request, session, journal)
-        job._reuse = reuse
+        job._reuse, job._checks = reuse, checks
         with contextlib.ExitStack() as stack:
             if reuse:
                 stack.enter_context(sessions.kept_on_success(spec, JOURNAL_ROLE, session))
-                stack.enter_context(CHECKS.forgotten_on_failure(spec))
             else:
                 stack.enter_context(session)
+            stack.enter_context(checks.forgotten_on_failure(spec))
             stack.enter_context(job._closing)
             yield job
 
@@ -117,11 +121,10 @@ class Job:
 
     # -- before the job exists --------------------------------------------------------
 
-    def preflight(
-        self, schema: StructType, branches: int, checks: CheckCache = UNCACHED
-    ) -> Preflight:
-        """Server, table and journal checks (with DDL); nothing is written."""
-        pre = preflight(self.conn, self.journal, self.request, schema, branches, checks)
+    def preflight(self, schema: StructType, branches: int) -> Preflight:
+        """Server, table and journal checks (with DDL), skipping what passed recently (see
+        `opened`); nothing is written."""
+        pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
         self.journal = pre.journal
         return pre
 

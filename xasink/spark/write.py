@@ -195,8 +195,8 @@ def _write(
         branches, planned = (
             (1, True) if on_driver else branch_count(df, max_branches, request.options)
         )
-    with Job.opened(request, reuse=True) as job:
-        pre = job.preflight(df.schema, branches, CHECKS)
+    with Job.opened(request, reuse=True, checks=CHECKS) as job:
+        pre = job.preflight(df.schema, branches)
         if max_branches == "auto" and branches > 1:
             with step("stream count"):
                 if one_stream(job.conn, job.dialect, request.target, request.options):
