@@ -161,12 +161,16 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
         "dialect": args.dialect,
         "lock_wait_timeout": args.lock_wait,
         "network_timeout": args.network_timeout,
-        "staged": STAGED_APPLY,
     }
 
 
+def _operate(args: argparse.Namespace) -> Any:
+    """The journal at --url, for a command that acts on it (staged jobs finish with
+    xasink's own apply)."""
+    return operate(args.url, staged=STAGED_APPLY, **_connection(args))
+
+
 def _recover(args: argparse.Namespace) -> int:
-    connection = {k: v for k, v in _connection(args).items() if k != "staged"}
     report = recover(
         args.url,
         table=args.table,
@@ -174,7 +178,7 @@ def _recover(args: argparse.Namespace) -> int:
         grace=args.grace,
         dry_run=args.dry_run,
         presume_abort_tag=args.presume_abort,
-        **connection,
+        **_connection(args),
     )
     if args.json:
         print(report.to_json(), file=args.out)
@@ -190,7 +194,7 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    with operate(args.url, **_connection(args)) as (conn, journal, ops):
+    with _operate(args) as (conn, journal, ops):
         found = list_jobs(
             ops, conn, journal, states=tuple(args.state or ()), table=args.table, limit=args.limit
         )
@@ -237,7 +241,7 @@ def _confirmed(args: argparse.Namespace, ask: Callable[[str], str], what: str, w
 def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
     if not _confirmed(args, ask, f"Abandon job {args.job_id}", args.job_id):
         return EXIT_ERROR
-    with operate(args.url, **_connection(args)) as (conn, journal, ops):
+    with _operate(args) as (conn, journal, ops):
         final, report = abandon(ops, conn, journal, args.job_id, args.reason)
     if args.json:
         print(
@@ -256,7 +260,7 @@ def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
     if not _confirmed(args, ask, f"Forget the last batch of sink {args.sink_id!r}", args.sink_id):
         return EXIT_ERROR
-    with operate(args.url, **_connection(args)) as (conn, journal, _):
+    with _operate(args) as (conn, journal, _):
         mark = journal.reset_sink(conn, args.sink_id)
     before = (
         f"was at batch {mark.batch_id} (job {mark.job_id}, query {mark.query_id or 'unknown'})"
@@ -271,7 +275,7 @@ def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    with operate(args.url, **_connection(args)) as (conn, journal, _):
+    with _operate(args) as (conn, journal, _):
         count = prune(conn, journal, args.older_than, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     if args.json:
