@@ -7,13 +7,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint unit test chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint unit test test-mysql chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
 	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
 	@echo "make unit     the fast tests alone: no database, no Spark, no JVM"
-	@echo "make test     lint and run the test suite against throwaway PostgreSQL and MariaDB"
+	@echo "make test     lint and run the test suite against throwaway PostgreSQL, MariaDB and MySQL"
+	@echo "make test-mysql  every MySQL case of the suite (make test runs those marked mysql_ci)"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, and a stream of 1k-row micro-batches"
 	@echo "make bench-quick  the same, small (CI smoke)"
@@ -31,7 +32,7 @@ system-deps:
 	fi
 
 install: system-deps
-	$(PIP) install -q --config-settings editable_mode=compat -e '.[test,bench,connect]'
+	$(PIP) install -q -e '.[test,bench,connect]'
 
 lint:
 	$(PYTHON) -m ruff check .
@@ -43,8 +44,14 @@ unit:
 
 # Spark Connect client tests run in a pytest process of their own (tests/conftest.py).
 test: install lint
-	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15
-	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client
+	@start=$$(date +%s); status=0; \
+	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15 || status=1; \
+	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client || status=1; \
+	$(PYTHON) -m tests.servers_report $$start; exit $$status
+
+# Every MySQL case of the suite (CI runs those marked mysql_ci); builds the MySQL root once.
+test-mysql: install
+	XASINK_TEST_MYSQL=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -k mysql --durations=15
 
 # The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.
 chaos: install

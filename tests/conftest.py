@@ -2,13 +2,23 @@
 
 Servers start lazily, once per test session, on the first test that asks for
 them. When no source can provide a server the dependent tests are skipped,
-unless ``XASINK_TEST_REQUIRE_SERVERS=1`` (e.g. in CI), where they fail.
+unless ``XASINK_TEST_REQUIRE_SERVERS=1`` (e.g. in CI), where they fail. MySQL is
+the exception: it comes from a Debian unstable root the harness builds once per
+machine, and when that build itself fails its tests are skipped with one loud
+line in the summary, whatever the setting.
+
+The ``db`` fixture runs a test on PostgreSQL, MariaDB and MySQL. The MySQL case
+runs only for tests marked ``mysql_ci`` (what proves MySQL's own behaviour),
+unless ``XASINK_TEST_MYSQL=all`` (``make test-mysql``) runs every one.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +28,7 @@ try:  # tests/ on sys.path (default rootdir-relative import mode)
         Kind,
         ServerUnavailable,
         shared_server,
+        started_servers,
         stop_shared_servers,
     )
 except ImportError:  # tests/ imported as a package
@@ -26,6 +37,7 @@ except ImportError:  # tests/ imported as a package
         Kind,
         ServerUnavailable,
         shared_server,
+        started_servers,
         stop_shared_servers,
     )
 
@@ -33,6 +45,10 @@ except ImportError:  # tests/ imported as a package
 #: pyspark picks classic or Connect for `functions.col` & co by a process-wide setting, so
 #: a Connect client cannot share a process with the classic session the other tests use.
 CONNECT_CLIENT = "connect_client"
+MYSQL_CI = "mysql_ci"
+#: Where each pytest process records the servers it tested, for `python -m tests.servers_report`.
+SERVERS_RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
+_unavailable: dict[str, str] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,6 +57,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{CONNECT_CLIENT}: Spark Connect client test; needs a pytest process of its own",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{MYSQL_CI}: runs on MySQL in every run (the rest of the MySQL cases: make test-mysql)",
     )
 
 
@@ -53,6 +73,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = f"Spark Connect client tests need their own process: pytest -m {CONNECT_CLIENT}"
         for item in clients:
             item.add_marker(pytest.mark.skip(reason=reason))
+    if os.environ.get("XASINK_TEST_MYSQL", "").strip() != "all":
+        mysql_rest = [item for item in items if _mysql_case(item) and not _mysql_ci(item)]
+        if mysql_rest:
+            config.hook.pytest_deselected(items=mysql_rest)
+            items[:] = [item for item in items if item not in set(mysql_rest)]
+
+
+def _mysql_case(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(params.get(name) == "mysql" for name in ("db", "mysql_family", "restartable"))
+
+
+def _mysql_ci(item: pytest.Item) -> bool:
+    return item.get_closest_marker(MYSQL_CI) is not None
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which servers this run tested, and why a kind was not; record it for the report."""
+    tested = started_servers()
+    if not tested and not _unavailable:
+        return
+    words = [f"{kind} {version}" for kind, version in sorted(tested.items())]
+    words += [f"{kind} NOT TESTED ({why})" for kind, why in sorted(_unavailable.items())]
+    terminalreporter.write_line("servers: " + "; ".join(words), bold=True)
+    SERVERS_RECORD.parent.mkdir(parents=True, exist_ok=True)
+    with SERVERS_RECORD.open("a") as record:
+        record.write(json.dumps({"at": time.time(), "tested": tested, "not": _unavailable}) + "\n")
 
 
 def _server(kind: Kind, **settings: object) -> DbServer:
@@ -60,6 +107,9 @@ def _server(kind: Kind, **settings: object) -> DbServer:
     try:
         return shared_server(kind, **settings)
     except ServerUnavailable as exc:
+        if kind == "mysql":  # only its provisioning raises this: skip, loudly
+            _unavailable[kind] = str(exc)
+            pytest.skip(f"MySQL tests skipped: {exc}")
         if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
             pytest.fail(f"{kind} server required but unavailable: {exc}")
         pytest.skip(f"no {kind} server available: {exc}")
@@ -85,6 +135,12 @@ def mariadb(_db_servers: None) -> DbServer:
 
 
 @pytest.fixture(scope="session")
+def mysql(_db_servers: None) -> DbServer:
+    """MySQL 9 (from a Debian unstable root built once per machine), as the app user."""
+    return _server("mysql")
+
+
+@pytest.fixture(scope="session")
 def pg_no_xa(_db_servers: None) -> DbServer:
     """PostgreSQL with max_prepared_transactions=0 (two-phase commit refused)."""
     return _server("postgres", max_prepared_transactions=0)
@@ -97,9 +153,16 @@ def pg_sync_standby(_db_servers: None) -> DbServer:
     return _server("postgres", synchronous_standby_names="nobody")
 
 
-@pytest.fixture(params=["postgres", "mariadb"], ids=["postgres", "mariadb"])
+@pytest.fixture(params=["postgres", "mariadb", "mysql"])
 def db(request: pytest.FixtureRequest) -> DbServer:
-    """Each supported server kind in turn."""
+    """Each supported server kind in turn (MySQL: see the module's docstring)."""
+    server: DbServer = request.getfixturevalue(request.param)
+    return server
+
+
+@pytest.fixture(params=["mariadb", "mysql"])
+def mysql_family(request: pytest.FixtureRequest) -> DbServer:
+    """Each MySQL-protocol server in turn, for what only that family has."""
     server: DbServer = request.getfixturevalue(request.param)
     return server
 

@@ -52,14 +52,18 @@ if TYPE_CHECKING:
 
     DbConnection = psycopg.Connection[Any] | pymysql.connections.Connection
 
-Kind = Literal["postgres", "mariadb"]
+Kind = Literal["postgres", "mariadb", "mysql"]
 Settings = Mapping[str, object]
 
 APP_USER = "xasink_app"
 APP_PASSWORD = "s3cr3t-Pa55word!"
 APP_DATABASE = "xasink_test"
 
-ENV_URL = {"postgres": "XASINK_TEST_POSTGRES_URL", "mariadb": "XASINK_TEST_MARIADB_URL"}
+ENV_URL = {
+    "postgres": "XASINK_TEST_POSTGRES_URL",
+    "mariadb": "XASINK_TEST_MARIADB_URL",
+    "mysql": "XASINK_TEST_MYSQL_URL",
+}
 ENV_DOCKER = "XASINK_TEST_DOCKER"
 POSTGRES_IMAGE = os.environ.get("XASINK_TEST_POSTGRES_IMAGE", "postgres:15")
 MARIADB_IMAGE = os.environ.get("XASINK_TEST_MARIADB_IMAGE", "mariadb:10.11")
@@ -112,12 +116,20 @@ class DbServer:
     admin_user: str
     admin_password: str = field(repr=False)
     source: Literal["env", "docker", "local"] = "local"
+    #: Connection properties in the JDBC URL (``a=b&c=d``).
+    url_query: str = ""
+
+    @property
+    def dialect(self) -> Literal["postgres", "mysql"]:
+        """The SQL family: MariaDB and MySQL speak one dialect (xasink's ``mysql``)."""
+        return "postgres" if self.kind == "postgres" else "mysql"
 
     @property
     def jdbc_url(self) -> str:
         """JDBC URL without credentials (they go in connection properties)."""
-        scheme = "postgresql" if self.kind == "postgres" else "mariadb"
-        return f"jdbc:{scheme}://{self.host}:{self.port}/{self.database}"
+        scheme = {"postgres": "postgresql", "mariadb": "mariadb"}.get(self.kind, "mysql")
+        query = f"?{self.url_query}" if self.url_query else ""
+        return f"jdbc:{scheme}://{self.host}:{self.port}/{self.database}{query}"
 
     @property
     def jdbc_driver(self) -> str:
@@ -140,8 +152,8 @@ class DbServer:
 
     def xa_recover(self) -> list[XaXid]:
         """MariaDB: prepared XA branches (server-wide, any database)."""
-        if self.kind != "mariadb":
-            raise TypeError("xa_recover() is MariaDB-only; use prepared_transactions()")
+        if self.kind == "postgres":
+            raise TypeError("xa_recover() is for MySQL/MariaDB; use prepared_transactions()")
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute("XA RECOVER")
             rows = cur.fetchall()
@@ -159,7 +171,7 @@ class DbServer:
         MariaDB entries are ``f"{formatID}:{gtrid_length}:{bqual_length}:{data}"``
         (see :class:`XaXid`); ``XA RECOVER`` is server-wide, not per database.
         """
-        if self.kind == "mariadb":
+        if self.kind != "postgres":
             return [str(x) for x in self.xa_recover()]
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute(
@@ -175,7 +187,7 @@ class DbServer:
         Returns how many were rolled back.
         """
         count = 0
-        if self.kind == "mariadb":
+        if self.kind != "postgres":
             import pymysql
 
             with self.admin_connect() as conn, conn.cursor() as cur:
@@ -338,7 +350,7 @@ def _server_from_env(kind: Kind) -> tuple[DbServer, str] | None:
     if not url:
         return None
     parts = urlsplit(url)
-    schemes = {"postgres": ("postgresql", "postgres"), "mariadb": ("mysql", "mariadb")}[kind]
+    schemes = {"postgres": ("postgresql", "postgres")}.get(kind, ("mysql", "mariadb"))
     if parts.scheme.split("+")[0] not in schemes or not parts.hostname:
         raise ValueError(f"{ENV_URL[kind]} must look like {schemes[0]}://user:pw@host:port/db")
     admin_db = unquote(parts.path.lstrip("/")) or ("postgres" if kind == "postgres" else "mysql")
@@ -507,6 +519,20 @@ _MARIADB_FAST: dict[str, object] = {
     "local_infile": 1,
     "character_set_server": "utf8mb4",
     "collation_server": "utf8mb4_general_ci",
+}
+
+# MySQL keeps its own defaults where a user's server would (the binary log, utf8mb4_0900_ai_ci,
+# caching_sha2_password), so the tests meet what users meet; beside the throwaway-data speedups
+# only local_infile differs (ON, as the fast path needs; the fallback's test turns it OFF).
+_MYSQL_FAST: dict[str, object] = {
+    "innodb_buffer_pool_size": "32M",
+    "innodb_redo_log_capacity": "64M",
+    "innodb_flush_log_at_trx_commit": 2,
+    "innodb_doublewrite": "OFF",
+    "sync_binlog": 0,
+    "max_connections": 200,
+    "mysqlx": "OFF",
+    "local_infile": 1,
 }
 
 _PG_FAST: dict[str, object] = {
@@ -886,31 +912,136 @@ def _start_local_postgres(
     return dataclasses.replace(server, port=port), "postgres"
 
 
-def _start_local_mariadb(
-    stack: contextlib.ExitStack, settings: Settings, timeout: float
-) -> tuple[DbServer, str]:
-    """mariadb-install-db + mariadbd in a temp dir, with a real grant system."""
+@dataclass(frozen=True)
+class _MysqlFamily:
+    """How to initialise and run one MySQL-protocol server from local binaries."""
+
+    what: str
+    #: The server binary, behind its loader when it needs one; ``--no-defaults`` follows it.
+    server: list[str]
+    #: Where the server finds its own files (messages, character sets, plugins).
+    paths: list[str]
+    #: The command (before the common options) and the flags (after them) that make a data
+    #: directory whose root@localhost logs in on the socket with no password.
+    initialise: list[str]
+    init_flags: list[str]
+    fast: Settings
+    #: MySQL refuses to start unless ``secure_file_priv`` names a folder that exists.
+    needs_file_folder: bool = False
+
+
+def _mariadb_family() -> _MysqlFamily:
     binaries = find_mariadb_binaries()
     if binaries is None:
         raise ServerUnavailable("no MariaDB binaries (mariadbd + mariadb-install-db)")
     mariadbd, install_db = binaries
+    return _MysqlFamily(
+        what="mariadbd",
+        server=[str(mariadbd)],
+        paths=[],
+        initialise=[str(install_db)],
+        init_flags=["--auth-root-authentication-method=normal", "--skip-test-db"],
+        fast=_MARIADB_FAST,
+    )
+
+
+def _mysql_family() -> _MysqlFamily:
+    """mysqld of the cached Debian unstable root, run through that root's own loader and
+    libraries (its C library is newer than the host's): data, socket and port stay host paths."""
+    root = mysql_root()
+    server = [
+        str(root / "usr/lib64/ld-linux-x86-64.so.2"),
+        "--library-path",
+        str(root / "usr/lib/x86_64-linux-gnu"),
+        str(root / "usr/sbin/mysqld"),
+    ]
+    return _MysqlFamily(
+        what="mysqld",
+        server=server,
+        paths=[
+            f"--basedir={root / 'usr'}",
+            f"--lc-messages-dir={root / 'usr/share/mysql'}",
+            f"--character-sets-dir={root / 'usr/share/mysql/charsets'}",
+            f"--plugin-dir={root / 'usr/lib/mysql/plugin'}",
+        ],
+        initialise=server,
+        init_flags=["--initialize-insecure"],
+        fast=_MYSQL_FAST,
+        needs_file_folder=True,
+    )
+
+
+_PROVISION_SCRIPT = Path(__file__).with_name("provision_mysql.sh")
+_mysql_root_lock = threading.Lock()
+_mysql_root: Path | ServerUnavailable | None = None
+
+
+def mysql_root() -> Path:
+    """The Debian unstable root holding MySQL, built once per machine (``provision_mysql.sh``).
+
+    Raises :class:`ServerUnavailable` with the script's own reason when it cannot be built;
+    the outcome is remembered for the process, so a failure costs one attempt."""
+    global _mysql_root
+    with _mysql_root_lock:
+        if _mysql_root is None:
+            try:
+                done = subprocess.run(
+                    ["bash", str(_PROVISION_SCRIPT)],
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    timeout=1200,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                _mysql_root = ServerUnavailable(f"provisioning MySQL failed: {exc}")
+            else:
+                if done.returncode == 0 and done.stdout.strip():
+                    _mysql_root = Path(done.stdout.strip().splitlines()[-1])
+                else:
+                    why = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
+                    _mysql_root = ServerUnavailable(f"provisioning MySQL failed: {why}")
+        if isinstance(_mysql_root, ServerUnavailable):
+            raise _mysql_root
+        return _mysql_root
+
+
+def _start_local_mariadb(
+    stack: contextlib.ExitStack, settings: Settings, timeout: float
+) -> tuple[DbServer, str]:
+    """mariadb-install-db + mariadbd in a temp dir, with a real grant system."""
+    return _start_local_mysql_family(stack, "mariadb", _mariadb_family(), settings, timeout)
+
+
+def _start_local_mysql(
+    stack: contextlib.ExitStack, settings: Settings, timeout: float
+) -> tuple[DbServer, str]:
+    """mysqld --initialize-insecure + mysqld in a temp dir, with a real grant system."""
+    return _start_local_mysql_family(stack, "mysql", _mysql_family(), settings, timeout)
+
+
+def _start_local_mysql_family(
+    stack: contextlib.ExitStack,
+    kind: Kind,
+    family: _MysqlFamily,
+    settings: Settings,
+    timeout: float,
+) -> tuple[DbServer, str]:
+    """Initialise a data directory in a temp dir, start the server on a free port, and make
+    a TCP admin account through root's password-less socket login."""
     tmp = _make_tmpdir(stack, "xasink-my-", None)
     data = tmp / "data"
     sock = tmp / "mysqld.sock"
-    log = tmp / "mariadbd.log"
+    log = tmp / f"{family.what}.log"
     as_root = ["--user=root"] if os.geteuid() == 0 else []
-    opts = {**_MARIADB_FAST, **settings}
+    opts = {**family.fast, **settings}
     server_opts = [f"--{_guc_name(k).replace('_', '-')}={_setting_str(v)}" for k, v in opts.items()]
     # --no-defaults must come first; it keeps the system my.cnf out.
     common = ["--no-defaults", f"--datadir={data}", "--skip-name-resolve", *as_root]
+    if family.needs_file_folder:
+        (tmp / "files").mkdir()
+        common.append(f"--secure-file-priv={tmp / 'files'}")
     init = subprocess.run(
-        [
-            str(install_db),
-            *common,
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-            *server_opts,
-        ],
+        [*family.initialise, *common, *family.paths, *family.init_flags, *server_opts],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -919,20 +1050,20 @@ def _start_local_mariadb(
     )
     if init.returncode != 0:
         raise ServerStartError(
-            f"mariadb-install-db failed ({init.returncode}):\n"
+            f"{family.what} initialisation failed ({init.returncode}):\n"
             f"{init.stdout[-2000:]}\n{init.stderr[-2000:]}"
         )
 
     def argv(port: int) -> list[str]:
         return [
-            str(mariadbd),
+            *family.server,
             *common,
+            *family.paths,
             f"--port={port}",
             "--bind-address=127.0.0.1",
             f"--socket={sock}",
-            f"--pid-file={tmp / 'mariadbd.pid'}",
+            f"--pid-file={tmp / 'server.pid'}",
             f"--tmpdir={tmp}",
-            "--skip-log-bin",
             *server_opts,
         ]
 
@@ -954,7 +1085,7 @@ def _start_local_mariadb(
             return False
 
     proc, port = _start_process_on_free_port(
-        argv, log, signal.SIGTERM, None, socket_root_ready, timeout, "mariadbd"
+        argv, log, signal.SIGTERM, None, socket_root_ready, timeout, family.what
     )
     stack.callback(proc.stop)
     _record_pid(tmp, proc.proc.pid)
@@ -970,7 +1101,7 @@ def _start_local_mariadb(
         cur.execute("CREATE USER 'xasink_admin'@'%%' IDENTIFIED BY %s", (admin_password,))
         cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'xasink_admin'@'%' WITH GRANT OPTION")
     server = DbServer(
-        kind="mariadb",
+        kind=kind,
         host="127.0.0.1",
         port=port,
         user=APP_USER,
@@ -997,7 +1128,11 @@ def _start(kind: Kind, settings: Settings, timeout: float) -> Iterator[DbServer]
         if found is None and docker_available():
             found = _start_docker(stack, kind, settings, timeout)
         if found is None:
-            starter = _start_local_postgres if kind == "postgres" else _start_local_mariadb
+            starter = {
+                "postgres": _start_local_postgres,
+                "mariadb": _start_local_mariadb,
+                "mysql": _start_local_mysql,
+            }[kind]
             found = starter(stack, settings, timeout)
         server, maintenance_db = found
         _provision(server, maintenance_db)
@@ -1028,9 +1163,21 @@ def start_mariadb(*, timeout: float = DEFAULT_TIMEOUT, **settings: object) -> It
         yield server
 
 
+@contextlib.contextmanager
+def start_mysql(*, timeout: float = DEFAULT_TIMEOUT, **settings: object) -> Iterator[DbServer]:
+    """A MySQL 9 (from the cached Debian unstable root) for the duration of the ``with`` block.
+
+    ``settings`` are extra server options (``mysqld --name=value``). Raises
+    :class:`ServerUnavailable` when the root cannot be provisioned.
+    """
+    with _start("mysql", settings, timeout) as server:
+        yield server
+
+
 _shared_lock = threading.Lock()
 _shared_stack = contextlib.ExitStack()
 _shared: dict[tuple[str, tuple[tuple[str, str], ...]], DbServer] = {}
+_versions: dict[str, str] = {}
 
 
 def shared_server(kind: Kind, **settings: object) -> DbServer:
@@ -1043,9 +1190,23 @@ def shared_server(kind: Kind, **settings: object) -> DbServer:
     with _shared_lock:
         if key not in _shared:
             starter: Callable[..., contextlib.AbstractContextManager[DbServer]]
-            starter = start_postgres if kind == "postgres" else start_mariadb
+            starter = {"postgres": start_postgres, "mariadb": start_mariadb}.get(kind, start_mysql)
             _shared[key] = _shared_stack.enter_context(starter(**settings))
+            _versions[kind] = server_version(_shared[key])
         return _shared[key]
+
+
+def server_version(server: DbServer) -> str:
+    """What the server says it is, e.g. ``15.19`` or ``9.7.4-2``."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW server_version" if server.kind == "postgres" else "SELECT VERSION()")
+        row = cur.fetchone()
+    return str(row[0]).split(" ")[0] if row else "?"
+
+
+def started_servers() -> dict[str, str]:
+    """Each kind this process started a shared server of, with its version."""
+    return dict(_versions)
 
 
 def stop_shared_servers() -> None:

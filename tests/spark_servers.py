@@ -42,24 +42,30 @@ def _wait_for_port(port: int, log: Path, timeout: float = 120) -> None:
 
 
 @contextlib.contextmanager
-def connect_server(master: str = "local[2,4]", env: dict[str, str] | None = None) -> Iterator[str]:
+def connect_server(
+    master: str = "local[2,4]",
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+    spark_home: Path = SPARK_HOME,
+) -> Iterator[str]:
     """A Spark Connect server in its own process; yields its sc:// URL. `env` is added to
-    the server's environment (its executors' Python workers inherit it). local[2,4]: a
-    failed task is retried, as on a cluster."""
+    the server's environment (its executors' Python workers inherit it); `python` and
+    `spark_home` may come from another environment. local[2,4]: a failed task is retried,
+    as on a cluster."""
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="xasink-connect-") as work:
         ident = f"xasink-test-{port}"
         server_env = {
             **os.environ,
-            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_HOME": str(spark_home),
             "SPARK_PID_DIR": work,
             "SPARK_LOG_DIR": work,
             "SPARK_IDENT_STRING": ident,
-            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_PYTHON": python,
             **(env or {}),
         }
         conf = {**COMMON_CONF, "spark.connect.grpc.binding.port": str(port)}
-        args = [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--master", master]
+        args = [str(spark_home / "sbin" / "start-connect-server.sh"), "--master", master]
         for key, value in conf.items():
             args += ["--conf", f"{key}={value}"]
         subprocess.run(args, env=server_env, check=True, capture_output=True, timeout=120)
@@ -69,7 +75,7 @@ def connect_server(master: str = "local[2,4]", env: dict[str, str] | None = None
             yield f"sc://127.0.0.1:{port}"
         finally:
             subprocess.run(
-                [str(SPARK_HOME / "sbin" / "stop-connect-server.sh")],
+                [str(spark_home / "sbin" / "stop-connect-server.sh")],
                 env=server_env,
                 capture_output=True,
                 timeout=120,

@@ -26,7 +26,7 @@ ARROW_BATCH_ROWS = 500
 TABLE_DDL = {
     "postgres": "CREATE TABLE {t} (id BIGINT NOT NULL, name TEXT, v DOUBLE PRECISION, n INTEGER, "
     "ts TIMESTAMPTZ)",
-    "mariadb": "CREATE TABLE {t} (id BIGINT NOT NULL, name TEXT, v DOUBLE, n INT, ts DATETIME(6))",
+    "mysql": "CREATE TABLE {t} (id BIGINT NOT NULL, name TEXT, v DOUBLE, n INT, ts DATETIME(6))",
 }
 
 
@@ -163,7 +163,7 @@ def new_table(server: DbServer, prefix: str = "ev") -> str:
     """A fresh, empty events table with a unique name (no primary key: duplicates show)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with server.connect() as conn:
-        conn.cursor().execute(TABLE_DDL[server.kind].format(t=name))
+        conn.cursor().execute(TABLE_DDL[server.dialect].format(t=name))
     return name
 
 
@@ -180,7 +180,7 @@ def xasink_prepared(server: DbServer) -> list[str]:
     """Prepared transactions that carry xasink's formatId."""
     from xasink import FORMAT_ID
 
-    if server.kind == "mariadb":
+    if server.kind != "postgres":
         return [str(x) for x in server.xa_recover() if x.format_id == FORMAT_ID]
     return [g for g in server.prepared_transactions() if g.startswith(f"{FORMAT_ID}_")]
 
@@ -448,7 +448,7 @@ def kill_driver_at(
 OLD_ROWS = 100
 KEYED_DDL = {
     "postgres": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(64), v DOUBLE PRECISION)",
-    "mariadb": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(64), v DOUBLE)",
+    "mysql": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(64), v DOUBLE)",
 }
 Contents = dict[int, tuple[Any, Any]]
 
@@ -462,13 +462,13 @@ def seeded_table(server: DbServer, prefix: str = "kv") -> str:
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with server.connect() as conn:
         cursor = conn.cursor()
-        cursor.execute(KEYED_DDL[server.kind].format(t=name))
+        cursor.execute(KEYED_DDL[server.dialect].format(t=name))
         placeholder = "%s, %s, %s"
         cursor.executemany(
             f"INSERT INTO {name} (id, name, v) VALUES ({placeholder})",
             [(i, n, v) for i, (n, v) in old_contents().items()],
         )
-        if server.kind == "mariadb":
+        if server.kind != "postgres":
             conn.commit()
     return name
 

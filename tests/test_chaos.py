@@ -39,7 +39,7 @@ from chaos_support import (
     record,
     rng,
 )
-from servers import ServerUnavailable, restart_server, start_mariadb, start_postgres
+from servers import ServerUnavailable, restart_server, start_mariadb, start_mysql, start_postgres
 from support import (
     KEYED_DDL,
     PARTITIONS,
@@ -253,24 +253,24 @@ def test_recovery_races_live_jobs(spark, db):
 # -- 3. database restarts -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["postgres", "mariadb"])
+@pytest.fixture(scope="module", params=["postgres", "mariadb", "mysql"])
 def restartable(request) -> Iterator[Any]:
     """A dedicated throwaway server (never the shared one): these tests crash it."""
-    starter = start_postgres if request.param == "postgres" else start_mariadb
+    starter = {"postgres": start_postgres, "mariadb": start_mariadb, "mysql": start_mysql}
     try:
-        with starter() as server:
+        with starter[request.param]() as server:
             if server.source != "local":
                 pytest.skip("restarts need a server started from local binaries")
             yield server
     except ServerUnavailable as exc:
-        if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
+        required = os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0")
+        if required and request.param != "mysql":  # MySQL: only its provisioning raises this
             pytest.fail(f"{request.param} server required but unavailable: {exc}")
         pytest.skip(f"no {request.param} server: {exc}")
 
 
 RESTARTS = [
-    # (fault point, what the driver does, mode); the CI subset runs one per server:
-    # the first on PostgreSQL, the second on MariaDB.
+    # (fault point, what the driver does, mode); the CI subset runs one per server (CI_RESTART).
     ("before_decision", "killed", "append"),
     ("after_first_commit", "continues", "upsert"),
     ("after_first_commit", "killed", "append"),
@@ -279,7 +279,11 @@ RESTARTS = [
     ("after_first_commit", "continues", "append"),
 ]
 
+#: The case each server runs in CI: MySQL's is a SIGKILL between PREPARE and the decision.
+CI_RESTART = {"postgres": 0, "mariadb": 1, "mysql": 0}
 
+
+@pytest.mark.mysql_ci
 @pytest.mark.parametrize(
     ("point", "driver_fate", "mode"),
     [pytest.param(*r, id="-".join(r)) for r in RESTARTS],
@@ -290,7 +294,7 @@ def test_database_restart(restartable, point, driver_fate, mode):
     The prepared branches survive; the driver is killed (or continues on its broken
     connections); `xasink recover --grace 0` then finishes the job exactly."""
     db = restartable
-    ci = RESTARTS.index((point, driver_fate, mode)) == ["postgres", "mariadb"].index(db.kind)
+    ci = RESTARTS.index((point, driver_fate, mode)) == CI_RESTART[db.kind]
     if not (FULL or ci):
         pytest.skip("full chaos run only (XASINK_CHAOS_FULL=1)")
     rng(f"restart-{db.kind}-{point}-{driver_fate}-{mode}")

@@ -43,6 +43,7 @@ def run(spark, db, table, faults=(), rows=ROWS, partitions=PARTITIONS):
     return result, failed_tasks(spark, group)
 
 
+@pytest.mark.mysql_ci
 def test_plain_write_commits_every_row_once(spark, db):
     table = new_table(db)
     result, failures = run(spark, db, table)
@@ -51,6 +52,7 @@ def test_plain_write_commits_every_row_once(spark, db):
     assert job_states(db)[result.job_id] == "committed"
 
 
+@pytest.mark.mysql_ci
 @pytest.mark.parametrize(
     ("fault", "swept"),
     [

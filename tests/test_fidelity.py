@@ -47,8 +47,8 @@ LAYOUTS = {
 EXPECTED_PATH = {
     ("postgres", "decimal"): "copy-csv",
     ("postgres", "bytes"): "copy-binary",
-    ("mariadb", "decimal"): "load-data",
-    ("mariadb", "bytes"): "batched",
+    ("mysql", "decimal"): "load-data",
+    ("mysql", "bytes"): "batched",
 }
 
 
@@ -89,7 +89,7 @@ def ints(bits: int) -> st.SearchStrategy[int]:
 
 def row(kind: str, layout: str) -> st.SearchStrategy[tuple]:
     nullable = lambda s: st.none() | s  # noqa: E731
-    mysql = kind == "mariadb"
+    mysql = kind != "postgres"
     years = (1000, 9999) if mysql else (1, 9999)
     return st.tuples(
         nullable(text()),
@@ -119,7 +119,7 @@ def fidelity_table(db, layout):
     name = f"fid_{uuid.uuid4().hex[:10]}"
     index = 2 if db.kind == "postgres" else 3
     columns = ", ".join(f"{c[0]} {c[index]}" for c in columns_for(layout))
-    suffix = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin" if db.kind == "mariadb" else ""
+    suffix = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin" if db.kind != "postgres" else ""
     with db.connect() as conn:
         conn.cursor().execute(f"CREATE TABLE {name} ({columns}){suffix}")
     return name
@@ -129,7 +129,7 @@ def expected(kind: str, value: object, column: str) -> object:
     """What the database gives back for `value`: identity, or the documented conversion."""
     if value is None:
         return None
-    if kind == "mariadb":
+    if kind != "postgres":
         if column == "ts":
             return value.replace(tzinfo=None)  # DATETIME holds the UTC wall time
         if column == "flag":
@@ -163,7 +163,7 @@ def check_round_trip(spark, db, table: str, rows: list[tuple], bulk: bool, layou
     schema = ", ".join(f"{name} {kind}" for name, kind, _, _ in columns)
     df = spark.createDataFrame(data, schema).repartition(2)
     result = write_xa(df, db.jdbc_url, table, user=db.user, password=db.password, bulk=bulk)
-    path = EXPECTED_PATH[db.kind, layout] if bulk else "batched"
+    path = EXPECTED_PATH[db.dialect, layout] if bulk else "batched"
     assert result.load_paths == (path,)
     got = read_back(db, table, layout)
     assert len(got) == len(data)
@@ -219,29 +219,33 @@ def test_edge_values_round_trip(spark, db, layout, fidelity_table):
     check_round_trip(spark, db, fidelity_table, rows, bulk=True, layout=layout)
 
 
+@pytest.mark.mysql_ci
 @pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "batched"])
-def test_mysql_cannot_hold_nan_so_nothing_is_written(spark, mariadb, bulk):
-    table = new_table(mariadb)
+def test_mysql_cannot_hold_nan_so_nothing_is_written(spark, mysql_family, bulk):
+    table = new_table(mysql_family)
     df = spark.createDataFrame(
         [(1, "a", 1.0, 1, None), (2, "b", math.nan, 2, None)],
         "id long, name string, v double, n int, ts timestamp",
     )
     with pytest.raises(Exception, match="rolled back"):
-        write_xa(df.coalesce(1), table=table, bulk=bulk, **connection_args(mariadb))
-    assert_exactly(mariadb, table, [])
+        write_xa(df.coalesce(1), table=table, bulk=bulk, **connection_args(mysql_family))
+    assert_exactly(mysql_family, table, [])
 
 
-def test_mysql_without_local_infile_falls_back_to_batched_inserts(spark, mariadb, caplog):
-    table = new_table(mariadb)
-    with mariadb.admin_connect() as admin:
+@pytest.mark.mysql_ci
+def test_mysql_without_local_infile_falls_back_to_batched_inserts(spark, mysql_family, caplog):
+    db = mysql_family
+    table = new_table(db)
+    with db.admin_connect() as admin:
         admin.cursor().execute("SET GLOBAL local_infile = 0")
     try:
         caplog.set_level(logging.WARNING, logger="xasink")
-        result = write_xa(events_df(spark, 300, 2), table=table, **connection_args(mariadb))
+        result = write_xa(events_df(spark, 300, 2), table=table, **connection_args(db))
     finally:
-        with mariadb.admin_connect() as admin:
+        with db.admin_connect() as admin:
             admin.cursor().execute("SET GLOBAL local_infile = 1")
     warnings = [r.getMessage() for r in caplog.records if "bulk loading is off" in r.getMessage()]
     assert len(warnings) == 1 and "local_infile" in warnings[0]
     assert result.rows == 300
-    assert_exactly(mariadb, table, range(300))
+    assert (result.rows, result.load_paths) == (300, ("batched",))
+    assert_exactly(db, table, range(300))

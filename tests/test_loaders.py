@@ -19,7 +19,7 @@ UTC = dt.timezone.utc
 DDL = {
     "postgres": "CREATE TABLE {t} (id BIGINT, s TEXT, d DOUBLE PRECISION, b BOOLEAN, "
     "raw BYTEA, amount NUMERIC(38,10), day DATE, ts TIMESTAMPTZ)",
-    "mariadb": "CREATE TABLE {t} (id BIGINT, s LONGTEXT, d DOUBLE, b BOOLEAN, raw LONGBLOB, "
+    "mysql": "CREATE TABLE {t} (id BIGINT, s LONGTEXT, d DOUBLE, b BOOLEAN, raw LONGBLOB, "
     "amount DECIMAL(38,10), day DATE, ts DATETIME(6)) DEFAULT CHARSET=utf8mb4",
 }
 BATCH = pa.record_batch(
@@ -86,7 +86,7 @@ def test_both_binding_paths_store_the_same_rows(db, use_binder):
     table = f"ld_{'cb' if use_binder else 'vv'}_{db.kind}"
     with db.connect() as conn:
         conn.cursor().execute(f"DROP TABLE IF EXISTS {table}")
-        conn.cursor().execute(DDL[db.kind].format(t=table))
+        conn.cursor().execute(DDL[db.dialect].format(t=table))
     load(db, table, use_binder)
     got = rows(db, table)
     flag = (lambda v: v) if db.kind == "postgres" else (lambda v: None if v is None else int(v))

@@ -50,6 +50,7 @@ def assert_clean(db) -> None:
     assert stage_tables(db) == [], "a staging table was left behind"
 
 
+@pytest.mark.mysql_ci
 @pytest.mark.parametrize("mode", MODES)
 def test_mode_writes_exact_contents(spark, db, mode):
     table = seeded_table(db)
@@ -58,7 +59,8 @@ def test_mode_writes_exact_contents(spark, db, mode):
     assert contents(db, table) == expected
     assert (result.mode, result.created, failures) == (mode, False, 0)
     # Staged or not, the rows go through the bulk path.
-    assert result.load_paths == ({"postgres": ("copy-binary",), "mariadb": ("load-data",)}[db.kind])
+    bulk_path = {"postgres": "copy-binary", "mysql": "load-data"}[db.dialect]
+    assert result.load_paths == (bulk_path,)
     assert job_states(db)[result.job_id] == "committed"
     assert_clean(db)
 
@@ -134,7 +136,7 @@ def test_unknown_op_values_are_named(spark, db):
 def test_upsert_needs_a_unique_key(spark, db):
     table = f"nokey_{uuid.uuid4().hex[:8]}"
     with db.connect() as conn:
-        conn.cursor().execute(KEYED_DDL[db.kind].format(t=table).replace(" PRIMARY KEY", ""))
+        conn.cursor().execute(KEYED_DDL[db.dialect].format(t=table).replace(" PRIMARY KEY", ""))
     df = spark.createDataFrame([(1, "x", 1.0)], "id long, name string, v double")
     with pytest.raises(
         SchemaMismatchError, match=r"on \(id\), but .* no primary key or unique index"

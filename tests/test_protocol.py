@@ -60,7 +60,7 @@ def admin_sql(db, *statements: str) -> None:
         cursor = conn.cursor()
         for sql in statements:
             cursor.execute(sql)
-        if db.kind == "mariadb":
+        if db.kind != "postgres":
             conn.commit()
 
 
@@ -73,7 +73,7 @@ def open_branch(db, branch: BranchId, inserts: list[str], rows: int):
     conn = db.connect(autocommit=False) if db.kind == "postgres" else db.connect()
     cursor = conn.cursor()
     mysql_xid = f"X'{xid.gtrid.hex()}',X'{xid.bqual.hex()}',{xid.format_id}"
-    if db.kind == "mariadb":
+    if db.kind != "postgres":
         cursor.execute(f"XA START {mysql_xid}")
     marker = (
         f"INSERT INTO xasink_markers (job_id, partition_id, attempt, row_count) "
@@ -116,7 +116,7 @@ class Interleaved(BranchOps):
 
 STAGE_TYPES = {
     "postgres": ["BIGINT", "VARCHAR(64)", "DOUBLE PRECISION"],
-    "mariadb": ["BIGINT", "VARCHAR(64)", "DOUBLE"],
+    "mysql": ["BIGINT", "VARCHAR(64)", "DOUBLE"],
 }
 
 
@@ -134,7 +134,7 @@ def test_recovery_reads_the_decision_before_listing_branches(db):
         )
         journal.begin_job(conn, job_id, table, plan, lease=1)
         conn.createStatement().execute(
-            create_stage_sql(journal.dialect, plan, STAGE_TYPES[db.kind])
+            create_stage_sql(journal.dialect, plan, STAGE_TYPES[db.dialect])
         )
         stage = q(db, plan.stage.name)
         p0, p1 = (BranchId(journal.tag, job_id, p, 10 + p) for p in (0, 1))
@@ -304,7 +304,7 @@ def test_a_failed_decision_is_settled_by_a_fence(db):
     job_id = driver.job_id(db)
     locker = db.admin_connect(autocommit=False) if db.kind == "postgres" else db.admin_connect()
     cursor = locker.cursor()
-    if db.kind == "mariadb":
+    if db.kind != "postgres":
         cursor.execute("BEGIN")
     cursor.execute(f"SELECT state FROM xasink_jobs WHERE job_id = '{job_id}' FOR UPDATE")
     try:
@@ -373,7 +373,7 @@ def test_an_apply_blocked_by_a_prepared_transaction_gives_up_and_names_it(spark,
     message = str(outcome[0])
     assert "prepared transaction(s) of other applications" in message, message
     assert db.password not in message
-    db.rollback_prepared(foreign.xid.gtrid.decode() if db.kind == "mariadb" else "")
+    db.rollback_prepared(foreign.xid.gtrid.decode() if db.kind != "postgres" else "")
     done = cli(db, "--grace", "0")
     assert done.returncode == 0, done.stdout + done.stderr
     expected = old_contents()
@@ -470,7 +470,7 @@ def test_recovery_refuses_journal_rows_naming_other_tables(db):
                 f"heartbeat_at, apply_plan) VALUES ('{job}', '{victim}', '{state}', 0, {now}, "
                 f"{now}, '{forged}')"
             )
-        if db.kind == "mariadb":
+        if db.kind != "postgres":
             conn.commit()
     try:
         done = cli(db, "--grace", "0")
@@ -484,7 +484,7 @@ def test_recovery_refuses_journal_rows_naming_other_tables(db):
             conn.cursor().execute(
                 f"DELETE FROM xasink_jobs WHERE job_id IN ('{job_id}', 'not-a-job-id')"
             )
-            if db.kind == "mariadb":
+            if db.kind != "postgres":
                 conn.commit()
 
 

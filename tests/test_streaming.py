@@ -47,6 +47,7 @@ def assert_clean(db) -> None:
     assert stage_tables(db) == [], "a staging table was left behind"
 
 
+@pytest.mark.mysql_ci
 def test_a_replayed_batch_is_skipped(spark, db):
     table, sink = new_table(db), new_sink()
     first = write_xa(
@@ -88,6 +89,7 @@ def test_sink_arguments_are_checked(spark, db):
         foreach_batch(db.jdbc_url, "t", sink_id="s", batch_id=3)
 
 
+@pytest.mark.mysql_ci
 def test_two_writers_of_one_batch_cannot_both_commit(spark, db):
     """A second query (or an old run still alive) writes the same batch: it is stalled just
     before its decision while the other commits the batch; its decision then fails with a

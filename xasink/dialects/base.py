@@ -89,6 +89,10 @@ class Dialect:
         """Statements run on every new connection, before any branch starts."""
         return []
 
+    def login_hint(self, message: str) -> str | None:
+        """What to change when the driver refused to log in with `message`, or None."""
+        return None
+
     # -- loading ---------------------------------------------------------------------
     def bulk_problem(self, conn: JdbcConnection) -> str | None:
         """Why the bulk loader cannot run against this server, or None."""

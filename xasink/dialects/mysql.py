@@ -78,6 +78,20 @@ class MySQLDialect(Dialect):
         # connections that load rows allow it, never the journal, heartbeat or recovery ones.
         return (("allowLocalInfile", "true"),)
 
+    def login_hint(self, message: str) -> str | None:
+        # caching_sha2_password (MySQL 8's default) logs in fast while the server has the
+        # password cached; the first login after each server start needs the server's RSA
+        # key or TLS, so a setup that worked can fail exactly when recovery must run.
+        if "RSA public key" not in message:
+            return None
+        return (
+            "The user logs in with caching_sha2_password and the server has not cached the "
+            "password since it started, so the login needs the server's RSA public key or TLS. "
+            "Add one to the URL: serverRsaPublicKeyFile=<the server's public_key.pem>, TLS "
+            "(useSsl=true&serverSslCert=<its CA file>), or on a trusted network "
+            "allowPublicKeyRetrieval=true. Every server restart needs it again."
+        )
+
     def bulk_problem(self, conn: JdbcConnection) -> str | None:
         if not conn.isWrapperFor(_mariadb_connection_class()):
             return "LOAD DATA from a stream needs MariaDB Connector/J"

@@ -124,9 +124,11 @@ def open_session(spec: ConnectionSpec) -> XaSession:
         session = XaSession(datasource.getXAConnection(), spec.redact)
     except jpype.JException as exc:
         failure = classify("connect", exc, spec.redact)
+        message = spec.redact(java_message(exc))
+        hint = dialect.login_hint(message)
         raise PreflightError(
             f"Cannot connect to {spec.masked_url} as {spec.user or '(default user)'}: "
-            f"{spec.redact(java_message(exc))}"
+            f"{message}{f'. {hint}' if hint else ''}"
         ) from failure
     try:
         statement = session.connection.createStatement()

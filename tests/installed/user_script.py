@@ -1,0 +1,49 @@
+"""What a new user runs right after `pip install xasink`: run by tests/test_install.py with
+the Python of a fresh virtual environment, never with the checkout on its path.
+
+Usage: user_script.py classic|sc://host:port TABLE_PREFIX; the connection comes from
+XASINK_URL, XASINK_USER and XASINK_PASSWORD. Prints one line per write: `wrote NAME ROWS`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+import xasink
+from xasink import write_xa
+
+
+def main(where: str, prefix: str) -> None:
+    if where == "classic":
+        spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+        spark = spark.getOrCreate()
+    else:
+        spark = SparkSession.builder.remote(where).getOrCreate()
+    print("xasink from", os.path.dirname(xasink.__file__), flush=True)
+    login = {
+        "url": os.environ["XASINK_URL"],
+        "user": os.environ["XASINK_USER"],
+        "password": os.environ["XASINK_PASSWORD"],
+    }
+    df = spark.range(0, 300, numPartitions=2).selectExpr("id", "cast(id * 2 as double) AS v")
+    (
+        df.write.format("xasink")
+        .mode("append")
+        .option("url", login["url"])
+        .option("dbtable", f"{prefix}_format")
+        .option("user", login["user"])
+        .option("password", login["password"])
+        .option("xasink.create", "if_missing")
+        .save()
+    )
+    print(f"wrote {prefix}_format 300", flush=True)
+    result = write_xa(df, table=f"{prefix}_write_xa", create="if_missing", **login)
+    print(f"wrote {prefix}_write_xa {result.rows}", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
