@@ -1,4 +1,4 @@
-"""The `xasink` command line: recover, jobs, resolve, reset-sink, prune."""
+"""The `xasink` command line: recover, jobs, resolve, reset-sink, prune, check."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from .errors import XasinkError
 from .masking import Redactor
 from .operations import recover
 from .protocol.admin import abandon, list_jobs, operate, prune
+from .protocol.health import check_health
+from .rendering import check_json, check_prometheus, check_text
 from .target.staging import STAGED_APPLY
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
@@ -64,6 +66,17 @@ def _connection_options() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return common
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more (argparse says which option refused it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -143,7 +156,43 @@ def _parser() -> argparse.ArgumentParser:
     )
     prune.add_argument("--older-than", type=float, required=True, metavar="DAYS")
     prune.add_argument("--dry-run", action="store_true", help="count only")
+    _add_check(commands, common)
     return parser
+
+
+def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
+    check = commands.add_parser(
+        "check",
+        parents=[common],
+        help="read-only health check for cron and monitoring: exit 1 lists each problem",
+        description="Look, change nothing: exit 1, one line per problem, when one of this "
+        "journal's branches has been prepared longer than --max-age, a job's owner is silent "
+        "past its lease (undecided, or decided but unfinished), or the journal is damaged. "
+        "Other applications' transactions are never problems. No journal here is healthy.",
+    )
+    check.add_argument(
+        "--max-age",
+        type=_seconds,
+        default=GRACE,
+        metavar="SECONDS",
+        help=f"a prepared branch older than this is a problem (default {GRACE:.0f}); on "
+        "MySQL/MariaDB a branch is aged from its job's start",
+    )
+    check.add_argument(
+        "--grace",
+        type=_seconds,
+        default=GRACE,
+        metavar="SECONDS",
+        help=f"as for recover: a job's owner silent this long, and past the job's own lease, "
+        f"is a problem (default {GRACE:.0f})",
+    )
+    check.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="print Prometheus text exposition format (for a node exporter's textfile "
+        "collector) instead of lines",
+    )
+    check.set_defaults(refuse=check.error)
 
 
 def _connection(args: argparse.Namespace) -> dict[str, Any]:
@@ -288,6 +337,15 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check(args: argparse.Namespace) -> int:
+    if args.json and args.prometheus:
+        args.refuse("argument --prometheus: not allowed with argument --json")
+    report = check_health(args.url, max_age=args.max_age, grace=args.grace, **_connection(args))
+    render = check_json if args.json else check_prometheus if args.prometheus else check_text
+    print(render(report), file=args.out)
+    return EXIT_OK if report.healthy else EXIT_UNRESOLVED
+
+
 def main(
     argv: Sequence[str] | None = None,
     ask: Callable[[str], str] = input,
@@ -303,7 +361,7 @@ def main(
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    handlers = {"recover": _recover, "jobs": _jobs, "prune": _prune}
+    handlers = {"recover": _recover, "jobs": _jobs, "prune": _prune, "check": _check}
     try:
         if args.command == "resolve":
             return _resolve(args, ask)

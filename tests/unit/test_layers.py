@@ -22,12 +22,23 @@ LAYERS: list[set[str]] = [
     {"executor"},
     {"driver"},
     {"spark"},
+    {"rendering"},  # what the command line prints, beyond a line
     {"cli"},
     {"__init__", "__main__"},
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 #: Parts that must not import pyspark at all.
-SPARK_FREE = {"protocol", "driver", "executor", "loaders", "dialects", "runtime", "spec", "cli"}
+SPARK_FREE = {
+    "protocol",
+    "driver",
+    "executor",
+    "loaders",
+    "dialects",
+    "runtime",
+    "spec",
+    "rendering",
+    "cli",
+}
 
 
 def modules() -> dict[str, Path]:
