@@ -183,10 +183,16 @@ def json_key(key: Any, key_type: T.DataType) -> str:
     return key if isinstance(key, str) else str(json_value(key, key_type))
 
 
+def is_document(ddl: str, spark_type: T.DataType) -> bool:
+    """A column holding JSON: jsonb/JSON, or MySQL text for documents holding wide decimals."""
+    nested = isinstance(spark_type, (T.ArrayType, T.MapType, T.StructType))
+    return ddl in ("jsonb", "JSON") or (nested and ddl.startswith("LONGTEXT"))
+
+
 def expected(kind: str, value: Any, spark_type: T.DataType, ddl: str) -> Any:
     if value is None:
         return None
-    if ddl in ("jsonb", "JSON"):
+    if is_document(ddl, spark_type):
         return json_value(value, spark_type)
     if isinstance(spark_type, T.ArrayType):  # a PostgreSQL array
         return [expected(kind, v, spark_type.elementType, "") for v in value]
@@ -226,7 +232,7 @@ def check(db, table: str, data: list[tuple], schema: dict[str, str], ddl: dict[s
     assert len(got) == len(data)
     for want_row, got_row in zip(sorted(data), got, strict=True):
         for field, want, have in zip(types, want_row, got_row, strict=True):
-            if ddl[field.name] in ("jsonb", "JSON") and have is not None:
+            if is_document(ddl[field.name], field.dataType) and have is not None:
                 have = json.loads(have, parse_float=Decimal)
             want = expected(db.kind, want, field.dataType, ddl[field.name])
             assert same(have, want), f"row {want_row[0]} column {field.name}: {have!r} != {want!r}"
@@ -335,6 +341,10 @@ def test_mysql_limits_are_reported_up_front():
     assert column_ddl_type("mysql", "k", T.BinaryType(), key=True) == "VARBINARY(255)"
     with pytest.raises(UnsupportedTypeError, match="cannot be a key"):
         column_ddl_type("mysql", "k", T.MapType(T.StringType(), T.IntegerType()), key=True)
+    # A document holding decimals wider than a double goes to text, which keeps every digit.
+    wide = T.ArrayType(T.DecimalType(38, 10))
+    assert column_ddl_type("mysql", "a", wide, key=False).startswith("LONGTEXT")
+    assert column_ddl_type("mysql", "a", T.ArrayType(T.DecimalType(15, 2)), key=False) == "JSON"
 
 
 @pytest.mark.parametrize(
@@ -369,6 +379,11 @@ def test_mysql_limits_are_reported_up_front():
         ("mysql", "string", "year", "year(4)", True),
         ("mysql", "timestamp", "datetime", "datetime(6)", True),
         ("mysql", "void", "longtext", "longtext", False),
+        # MySQL's JSON keeps numbers as doubles: wider decimals would lose digits there.
+        ("mysql", "array<decimal(38,10)>", "json", "json", False),
+        ("mysql", "map<string,decimal(15,2)>", "json", "json", True),
+        ("mysql", "array<decimal(38,10)>", "longtext", "longtext", True),
+        ("postgres", "array<decimal(38,10)>", "jsonb", "jsonb", True),
     ],
 )
 def test_compatibility_rules(dialect, spark_type, type_name, sql_type, fits):

@@ -107,6 +107,10 @@ DECIMAL_DDL = {
 }
 #: Where maps, structs and nested arrays go (generic: JSON text in a CLOB).
 DOCUMENT_DDL = {"postgres": "jsonb", "mysql": "JSON", "generic": "CLOB"}
+#: Significant digits a double holds exactly. MySQL's JSON type parses every number with a
+#: fraction into a double, so a wider decimal nested in a document would silently lose digits
+#: there (MariaDB's JSON is text and keeps them): such documents go to text instead.
+DOUBLE_DIGITS = 15
 MAX_DECIMAL_SCALE = {"mysql": 30}
 
 #: Database type name (JDBC's for PostgreSQL, COLUMN_TYPE's first word for MySQL) → family.
@@ -212,6 +216,8 @@ def column_ddl_type(dialect_name: str, column: str, data_type: DataType, *, key:
                 dialect_name, column, data_type, "it becomes JSON, which cannot be a key"
             )
         _check_storable(dialect_name, column, data_type)
+        if dialect_name == "mysql" and wide_decimal_inside(data_type):
+            return PRIMITIVE_DDL["mysql"][StringType]
         return DOCUMENT_DDL[dialect_name]
     raise _unsupported(dialect_name, column, data_type, _no_storage_hint(data_type))
 
@@ -239,6 +245,14 @@ def _check_storable(dialect_name: str, column: str, data_type: DataType) -> None
 def _storable(data_type: DataType) -> bool:
     """Every type nested inside an array/map/struct must itself have a JSON form."""
     return all(type(t) in _CATEGORIES and _storable(t) for t in children(data_type))
+
+
+def wide_decimal_inside(data_type: DataType) -> bool:
+    """Whether a decimal wider than a double's digits is nested anywhere in `data_type`."""
+    return any(
+        (isinstance(t, DecimalType) and t.precision > DOUBLE_DIGITS) or wide_decimal_inside(t)
+        for t in children(data_type)
+    )
 
 
 def children(data_type: DataType) -> list[DataType]:
@@ -281,9 +295,15 @@ def compatibility_problem(
     Permissive within a family (the database converts, and range errors fail the branch);
     an unknown database type takes only strings."""
     family, element = family_of(dialect_name, column)
+    shown = column.sql_type or column.type_name or "unknown"
+    if dialect_name == "mysql" and family == "json" and wide_decimal_inside(data_type):
+        return (
+            f"{_article(data_type)} cannot be stored in column {column.name!r} of type {shown} "
+            f"without losing digits: MySQL keeps JSON numbers as doubles ({DOUBLE_DIGITS} "
+            "digits); make the column LONGTEXT, or cast the decimals to strings"
+        )
     if _accepts(dialect_name, data_type, family, element):
         return None
-    shown = column.sql_type or column.type_name or "unknown"
     reason = f"{_article(data_type)} cannot be stored in column {column.name!r} of type {shown}"
     if family == "array":
         reason += " (arrays of arrays, maps or structs need a json/jsonb column)"
