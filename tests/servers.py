@@ -1100,6 +1100,9 @@ def _start_local_mysql_family(
     ):
         cur.execute("CREATE USER 'xasink_admin'@'%%' IDENTIFIED BY %s", (admin_password,))
         cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'xasink_admin'@'%' WITH GRANT OPTION")
+    # MySQL's caching_sha2_password: the first JDBC login after each start (a restart
+    # included) needs the server's RSA key, as README tells users to configure.
+    key = data / "public_key.pem"
     server = DbServer(
         kind=kind,
         host="127.0.0.1",
@@ -1109,6 +1112,7 @@ def _start_local_mysql_family(
         database=APP_DATABASE,
         admin_user="xasink_admin",
         admin_password=admin_password,
+        url_query=f"serverRsaPublicKeyFile={key}" if key.exists() else "",
     )
     return server, "mysql"
 

@@ -1,8 +1,8 @@
 """Exact fidelity: random DataFrames go in through write_xa and come back unchanged.
 
 Read back with psycopg / pymysql. Conversions that are not identity are documented in
-docs/types.md and asserted here explicitly (MySQL cannot hold NaN/Infinity and turns
--0.0 into 0.0, its DATETIME has no zone, and booleans come back as 0/1).
+docs/types.md and asserted here explicitly (MySQL and MariaDB cannot hold NaN/Infinity,
+MariaDB turns -0.0 into 0.0, DATETIME has no zone, and booleans come back as 0/1).
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ def expected(kind: str, value: object, column: str) -> object:
             return value.replace(tzinfo=None)  # DATETIME holds the UTC wall time
         if column == "flag":
             return int(value)  # BOOLEAN is TINYINT(1)
-        if column == "d" and value == 0.0:
-            return 0.0  # the server stores -0.0 as +0.0, whatever the input path
+        if column == "d" and value == 0.0 and kind == "mariadb":
+            return 0.0  # MariaDB stores -0.0 as +0.0, whatever the input path; MySQL keeps it
     return value
 
 

@@ -1,7 +1,7 @@
 """A foreachBatch stream whose driver is SIGKILLed (the whole process group) again and again,
 and restarted from its checkpoint until the input is consumed: once at the point between
 the sink's commit and Spark's commit log, then at random moments (seeded, see
-chaos_support; CI kills 10 times per database, `make chaos` more).
+chaos_support; CI kills 6 times per database, `make chaos` 30 times).
 
 Each batch is appended to one table and merged, as a change feed, into another. At the end
 the append table holds exactly the input ids, the merge table exactly the final state per
@@ -28,7 +28,7 @@ from support import (
     stream_files,
 )
 
-KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 10))
+KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 6))
 FILES, PER_FILE = KILLS + 10, 100
 
 
