@@ -9,7 +9,8 @@ line in the summary, whatever the setting.
 
 The ``db`` fixture runs a test on PostgreSQL, MariaDB and MySQL. The MySQL case
 runs only for tests marked ``mysql_ci`` (what proves MySQL's own behaviour),
-unless ``XASINK_TEST_MYSQL=all`` (``make test-mysql``) runs every one.
+unless ``XASINK_TEST_MYSQL=all`` runs every one, or ``XASINK_TEST_MYSQL=only``
+(``make test-mysql``) every MySQL case and nothing else.
 """
 
 from __future__ import annotations
@@ -73,11 +74,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = f"Spark Connect client tests need their own process: pytest -m {CONNECT_CLIENT}"
         for item in clients:
             item.add_marker(pytest.mark.skip(reason=reason))
-    if os.environ.get("XASINK_TEST_MYSQL", "").strip() != "all":
-        mysql_rest = [item for item in items if _mysql_case(item) and not _mysql_ci(item)]
-        if mysql_rest:
-            config.hook.pytest_deselected(items=mysql_rest)
-            items[:] = [item for item in items if item not in set(mysql_rest)]
+    scope = os.environ.get("XASINK_TEST_MYSQL", "").strip()
+    if scope == "only":
+        dropped = [item for item in items if not _mysql_case(item)]
+    elif scope != "all":
+        dropped = [item for item in items if _mysql_case(item) and not _mysql_ci(item)]
+    else:
+        dropped = []
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(dropped)
+        items[:] = [item for item in items if item not in gone]
 
 
 def _mysql_case(item: pytest.Item) -> bool:

@@ -28,7 +28,10 @@ fi
 
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
-flock 9
+if ! flock -w 1500 9; then
+  echo "another process has been building the MySQL root for 25 minutes; giving up" >&2
+  exit 1
+fi
 if [ -e "$ready" ]; then # another process built it while we waited
   echo "$root"
   exit 0
@@ -39,6 +42,11 @@ mirror="$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' \
   /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
   grep -oE 'https?://[^ ]+' | head -n1 || true)"
 mirror="${mirror:-http://deb.debian.org/debian}"
+host="$(echo "$mirror" | sed -E 's#^https?://([^/:]+).*#\1#')"
+if ! timeout 15 bash -c ": >/dev/tcp/$host/80" 2>/dev/null; then
+  echo "cannot reach the Debian mirror $host to build the MySQL root" >&2
+  exit 1
+fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
   echo "installing Debian package debootstrap" >&2
@@ -50,13 +58,15 @@ tmp="$root.tmp"
 log="$root.log"
 $sudo rm -rf "$tmp"
 echo "building a Debian unstable root for MySQL in $root (log: $log)" >&2
+# One chain: `set -e` does not hold inside a group whose failure is handled.
 {
-  $sudo debootstrap --variant=minbase sid "$tmp" "$mirror"
-  $sudo cp /etc/resolv.conf "$tmp/etc/resolv.conf"
-  $sudo chroot "$tmp" apt-get -o Acquire::Check-Valid-Until=false update -qq
-  $sudo chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    --no-install-recommends mysql-server-core mysql-client-core
-  $sudo chroot "$tmp" apt-get clean
+  $sudo debootstrap --variant=minbase sid "$tmp" "$mirror" &&
+    $sudo cp /etc/resolv.conf "$tmp/etc/resolv.conf" &&
+    $sudo chroot "$tmp" apt-get -o Acquire::Check-Valid-Until=false update -qq &&
+    $sudo chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends mysql-server-core mysql-client-core &&
+    $sudo chroot "$tmp" apt-get clean &&
+    [ -x "$tmp/usr/sbin/mysqld" ]
 } >"$log" 2>&1 || {
   echo "building the MySQL root failed; last lines of $log:" >&2
   tail -n 5 "$log" >&2

@@ -949,10 +949,13 @@ def _mysql_family() -> _MysqlFamily:
     """mysqld of the cached Debian unstable root, run through that root's own loader and
     libraries (its C library is newer than the host's): data, socket and port stay host paths."""
     root = mysql_root()
+    loaders = sorted(root.glob("usr/lib/*-linux-gnu/ld-linux*.so.*"))
+    if not loaders:
+        raise ServerUnavailable(f"no dynamic loader in the MySQL root {root}")
     server = [
-        str(root / "usr/lib64/ld-linux-x86-64.so.2"),
+        str(loaders[0]),
         "--library-path",
-        str(root / "usr/lib/x86_64-linux-gnu"),
+        str(loaders[0].parent),
         str(root / "usr/sbin/mysqld"),
     ]
     return _MysqlFamily(
@@ -985,13 +988,7 @@ def mysql_root() -> Path:
     with _mysql_root_lock:
         if _mysql_root is None:
             try:
-                done = subprocess.run(
-                    ["bash", str(_PROVISION_SCRIPT)],
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=1200,
-                )
+                done = _run_group(["bash", str(_PROVISION_SCRIPT)], timeout=1200)
             except (OSError, subprocess.SubprocessError) as exc:
                 _mysql_root = ServerUnavailable(f"provisioning MySQL failed: {exc}")
             else:
@@ -1003,6 +1000,27 @@ def mysql_root() -> Path:
         if isinstance(_mysql_root, ServerUnavailable):
             raise _mysql_root
         return _mysql_root
+
+
+def _run_group(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run `argv` in a process group of its own; on timeout the whole group is killed (the
+    script's debootstrap or apt-get too, which would otherwise keep its lock)."""
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _start_local_mariadb(
@@ -1129,7 +1147,7 @@ def _start(kind: Kind, settings: Settings, timeout: float) -> Iterator[DbServer]
         found = _server_from_env(kind)
         if found is not None and not _env_satisfies(found[0], found[1], settings):
             found = None
-        if found is None and docker_available():
+        if found is None and kind != "mysql" and docker_available():  # no MySQL image here
             found = _start_docker(stack, kind, settings, timeout)
         if found is None:
             starter = {

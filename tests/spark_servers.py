@@ -41,6 +41,12 @@ def _wait_for_port(port: int, log: Path, timeout: float = 120) -> None:
     raise RuntimeError(f"Spark Connect server did not listen on {port}:\n{tail}")
 
 
+def _without_python_paths() -> dict[str, str]:
+    """This process's environment without PYTHON* settings, for another environment's
+    Python: nothing of ours may leak onto its path."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+
+
 @contextlib.contextmanager
 def connect_server(
     master: str = "local[2,4]",
@@ -55,8 +61,9 @@ def connect_server(
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="xasink-connect-") as work:
         ident = f"xasink-test-{port}"
+        inherited = os.environ if python == sys.executable else _without_python_paths()
         server_env = {
-            **os.environ,
+            **inherited,
             "SPARK_HOME": str(spark_home),
             "SPARK_PID_DIR": work,
             "SPARK_LOG_DIR": work,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from servers import DbServer
 from spark_servers import connect_server
-from support import ids_in
+from support import ids_in, xasink_prepared
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).with_name("installed") / "user_script.py"
@@ -34,7 +34,7 @@ class Venv:
         self.env["VIRTUAL_ENV"] = str(root)
         self.env["PATH"] = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 
-    def run(self, *argv: str, timeout: float = 600, **env: str) -> str:
+    def run(self, *argv: str, timeout: float = 600, status: int = 0, **env: str) -> str:
         done = subprocess.run(
             list(argv),
             env={**self.env, **env},
@@ -44,7 +44,9 @@ class Venv:
             stdin=subprocess.DEVNULL,
             timeout=timeout,
         )
-        assert done.returncode == 0, f"{argv} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == status, (
+            f"{argv} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
         return done.stdout
 
     def pip(self, *args: str) -> str:
@@ -98,14 +100,17 @@ def _check_writes(out: str, db: DbServer, prefix: str, site: str) -> None:
 def test_the_wheel_writes_and_recovers_in_a_fresh_environment(venv, postgres):
     site = venv.run(venv.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     prefix = f"wheel_{uuid.uuid4().hex[:6]}"
-    out = venv.run(venv.python, str(SCRIPT), "classic", prefix, **_login(postgres))
-    _check_writes(out, postgres, prefix, str(Path(site.strip(), "xasink")))
-
+    # Two writes, then a third whose driver dies between PREPARE and its decision.
+    out = venv.run(
+        venv.python, str(SCRIPT), "classic", prefix, "die", status=17, **_login(postgres)
+    )
+    assert xasink_prepared(postgres), "the third write left nothing prepared"
     recovered = venv.run(
         "xasink", "recover", "--url", postgres.jdbc_url, "--user", postgres.user,
-        "--password-env", "XASINK_PASSWORD", **_login(postgres),
+        "--password-env", "XASINK_PASSWORD", "--grace", "0", **_login(postgres),
     )  # fmt: skip
-    assert "nothing in doubt" in recovered or "action=" not in recovered, recovered
+    assert "action=rollback" in recovered, recovered
+    _check_writes(out, postgres, prefix, str(Path(site.strip(), "xasink")))
 
     with connect_server(python=venv.python, spark_home=venv.spark_home, env=venv.env) as url:
         prefix = f"connect_{uuid.uuid4().hex[:6]}"

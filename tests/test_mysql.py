@@ -52,9 +52,13 @@ def least(mysql: DbServer) -> Iterator[DbServer]:
         cur.execute("SELECT plugin FROM mysql.user WHERE user = %s", (name,))
         assert cur.fetchone() == ("caching_sha2_password",)
         cur.execute("FLUSH PRIVILEGES")  # empties the password cache: no fast login
+    user = dataclasses.replace(mysql, user=name, password=password, database=name)
     try:
-        yield dataclasses.replace(mysql, user=name, password=password, database=name)
+        yield user
     finally:
+        # A failed test may leave this user's branches prepared: they would hold locks the
+        # DROP waits for, and XA RECOVER is server-wide.
+        xasink_cli(user, "recover", "--grace", "0")
         with mysql.admin_connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE `{name}`")
             cur.execute("DROP USER %s@'%%'", (name,))

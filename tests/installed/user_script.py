@@ -1,8 +1,10 @@
 """What a new user runs right after `pip install xasink`: run by tests/test_install.py with
 the Python of a fresh virtual environment, never with the checkout on its path.
 
-Usage: user_script.py classic|sc://host:port TABLE_PREFIX; the connection comes from
+Usage: user_script.py classic|sc://host:port TABLE_PREFIX [die]; the connection comes from
 XASINK_URL, XASINK_USER and XASINK_PASSWORD. Prints one line per write: `wrote NAME ROWS`.
+With `die`, a third write's driver then exits between PREPARE and its decision (exit
+status 17), leaving prepared branches for `xasink recover`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pyspark.sql import SparkSession
 
 import xasink
 from xasink import write_xa
+from xasink._testing.faults import Fault, injected
 
 
-def main(where: str, prefix: str) -> None:
+def main(where: str, prefix: str, then: str = "") -> None:
     if where == "classic":
         spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
         spark = spark.getOrCreate()
@@ -42,6 +45,9 @@ def main(where: str, prefix: str) -> None:
     print(f"wrote {prefix}_format 300", flush=True)
     result = write_xa(df, table=f"{prefix}_write_xa", create="if_missing", **login)
     print(f"wrote {prefix}_write_xa {result.rows}", flush=True)
+    if then == "die":
+        with injected(Fault("before_decision", "exit")):
+            write_xa(df, table=f"{prefix}_write_xa", **login)
     spark.stop()
 
 

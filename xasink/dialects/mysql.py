@@ -82,7 +82,7 @@ class MySQLDialect(Dialect):
         # caching_sha2_password (MySQL 8's default) logs in fast while the server has the
         # password cached; the first login after each server start needs the server's RSA
         # key or TLS, so a setup that worked can fail exactly when recovery must run.
-        if "RSA public key" not in message:
+        if "RSA public key" not in message and "Public Key Retrieval" not in message:
             return None
         return (
             "The user logs in with caching_sha2_password and the server has not cached the "

@@ -132,16 +132,20 @@ def assess(
     reads only. A damaged or missing journal's rows are not read: nothing in them can be
     trusted, and its branches are counted with the server's ages alone."""
     status, problems = _journal_status(conn, journal)
-    found = ops.xasink_branches()
-    mine = [b for b in found if journal.tag and b.journal == journal.tag]
+    first = ops.xasink_branches()
+    listed = {str(b.xid) for b in first}
     server_ages = _server_ages(conn, journal)
     age_source = AGE_FROM_SERVER if server_ages is not None else AGE_FROM_JOB_START
     rows: dict[str, tuple[str, float | None]] = {}
     counts: dict[str, int] = {}
     sinks: dict[str, int] = {}
     if status is JournalStatus.OK:
-        rows = _jobs_of(conn, journal, {b.job_id for b in mine})
+        rows = _jobs_of(conn, journal, {b.job_id for b in first})
         counts, sinks = _counts(conn, journal), _sinks(conn, journal)
+    # Listed again after the job rows were read: a branch its job committed in between is
+    # gone, so a finished job's branch is only reported if it really stayed behind.
+    found = [b for b in ops.xasink_branches() if str(b.xid) in listed]
+    mine = [b for b in found if journal.tag and b.journal == journal.tag]
     branches = []
     for b in mine:
         state, since_start = rows.get(b.job_id, (None, None))
@@ -240,9 +244,15 @@ def _branch_problems(
     age_source: str,
 ) -> list[Problem]:
     """One line per job whose branches are prepared longer than `max_age` (a branch
-    without a job row, whose age the server does not tell, counts: no writer makes one)."""
+    without a job row, whose age the server does not tell, counts: no writer makes one).
+    Where the age is only the job's (MySQL, MariaDB), a live job's branches are not
+    counted: a long healthy write would otherwise be reported while it runs."""
     old: dict[str, list[PreparedBranch]] = {}
     for b in branches:
+        record = open_jobs.get(b.job_id)
+        live = b.job_state == JobState.RUNNING and record is not None
+        if age_source == AGE_FROM_JOB_START and live and not _silent(record, grace):
+            continue
         unknown_orphan = b.age_seconds is None and b.job_state is None
         if unknown_orphan or (b.age_seconds is not None and b.age_seconds > max_age):
             old.setdefault(b.job_id, []).append(b)
