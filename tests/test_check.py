@@ -173,11 +173,14 @@ def test_an_old_branch_and_a_silent_job_are_problems_and_nothing_changes(db, sch
         assert "of other journals" in young.stdout  # the foreign one in xasink's layout
         time.sleep(max(0.0, prepared_at + 1.2 - time.monotonic()))
         old = check(db, schema, "--max-age", "1")
-        assert old.returncode == 1, old.stdout + old.stderr
-        lines = old.stdout.splitlines()
-        assert len(lines) == 2 and lines[1].startswith("UNHEALTHY: 1 problem(s)")
-        assert lines[0].startswith(f"job={job_id} problem=prepared-too-long (1 branch(es)")
-        assert "still writing" in lines[0]
+        if db.kind == "postgres":  # the server says when it was prepared
+            assert old.returncode == 1, old.stdout + old.stderr
+            lines = old.stdout.splitlines()
+            assert len(lines) == 2 and lines[1].startswith("UNHEALTHY: 1 problem(s)")
+            assert lines[0].startswith(f"job={job_id} problem=prepared-too-long (1 branch(es)")
+            assert "still writing" in lines[0]
+        else:  # aged by its job's start only: a live job's branch is not a problem
+            assert old.returncode == 0, old.stdout + old.stderr
 
         _age_heartbeat(db, schema, job_id)
         before = snapshot(db, schema)

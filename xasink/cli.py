@@ -176,7 +176,7 @@ def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
         default=GRACE,
         metavar="SECONDS",
         help=f"a prepared branch older than this is a problem (default {GRACE:.0f}); on "
-        "MySQL/MariaDB a branch is aged from its job's start",
+        "MySQL/MariaDB a branch is aged from its job's start, and a live job's are not counted",
     )
     check.add_argument(
         "--grace",
