@@ -9,6 +9,9 @@ its pickled plan (`Job.resumed`). Either way, two rules live here and nowhere el
   and rolls back its branches; after it (or when its outcome is unknown), the job is left
   to phase 2 and `xasink recover`, because a decided job is never rolled back;
 * every XasinkError raised while a job exists carries its id as `job_id`.
+
+Its steps also fill in the job's `JobTrace` (phases, rows, the state it was left in), from
+which the job's one end line and WriteResult come (xasink.driver.report).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .decision import decide, fence, select_winners
 from .phase_two import commit_all, roll_back_others
 from .plan import apply_plan_for, load_target
 from .preflight import preflight, recover_table
+from .report import JobOutcome, JobTrace
 from .request import Begun, JobRequest, PhaseOne, Preflight, Skipped
 from .sinks import decided_already
 
@@ -54,8 +58,15 @@ class Job:
     """A job's steps on one journal connection. Open it with `Job.opened` (a new job) or
     `Job.resumed` (a job minted by another process), then call its steps in order."""
 
-    def __init__(self, request: JobRequest, session: XaSession, journal: Journal) -> None:
+    def __init__(
+        self,
+        request: JobRequest,
+        session: XaSession,
+        journal: Journal,
+        trace: JobTrace | None = None,
+    ) -> None:
         self.request = request
+        self.trace = trace if trace is not None else JobTrace.of(request)
         self.spec = request.spec
         self.session = session
         self.conn: JdbcConnection = session.connection
@@ -75,7 +86,11 @@ class Job:
     @classmethod
     @contextlib.contextmanager
     def opened(
-        cls, request: JobRequest, reuse: bool = False, checks: CheckCache = UNCACHED
+        cls,
+        request: JobRequest,
+        reuse: bool = False,
+        checks: CheckCache = UNCACHED,
+        trace: JobTrace | None = None,
     ) -> Iterator[Job]:
         """A new job's journal connection. With `reuse` (write_xa), sessions are kept for
         the next call of this process; preflight checks that passed are kept in `checks`.
@@ -84,7 +99,7 @@ class Job:
         session, journal = open_journal(
             spec, request.journal_schema, request.lock_wait, reuse=reuse, staged=STAGED_APPLY
         )
-        job = cls(request, session, journal)
+        job = cls(request, session, journal, trace)
         job._reuse, job._checks = reuse, checks
         with contextlib.ExitStack() as stack:
             if reuse:
@@ -97,10 +112,14 @@ class Job:
 
     @classmethod
     @contextlib.contextmanager
-    def resumed(cls, plan: WritePlan, request: JobRequest) -> Iterator[Job]:
+    def resumed(
+        cls, plan: WritePlan, request: JobRequest, trace: JobTrace | None = None
+    ) -> Iterator[Job]:
         """The job of `plan`, in another process than the one that minted it."""
+        trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
+        trace.job_id, trace.state, trace.sink = plan.job_id, JobState.RUNNING, plan.sink
         session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
-        job = cls(request, session, plan.journal)
+        job = cls(request, session, plan.journal, trace)
         job.job_id, job.apply, job.plan = plan.job_id, plan.apply, plan
         with session, job._closing:
             yield job
@@ -154,6 +173,8 @@ class Job:
             )
         done = request.sink and decided_already(self.ops, self.conn, self.journal, request.sink)
         if done:
+            self.trace.decided_by = done.job_id
+            self.trace.done("preflight")
             return Skipped(done, recovered)
         with step("job row"):
             job_id = uuid.uuid4().hex
@@ -171,6 +192,8 @@ class Job:
                 stream_sink,
             )
         self.job_id, self.apply = job_id, apply
+        self.trace.job_id, self.trace.state = job_id, JobState.RUNNING
+        self.trace.done("preflight")
         return Begun(job_id, apply, recovered)
 
     # -- while the job runs -----------------------------------------------------------
@@ -191,8 +214,12 @@ class Job:
         except BaseException as exc:
             if isinstance(exc, XasinkError):
                 exc.job_id = self.job_id
-            if not self.decided and not isinstance(exc, DecisionUnknownError):
+            if isinstance(exc, DecisionUnknownError):
+                self.trace.state = None
+            elif not self.decided:
                 self.abort()
+            else:
+                self.trace.state = self._state_now()
             raise
         finally:
             if heartbeat is not None:
@@ -244,19 +271,28 @@ class Job:
         """Select each partition's winning attempt from the messages and record the commit
         decision. `planned`: exactly `branches` partitions report, else at most that many."""
         assert self.plan is not None
+        trace = self.trace
+        trace.done("write")
         phase_one = select_winners(self.plan, messages, branches, planned)
+        trace.rows, trace.load_paths = phase_one.rows, phase_one.load_paths
+        trace.branches = len(phase_one.winners) + phase_one.empty_partitions
         trigger(self.plan.faults, "before_decision")
         with step("decision"):
             decide(self.plan, self.conn, phase_one.winners, phase_one.rows_of)
         self.decided = True
+        trace.state = JobState.COMMITTING
+        trace.done("decide")
         return phase_one
 
     def commit(self, phase_one: PhaseOne) -> int:
         """Phase 2 and finish; returns how many losing attempts were rolled back."""
         assert self.plan is not None and self.decided
-        return commit_all(
+        losers = commit_all(
             self.plan, self.ops, self.conn, phase_one, self.request.commit_parallelism
         )
+        self.trace.state = JobState.COMMITTED
+        self.trace.done("commit")
+        return losers
 
     # -- ending it otherwise ----------------------------------------------------------
 
@@ -273,6 +309,7 @@ class Job:
                 state = self.journal.state(self.conn, self.job_id)
             except Exception:  # the journal connection broke: the fence uses a fresh one
                 state = fence(self.spec, self.journal, self.job_id)
+            self.trace.state = state
             if state != JobState.ABORTED:
                 log.error(
                     "xasink job %s is %s, not aborted: leaving its branches to `xasink recover`",
@@ -289,20 +326,44 @@ class Job:
                 self.spec.redact(exc),
             )
 
-    def cancel(self) -> str | None:
+    def cancel(
+        self, outcome: JobOutcome = JobOutcome.CANCELLED, error: BaseException | None = None
+    ) -> str | None:
         """Spark gave up on the job (or on its commit): abort it unless its decision is
-        recorded, in which case it is finished instead. Returns the job's final state."""
+        recorded, in which case it is finished instead. Returns the job's final state.
+
+        The job's end is logged here, as `outcome` (with `error`) once aborted, only when
+        this call ends it: a job found ended, or decided, was logged by the step that got
+        that far."""
         assert self.job_id is not None
-        state = self.journal.state(self.conn, self.job_id)
-        # Abort it, and roll back what it prepared.
-        if state in (JobState.RUNNING, JobState.ABORTED):
-            self.abort()
-        elif state == JobState.COMMITTING:
-            resolve_in_doubt(
-                self.ops, self.conn, self.journal, job=self.job_id, grace=defaults.GRACE
-            )
-        self.release_stage()
-        return self.journal.state(self.conn, self.job_id)
+        found: str | None = None
+        try:
+            found = self.journal.state(self.conn, self.job_id)
+            # Abort it, and roll back what it prepared.
+            if found in (JobState.RUNNING, JobState.ABORTED):
+                self.abort()
+            elif found == JobState.COMMITTING:
+                resolve_in_doubt(
+                    self.ops, self.conn, self.journal, job=self.job_id, grace=defaults.GRACE
+                )
+            self.release_stage()
+            final = self.journal.state(self.conn, self.job_id)
+        except BaseException as exc:
+            if found in (None, JobState.RUNNING):
+                self.trace.failed(exc)
+            raise
+        if found == JobState.RUNNING:
+            self.trace.state = final
+            aborted = final == JobState.ABORTED
+            self.trace.end(outcome if aborted else self.trace.outcome_now(), error)
+        return final
+
+    def _state_now(self) -> str | None:
+        """The job's state, read once after a failure (None: cannot tell)."""
+        try:
+            return self.journal.state(self.conn, self.job_id) if self.job_id else None
+        except Exception:
+            return None
 
     def release_stage(self) -> None:
         """Drop a final job's staging table; one still in doubt stays for `xasink recover`."""

@@ -14,10 +14,15 @@ Differences from write_xa, each checked: the input's partitions are the branches
 not let a data source repartition; `numPartitions` bounds them), so upsert/merge rows of one
 key may sit in different branches, which the apply transaction's whole-table key check
 handles; array/map/struct columns need write_xa (their conversion runs as Spark expressions).
+
+The job's end is logged (`xasink.jobs`) by the step that ends it: writer() when it fails,
+commit(), or abort() when Spark gives up on a job still running. Its `JobTrace` travels with
+the plan, so its phases add up across the processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -35,6 +40,7 @@ from pyspark.sql.types import StructType
 
 from .. import defaults
 from ..driver.job import Job
+from ..driver.report import JobOutcome, JobTrace
 from ..driver.request import Begun, JobRequest, Preflight
 from ..driver.sinks import decided_already
 from ..errors import CommitError, ConfigurationError, WriteError
@@ -65,6 +71,8 @@ class BranchMessage(WriterCommitMessage):
     batch_id: str | None = None
     #: Streaming: the query id the task read from Spark (names the sink by default).
     query_id: str | None = None
+    #: Streaming: the job's trace so far (its phases before commit()).
+    trace: JobTrace | None = None
 
 
 class XasinkDataSource(DataSource):
@@ -93,6 +101,7 @@ class MintedJob:
     plan: WritePlan
     #: Input column positions, in the order of plan.columns.
     positions: tuple[int, ...]
+    trace: JobTrace
 
 
 @redacting_java_errors
@@ -103,7 +112,8 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
     # The prepared-slot check's branch count when nothing bounds the branches (MySQL and
     # MariaDB, whose servers have no such slots).
     branches = fmt.max_branches or defaults.BRANCH_HINT
-    with Job.opened(request) as job:
+    trace = JobTrace.of(request, spark_worker=True)
+    with trace.ending(), Job.opened(request, trace=trace) as job:
         pre = job.preflight(schema, branches)
         _check_conversions(request, pre, schema)
         # Until its first task beats, the job waits for Spark (upstream stages, a queue for
@@ -115,7 +125,7 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
             plan, _ = job.make_plan(pre, schema, fmt.heartbeat_interval, fmt.lease)
     ordered = [*request.options.written(frame), *request.options.steering]
     log.info("xasink job %s: writing into %s (format xasink)", plan.job_id, request.target)
-    return MintedJob(plan, tuple(frame.index(c) for c in ordered))
+    return MintedJob(plan, tuple(frame.index(c) for c in ordered), trace)
 
 
 def _check_conversions(request: JobRequest, pre: Preflight, schema: StructType) -> None:
@@ -159,20 +169,33 @@ def _check_partition(fmt: FormatRequest) -> None:
 
 
 @redacting_java_errors
-def conclude(plan: WritePlan, request: JobRequest, reports: Sequence[BranchReport]) -> None:
+def conclude(
+    plan: WritePlan,
+    request: JobRequest,
+    reports: Sequence[BranchReport],
+    trace: JobTrace | None = None,
+) -> None:
     """Decide and commit a job from its tasks' reports (phase 2, apply, stage release)."""
-    with Job.resumed(plan, request) as job, job.running():
-        job.commit(job.decide(reports, len(reports), planned=True))
-    log.info("xasink job %s: committed into %s", plan.job_id, request.target)
+    trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
+    with trace.ending():
+        with Job.resumed(plan, request, trace) as job, job.running():
+            job.commit(job.decide(reports, len(reports), planned=True))
+        trace.end(JobOutcome.COMMITTED)
 
 
 @redacting_java_errors
-def cancel(plan: WritePlan, request: JobRequest) -> str | None:
+def cancel(
+    plan: WritePlan,
+    request: JobRequest,
+    trace: JobTrace | None = None,
+    outcome: JobOutcome = JobOutcome.CANCELLED,
+    error: BaseException | None = None,
+) -> str | None:
     """Spark gave up on the job (or on its commit): abort it unless its decision is
     recorded, in which case it is finished instead (a decided job is never rolled back).
-    Returns the job's state at the end."""
-    with Job.resumed(plan, request) as job:
-        return job.cancel()
+    Returns the job's state at the end; a job this ends is logged as `outcome`."""
+    with Job.resumed(plan, request, trace) as job:
+        return job.cancel(outcome, error)
 
 
 @redacting_java_errors
@@ -190,7 +213,10 @@ def end_stream_jobs(fmt: FormatRequest) -> None:
         for job_id in journal.running_of_stream(conn, fmt.stream_key):
             journal.abort(conn, job_id)
             resolve_in_doubt(ops, conn, journal, job=job_id, grace=defaults.GRACE)
-            log.info("xasink job %s: aborted with its micro-batch", job_id)
+            trace = JobTrace.of(request, spark_worker=True)
+            trace.job_id, trace.state = job_id, journal.state(conn, job_id)
+            aborted = trace.state == JobState.ABORTED
+            trace.end(JobOutcome.CANCELLED if aborted else trace.outcome_now())
 
 
 class XasinkBatchWriter(DataSourceArrowWriter):
@@ -205,11 +231,11 @@ class XasinkBatchWriter(DataSourceArrowWriter):
         return BranchMessage(write_task(self.minted.plan, _rows(self.minted, iterator)))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        conclude(self.minted.plan, self.fmt.request, _reports(messages))
+        conclude(self.minted.plan, self.fmt.request, _reports(messages), self.minted.trace)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         plan = self.minted.plan
-        if cancel(plan, self.fmt.request) == JobState.COMMITTED:
+        if cancel(plan, self.fmt.request, self.minted.trace) == JobState.COMMITTED:
             error = CommitError(
                 f"Spark reports this write as failed, but job {plan.job_id} had committed "
                 f"every row into {plan.table} before: do not run an append again (it would "
@@ -241,22 +267,32 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         batch = task_property("streaming.sql.batchId")
         query_id = task_property(QUERY_ID_PROPERTY)
         report = write_task(self.minted.plan, _rows(self.minted, iterator))
-        return BranchMessage(report, plan=self.minted.plan, batch_id=batch, query_id=query_id)
+        minted = self.minted
+        return BranchMessage(report, minted.plan, batch, query_id, minted.trace)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId)
         if plan is None:
             end_stream_jobs(self.fmt)  # no task ran: nothing was written
             return
-        if self._decided_before(plan):
-            cancel(plan, self.fmt.request)  # its branches hold a replay's copy of the rows
+        trace = _trace(messages, self.fmt.request)
+        try:
+            decided_by = self._decided_before(plan)
+        except Exception as exc:  # refused by the sink (SinkConflictError): roll back now
+            with contextlib.suppress(Exception):  # else Spark's abort() does
+                cancel(plan, self.fmt.request, trace, JobOutcome.ABORTED, exc)
+            raise
+        if decided_by is not None:
+            trace.decided_by = decided_by
+            # Its branches hold a replay's copy of the rows.
+            cancel(plan, self.fmt.request, trace, JobOutcome.SKIPPED)
             return
-        conclude(plan, self.fmt.request, _reports(messages))
+        conclude(plan, self.fmt.request, _reports(messages), trace)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId, naming=False)
         if plan is not None:
-            cancel(plan, self.fmt.request)
+            cancel(plan, self.fmt.request, _trace(messages, self.fmt.request))
         else:
             end_stream_jobs(self.fmt)
 
@@ -289,11 +325,19 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
             )
         return replace(plan, sink=SinkBatch(sink_id, int(batch_id), query_id))
 
-    def _decided_before(self, plan: WritePlan) -> bool:
-        """A replayed batch: finish the job that decided it (nothing new is written)."""
+    def _decided_before(self, plan: WritePlan) -> str | None:
+        """A replayed batch: finish the job that decided it (nothing new is written), and
+        name it; None for a batch to write."""
         assert plan.sink is not None
         with Job.resumed(plan, self.fmt.request) as job:
-            return decided_already(job.ops, job.conn, job.journal, plan.sink) is not None
+            mark = decided_already(job.ops, job.conn, job.journal, plan.sink)
+        return None if mark is None else mark.job_id or ""
+
+
+def _trace(messages: Sequence[WriterCommitMessage | None], request: JobRequest) -> JobTrace:
+    """The job's trace as its tasks carry it (a new one if none did)."""
+    sent = [m.trace for m in messages if isinstance(m, BranchMessage) and m.trace is not None]
+    return sent[0] if sent else JobTrace.of(request, spark_worker=True)
 
 
 def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[BranchReport]:

@@ -4,11 +4,11 @@ Spark runs a micro-batch again after a crash, with the same batch id and (for a 
 source) the same rows. Each batch is one write_xa job whose commit decision also records the
 batch in the sink's row of the journal, so a replayed batch is recognised and skipped, and two
 queries sharing a sink cannot both commit one batch (see :mod:`xasink.driver.sinks`).
+Each batch's job-end line (`xasink.jobs`) names its sink and batch id and its lag.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +18,6 @@ from .write import write_xa
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-log = logging.getLogger("xasink")
 
 
 def foreach_batch(
@@ -46,17 +44,8 @@ def foreach_batch(
         )
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
-        result = write_xa(df, url, table, sink_id=sink_id, batch_id=int(batch_id), **write_options)
-        if not result.skipped:  # a skip was logged with its reason (driver/sinks.py)
-            log.info(
-                "xasink sink %r: batch %d committed %d rows into %s (job %s, %.2fs)",
-                sink_id,
-                batch_id,
-                result.rows,
-                result.table,
-                result.job_id,
-                result.total_seconds,
-            )
+        # The batch's end (committed or skipped) is logged by its job (xasink.jobs).
+        write_xa(df, url, table, sink_id=sink_id, batch_id=int(batch_id), **write_options)
 
     return write_batch
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -14,7 +13,8 @@ from ..driver.check_cache import CHECKS
 from ..driver.decision import phase_one_failed
 from ..driver.job import Job
 from ..driver.plan import one_stream
-from ..driver.request import Begun, JobRequest, PhaseOne, Skipped
+from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
+from ..driver.request import JobRequest, PhaseOne, Skipped
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..executor.contract import WritePlan
@@ -22,7 +22,7 @@ from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.shutdown import tracked
-from ..runtime.timing import step
+from ..runtime.timing import Stopwatch, step
 from ..spec import TableRef
 from ..target.modes import ModeOptions
 from .frame import branch_count, shape_frame, writes_on_driver
@@ -44,7 +44,7 @@ log = logging.getLogger("xasink")
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a write_xa call did."""
+    """What a write_xa call did: the figures of its job-end line (xasink.jobs), and more."""
 
     job_id: str
     table: str
@@ -67,6 +67,19 @@ class WriteResult:
     skipped: bool = False
     #: The job that decided a skipped batch.
     decided_by: str | None = None
+    #: Branches the job wrote: `partitions` plus `empty_partitions` (0 when skipped).
+    branches: int = 0
+    #: Seconds per phase: preflight, write, decide, commit, and the total.
+    seconds: PhaseSeconds = field(default_factory=PhaseSeconds)
+    #: "committed", or "skipped" (a failed write raises; its job-end line has its outcome).
+    outcome: JobOutcome = JobOutcome.COMMITTED
+    #: Who wrote the branches: Spark "tasks", or the "driver" itself (a small frame).
+    writer: str = "tasks"
+    #: A streaming batch's sink and batch id (`sink_id`, `batch_id`), else None.
+    sink_id: str | None = None
+    batch_id: int | None = None
+    #: A streaming batch: seconds from the batch reaching write_xa to the end of its commit.
+    lag_seconds: float | None = None
 
 
 @tracked  # the interpreter's exit waits for it (xasink.runtime.shutdown)
@@ -143,7 +156,7 @@ def write_xa(
         sink_id, batch_id: one micro-batch of a stream (see `foreach_batch`): a batch
             whose decision is recorded is not written again (`WriteResult.skipped`).
     """
-    started = time.monotonic()
+    clock = Stopwatch()
     with step("arguments"):
         spec = make_spec(
             url,
@@ -172,7 +185,11 @@ def write_xa(
             commit_parallelism=commit_parallelism,
             sink=sink_batch(sink_id, batch_id, query),
         )
-    return _write(df, request, max_branches, driver_write_bytes, heartbeat_interval, started)
+    if not heartbeat_interval > 0:
+        raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
+    trace = JobTrace.of(request, clock)
+    with trace.ending():  # from here on, the call is a job: its end is logged
+        return _write(df, request, max_branches, driver_write_bytes, heartbeat_interval, trace)
 
 
 def _write(
@@ -181,11 +198,9 @@ def _write(
     max_branches: int | Literal["auto"] | None,
     driver_write_bytes: int,
     heartbeat_interval: float,
-    started: float,
+    trace: JobTrace,
 ) -> WriteResult:
     """The job's steps, from preflight to finish."""
-    if not heartbeat_interval > 0:
-        raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
     with step("spark conf, jars, branch count"):
         spark = df.sparkSession
         memory = conf(spark, PYSPARK_MEMORY)
@@ -195,7 +210,8 @@ def _write(
         branches, planned = (
             (1, True) if on_driver else branch_count(df, max_branches, request.options)
         )
-    with Job.opened(request, reuse=True, checks=CHECKS) as job:
+    trace.writer = "driver" if on_driver else "tasks"
+    with Job.opened(request, reuse=True, checks=CHECKS, trace=trace) as job:
         pre = job.preflight(df.schema, branches)
         if max_branches == "auto" and branches > 1:
             with step("stream count"):
@@ -204,7 +220,7 @@ def _write(
                     branches = 1
         begun = job.begin(pre, df.columns, defaults.LEASE_INTERVALS * heartbeat_interval)
         if isinstance(begun, Skipped):
-            return _skipped(begun, request, started)
+            return _result(trace.end(JobOutcome.SKIPPED), begun.recovered)
         with job.running(heartbeat_interval):
             plan, columns = job.make_plan(pre, df.schema)
             with step("shape frame"):
@@ -219,17 +235,16 @@ def _write(
                 options.mode,
             )
             phase_one = job.decide(_phase_one(shaped, plan, on_driver), branches, planned)
-            prepared = time.monotonic()
             log.info(
                 "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
                 plan.job_id,
                 len(phase_one.winners),
                 phase_one.rows,
-                prepared - started,
+                trace.clock.elapsed(),
             )
             losers = job.commit(phase_one)
-            committed = time.monotonic()
-    return _result(request, begun, pre.created, phase_one, losers, started, prepared, committed)
+    end = trace.end(JobOutcome.COMMITTED)
+    return _result(end, begun.recovered, pre.created, phase_one, losers)
 
 
 def _phase_one(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
@@ -249,51 +264,35 @@ def _phase_one(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
         raise phase_one_failed(plan, exc, on_driver) from exc
 
 
+#: What WriteResult takes from the job's end as it is (the job-end line shows the same).
+_FROM_END = (
+    *("job_id", "table", "rows", "mode", "load_paths", "decided_by", "branches"),
+    *("seconds", "outcome", "writer", "sink_id", "batch_id", "lag_seconds"),
+)
+
+
 def _result(
-    request: JobRequest,
-    begun: Begun,
-    created: bool,
-    phase_one: PhaseOne,
-    losers: int,
-    started: float,
-    prepared: float,
-    committed: float,
+    end: JobEnd,
+    recovered: list[BranchAction],
+    created: bool = False,
+    phase_one: PhaseOne | None = None,
+    losers: int = 0,
 ) -> WriteResult:
-    total = time.monotonic() - started
-    log.info("xasink job %s: committed %d rows in %.1fs", begun.job_id, phase_one.rows, total)
+    """The call's result: its job-end figures, and what only the caller is told."""
+    seconds = end.seconds
     return WriteResult(
-        job_id=begun.job_id,
-        table=str(request.target),
-        rows=phase_one.rows,
-        partitions=len(phase_one.winners),
-        empty_partitions=phase_one.empty_partitions,
-        prepare_seconds=prepared - started,
-        commit_seconds=committed - prepared,
-        total_seconds=total,
+        **{name: getattr(end, name) for name in _FROM_END},
+        partitions=len(phase_one.winners) if phase_one else 0,
+        empty_partitions=phase_one.empty_partitions if phase_one else 0,
+        prepare_seconds=seconds.preflight + seconds.write + seconds.decide,
+        commit_seconds=seconds.commit,
+        total_seconds=seconds.total,
         rolled_back_attempts=losers,
-        recovered=begun.recovered,
-        worker_peak_rss_kb=phase_one.worker_peak_rss_kb,
-        load_paths=phase_one.load_paths,
-        mode=request.options.mode,
+        recovered=recovered,
+        worker_peak_rss_kb=phase_one.worker_peak_rss_kb if phase_one else 0,
         created=created,
+        skipped=end.outcome == JobOutcome.SKIPPED,
     )
 
 
-def _skipped(skipped: Skipped, request: JobRequest, started: float) -> WriteResult:
-    return WriteResult(
-        job_id="",
-        table=str(request.target),
-        rows=0,
-        partitions=0,
-        empty_partitions=0,
-        prepare_seconds=0.0,
-        commit_seconds=0.0,
-        total_seconds=time.monotonic() - started,
-        recovered=skipped.recovered,
-        mode=request.options.mode,
-        skipped=True,
-        decided_by=skipped.mark.job_id,
-    )
-
-
-__all__ = ["WriteResult", "write_xa"]
+__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "write_xa"]
