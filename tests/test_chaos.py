@@ -410,7 +410,7 @@ def test_concurrency_soak(spark, db):
     table = f"soak_{uuid.uuid4().hex[:10]}"
     with db.connect() as conn:
         cursor = conn.cursor()
-        cursor.execute(KEYED_DDL[db.kind].format(t=table))
+        cursor.execute(KEYED_DDL[db.dialect].format(t=table))
         cursor.executemany(
             f"INSERT INTO {table} (id, name, v) VALUES (%s, %s, %s)",
             [(k, "old", float(k)) for k in range(SHARED_KEYS)],
