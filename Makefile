@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint unit test test-mysql chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint unit test test-mysql test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
@@ -15,6 +15,7 @@ help:
 	@echo "make unit     the fast tests alone: no database, no Spark, no JVM"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL, MariaDB and MySQL"
 	@echo "make test-mysql  every MySQL case of the suite (make test runs those marked mysql_ci)"
+	@echo "make test-install  the wheel in a fresh venv (classic and Connect), and an editable install"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, and a stream of 1k-row micro-batches"
 	@echo "make bench-quick  the same, small (CI smoke)"
@@ -48,6 +49,10 @@ test: install lint
 	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15 || status=1; \
 	XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client || status=1; \
 	$(PYTHON) -m tests.servers_report $$start; exit $$status
+
+# The wheel in a fresh virtual environment (classic and Connect), and an editable install.
+test-install: install
+	XASINK_TEST_INSTALL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q tests/test_install.py
 
 # Every MySQL case of the suite (CI runs those marked mysql_ci); builds the MySQL root once.
 test-mysql: install

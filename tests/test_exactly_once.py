@@ -52,7 +52,6 @@ def test_plain_write_commits_every_row_once(spark, db):
     assert job_states(db)[result.job_id] == "committed"
 
 
-@pytest.mark.mysql_ci
 @pytest.mark.parametrize(
     ("fault", "swept"),
     [

@@ -212,7 +212,6 @@ def sink_of(db, table: str) -> str:
     return sinks[0]
 
 
-@pytest.mark.mysql_ci
 def test_a_stream_through_the_format_is_exactly_once_across_a_replay(spark, db, tmp_path):
     """Three micro-batches; then Spark's record of the last batch is removed (as if the
     query died after the sink committed it, before Spark noted it), so the restarted query

@@ -21,6 +21,11 @@ from spark_servers import connect_server
 from support import ids_in, xasink_prepared
 
 REPO = Path(__file__).resolve().parent.parent
+#: A fresh environment and its downloads take minutes: `make test-install` runs this file.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("XASINK_TEST_INSTALL", "").strip() in ("", "0"),
+    reason="the install test runs with make test-install (XASINK_TEST_INSTALL=1)",
+)
 SCRIPT = Path(__file__).with_name("installed") / "user_script.py"
 
 

@@ -1,7 +1,7 @@
 """A foreachBatch stream whose driver is SIGKILLed (the whole process group) again and again,
 and restarted from its checkpoint until the input is consumed: once at the point between
 the sink's commit and Spark's commit log, then at random moments (seeded, see
-chaos_support; CI kills 6 times per database, `make chaos` 30 times).
+chaos_support; CI kills 4 times on PostgreSQL, `make chaos` 30 times on every database).
 
 Each batch is appended to one table and merged, as a change feed, into another. At the end
 the append table holds exactly the input ids, the merge table exactly the final state per
@@ -15,6 +15,7 @@ import os
 import uuid
 from pathlib import Path
 
+import pytest
 from chaos_support import FULL, leftovers, rng
 from stream_driver import expected_merge, launch
 from support import (
@@ -28,7 +29,7 @@ from support import (
     stream_files,
 )
 
-KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 6))
+KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 4))
 FILES, PER_FILE = KILLS + 10, 100
 
 
@@ -54,6 +55,8 @@ def last_committed(checkpoint: Path) -> int:
 
 
 def test_a_stream_survives_driver_kills(db, tmp_path):
+    if not FULL and db.kind != "postgres":
+        pytest.skip("full chaos run only (XASINK_CHAOS_FULL=1): CI kills on PostgreSQL")
     random = rng(f"stream-kills-{db.kind}")
     table, merge_table = new_table(db), seeded_table(db)
     sink = f"kills-{uuid.uuid4().hex[:8]}"

@@ -89,7 +89,6 @@ def test_sink_arguments_are_checked(spark, db):
         foreach_batch(db.jdbc_url, "t", sink_id="s", batch_id=3)
 
 
-@pytest.mark.mysql_ci
 def test_two_writers_of_one_batch_cannot_both_commit(spark, db):
     """A second query (or an old run still alive) writes the same batch: it is stalled just
     before its decision while the other commits the batch; its decision then fails with a
