@@ -22,6 +22,9 @@ staged-busy | -DSTAGED -DBUSY -DD_STOPS_AT_DECISION -DNO_AMBIGUOUS -DNO_LOSER1 -
 sink        | 
 sink-format | -DCHECK_AFTER_BEGIN
 sink-prune  | -DPRUNE
+sink-1p     | -DONE_PHASE
+sink-1p-prune | -DONE_PHASE -DPRUNE
+sink-1p-format | -DONE_PHASE -DCHECK_AFTER_BEGIN
 streams     | 
 streams-noid | -DNO_QUERY_ID
 liveness    | '
@@ -38,6 +41,12 @@ sink-restore | -DMUTANT_NO_RESTORE | a decided batch that aborts keeps the sink 
 sink-skip | -DMUTANT_SKIP_UNFINISHED | a replay skips a decided batch without finishing it
 sink-path | -DMUTANT_PATH_SINK | the sink id is the checkpoint path text, spelled anew on restart
 sink-prune | -DPRUNE -DMUTANT_PRUNE_MARK | prune deletes the job the mark names; its replay then fails
+sink-1p-mark | -DONE_PHASE -DMUTANT_MARK_OUTSIDE | one-phase: the mark moves in its own transaction after the commit
+sink-1p-fence | -DONE_PHASE -DMUTANT_FENCE_READ | one-phase: a lost commit reply settled by a plain read, not the fence insert
+sink-1p-lock | -DONE_PHASE -DMUTANT_PLAIN_MARK | one-phase: the mark read without FOR UPDATE, then moved unconditionally
+sink-1p-taken | -DONE_PHASE -DMUTANT_TAKEN_SKIPPED | one-phase: a mark found at the batch in the transaction reported as skipped
+sink-1p-commit | -DONE_PHASE -DMUTANT_TAKEN_COMMITS | one-phase: BATCH_TAKEN, and the transaction is committed anyway
+sink-1p-after | -DONE_PHASE -DMUTANT_ERROR_AFTER_COMMIT | one-phase: an error after the commit reply reported as nothing written
 streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
 streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
 streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped
@@ -107,10 +116,11 @@ model)
     verify "$name"
     if [ "$errors" != 0 ]; then
       grep "pan:.*violated\|invalid end state\|pan:1:" "$log" | head -3
-      echo "model: $name: $errors error(s); trail in $build/$name (spin -t -p -k xasink.pml.trail$flags ../../xasink.pml)"
+      m=$(basename "$(model_of "$name")")
+      echo "model: $name: $errors error(s); trail in $build/$name (spin -t -p -k $m.trail$flags ../../$m)"
       exit 1
     fi
-    printf 'model %-11s ok  %10s states  %6ss  (%s)\n' "$name" "$states" "$secs" "$(echo $flags)"
+    printf 'model %-14s ok  %10s states  %6ss  (%s)\n' "$name" "$states" "$secs" "$(echo $flags)"
   done || exit 1
   echo "model: all configurations verified, no errors ($(($(date +%s) - start))s in all)"
   ;;

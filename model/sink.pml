@@ -30,6 +30,25 @@
  * the checkpoint path's text, which a restart may spell another way, so the replay finds a
  * sink without a mark), -DMUTANT_PRUNE_MARK (prune deletes the mark's job too, and a replay
  * that finds no row for it fails instead of skipping).
+ *
+ * -DONE_PHASE: a job whose single branch the driver writes itself (a small frame, most
+ * foreach_batch micro-batches) takes the one-phase path (J1P below): after decided_already
+ * and the mark row's registration, ONE local transaction loads the rows (staged: into a
+ * temporary stage, applied into the target in the same transaction), inserts the job row
+ * born COMMITTED, locks the sink's mark (SELECT ... FOR UPDATE) and moves it to B only if it
+ * is below B, and commits. Nothing of the job exists before that commit; a crash before it
+ * leaves nothing. A commit whose reply is lost is settled by a fence: an INSERT of the job's
+ * row as ABORTED on a fresh connection, which waits on the key of a commit still in flight
+ * (duplicate key: it landed). J[0] is one-phase; J[1] and the replay J[2] take either path
+ * (two-phase: a larger frame, or a format("xasink") query with -DCHECK_AFTER_BEGIN).
+ * One-phase mutants: -DMUTANT_MARK_OUTSIDE (the mark moves in a separate transaction after
+ * the commit), -DMUTANT_FENCE_READ (a lost commit reply settled by a plain read of the job
+ * row), -DMUTANT_PLAIN_MARK (the mark read inside the transaction without FOR UPDATE, then
+ * moved unconditionally), -DMUTANT_TAKEN_SKIPPED (a mark found at B inside the transaction
+ * is reported as "skipped, already written" instead of SinkConflictError),
+ * -DMUTANT_TAKEN_COMMITS (BATCH_TAKEN returned by commit_in_branch, but the transaction is
+ * committed instead of rolled back), -DMUTANT_ERROR_AFTER_COMMIT (an error raised after the
+ * commit's reply is reported as "rolled back, nothing written").
  */
 
 #define NJ 3                      /* J[0], J[1] concurrent; J[2] the final replay */
@@ -57,8 +76,17 @@ byte applied = 0;                 /* how many jobs' rows of batch B reached the 
 bit refusable = 1;                /* the target may refuse one apply (a staged mode) */
 bit final_phase = 0;
 bit replayed_done;                /* ghost: the final replay came after a run reported B done */
+bit onep[NJ];                     /* ghost: job j takes the one-phase path */
+bit fenced[NJ];                   /* ghost: j's row was inserted ABORTED by its fence */
+byte pend = NOBODY;               /* the one-phase job whose COMMIT is in flight: it holds the
+                                     mark's row lock and its job row's key until it lands or
+                                     is rolled back (DB) */
+byte live1p;                      /* one-phase jobs that may still leave a commit in flight */
 
 #define CRASH  if :: !final_phase -> goto dead :: skip fi
+
+/* an answer that says B's rows are in the target (written, skipped as done) is true now */
+#define IN_NOW assert(applied > 0)
 
 /* Journal.finish (COMMITTING -> COMMITTED with the apply in one transaction), or the
  * target refuses the apply: finish_or_refuse -> abandon (-> ABORTED, mark restored). */
@@ -68,7 +96,7 @@ inline finish(j) {
     :: job[j] == J_COMMITTING ->
          if
          :: job[j] = J_COMMITTED; applied++
-         :: refusable && !final_phase ->
+         :: refusable && !final_phase && pend == NOBODY ->  /* restore locks the mark */
               refusable = 0;
               job[j] = J_ABORTED;
 #ifndef MUTANT_NO_RESTORE
@@ -83,6 +111,8 @@ inline finish(j) {
 /* One recovery pass over job j: a decided job is rolled forward whatever its heartbeat; a
  * running one is aborted once silent (always possible while its driver may be dead). */
 inline recover(j) {
+  /* a one-phase job has no row before its commit, and is born final */
+  assert(!onep[j] || (job[j] != J_RUNNING && job[j] != J_COMMITTING));
   if
   :: job[j] == J_COMMITTING -> finish(j)
   :: atomic { job[j] == J_RUNNING -> job[j] = J_ABORTED }
@@ -90,16 +120,10 @@ inline recover(j) {
   fi
 }
 
-proctype J(byte me) {
-  byte seen, owner, st;
-
-#ifdef CHECK_AFTER_BEGIN
-  /* format("xasink") streaming: the job is registered when the write side's writer is
-     pickled, before anyone knows the batch id; commit() checks the mark afterwards */
-  job[me] = J_RUNNING;
-  CRASH;
-#endif
-  /* write_xa / commit() -> decided_already */
+/* sinks.decided_already: read the mark; at B, finish its job if decided, and report
+ * SKIPPED only if it is committed (then stop). `fmt`: the job exists already (format), and
+ * is cancelled after the check. */
+inline decided_already(me, fmt) {
   atomic { seen = mark; owner = mark_job }
 #ifdef MUTANT_PATH_SINK
   if :: me == 2 -> seen = 0 :: else fi;              /* another sink: no mark yet */
@@ -113,22 +137,40 @@ proctype J(byte me) {
        CRASH;
        st = job[owner];
        if
-       :: st == J_COMMITTED -> answer[me] = A_SKIPPED
+       :: st == J_COMMITTED -> IN_NOW; answer[me] = A_SKIPPED
 #ifndef MUTANT_PRUNE_MARK
-       :: st == J_GONE -> answer[me] = A_SKIPPED     /* a mark's job is final, not aborted */
+       :: st == J_GONE -> IN_NOW; answer[me] = A_SKIPPED  /* a mark's job is final, not aborted */
 #endif
        :: else -> answer[me] = A_NONE                /* CommitError: run xasink recover */
        fi;
 #ifdef CHECK_AFTER_BEGIN
-       CRASH;
-       atomic { if :: job[me] == J_RUNNING -> job[me] = J_ABORTED :: else fi }  /* cancel */
+       if
+       :: fmt ->
+            CRASH;
+            atomic { if :: job[me] == J_RUNNING -> job[me] = J_ABORTED :: else fi }  /* cancel */
+       :: else
+       fi;
 #endif
 #else
-       answer[me] = A_SKIPPED;
+       answer[me] = A_SKIPPED;                       /* (the final asserts catch it) */
 #endif
        goto dead
   :: else
-  fi;
+  fi
+}
+
+/* A two-phase job: write_xa (tasks write the branches), or format("xasink"). */
+proctype J(byte me) {
+  byte seen, owner, st;
+
+#ifdef CHECK_AFTER_BEGIN
+  /* format("xasink") streaming: the job is registered when the write side's writer is
+     pickled, before anyone knows the batch id; commit() checks the mark afterwards */
+  job[me] = J_RUNNING;
+  CRASH;
+#endif
+  /* write_xa / commit() -> decided_already */
+  decided_already(me, 1);
 #ifndef CHECK_AFTER_BEGIN
   CRASH;
   job[me] = J_RUNNING;                               /* begin_job; branches prepare */
@@ -136,6 +178,7 @@ proctype J(byte me) {
   CRASH;
   /* _decide -> decide_commit, one local transaction */
   atomic {
+    pend == NOBODY;                                  /* SELECT ... FOR UPDATE of the mark */
     if
     :: job[me] == J_RUNNING ->
 #ifndef MUTANT_NO_CONDITION
@@ -166,13 +209,146 @@ proctype J(byte me) {
   CRASH;
   st = job[me];
   if
-  :: st == J_COMMITTED -> answer[me] = A_WRITTEN
+  :: st == J_COMMITTED -> IN_NOW; answer[me] = A_WRITTEN
   :: st == J_ABORTED -> answer[me] = A_FAILED        /* refused: target unchanged */
   :: else -> answer[me] = A_NONE
   fi;
 dead:
   skip
 }
+
+#ifdef ONE_PHASE
+/* How the one-phase transaction ended (st). */
+#define T_DONE    1               /* committed, and the reply arrived */
+#define T_TAKEN   2               /* the mark had reached B: rolled back (BATCH_TAKEN) */
+#define T_FAILED  3               /* an error before COMMIT (refused rows, a deadlock victim,
+                                     a broken connection): rolled back, target unchanged */
+#define T_UNKNOWN 4               /* COMMIT sent, no reply: in flight until DB settles it */
+
+#ifdef MUTANT_PLAIN_MARK
+#define MARK_FREE (seen == 0)     /* the plain read's (possibly stale) value */
+#else
+#define MARK_FREE (mark == 0)     /* read under the row lock, held until the commit */
+#endif
+
+/* The one-phase transaction commits: the rows, the job row born COMMITTED and the mark,
+ * all at once. */
+inline land(j) {
+  job[j] = J_COMMITTED;
+  applied++;
+#ifndef MUTANT_MARK_OUTSIDE
+  mark = 1; mark_job = j;
+#endif
+  pend = NOBODY
+}
+
+/* A one-phase job: write_xa whose only branch the driver writes itself. */
+proctype J1P(byte me) {
+  byte seen, owner, st;
+
+  /* Job.begin: the startup recovery scan (R's), then decided_already */
+  decided_already(me, 0);
+  CRASH;
+  skip;                                              /* sinkmarks.register (autocommit) */
+  CRASH;                                             /* rows load inside the transaction:
+                                                        invisible, gone with a crash */
+#ifdef MUTANT_PLAIN_MARK
+  seen = mark;                                       /* SELECT without FOR UPDATE */
+  CRASH;
+#endif
+  /* commit_in_branch, then COMMIT: the job row INSERT, the mark's SELECT ... FOR UPDATE
+     (waits for a holder), its conditional UPDATE, a staged apply. The lock is held from
+     the mark's read to the commit, so these are one step for everyone else. */
+  atomic {
+    pend == NOBODY;
+    if
+    :: !final_phase -> st = T_FAILED                 /* ROLLBACK; InputDataError/WriteError */
+#ifndef MUTANT_TAKEN_COMMITS
+    :: !MARK_FREE -> st = T_TAKEN                    /* ROLLBACK */
+#else
+    :: !MARK_FREE ->                                 /* the caller commits anyway: the rows */
+         job[me] = J_COMMITTED; applied++;           /* and the job row, not the mark */
+         st = T_TAKEN
+#endif
+    :: MARK_FREE -> land(me); st = T_DONE
+    :: MARK_FREE && !final_phase -> pend = me; st = T_UNKNOWN  /* LocalCommitUnknown */
+    fi
+  }
+  if
+  :: st == T_DONE ->
+#ifdef MUTANT_ERROR_AFTER_COMMIT
+       /* an error after the commit's reply (the session's setAutoCommit(true) on a broken
+          connection, a Spark label's reset) reported as "rolled back, nothing written" */
+       if :: !final_phase -> answer[me] = A_FAILED; goto dead :: skip fi;
+#endif
+       goto written
+  :: st == T_TAKEN ->
+       CRASH;
+#ifdef MUTANT_TAKEN_SKIPPED
+       IN_NOW; answer[me] = A_SKIPPED;               /* "another writer just committed it" */
+#else
+       answer[me] = A_CONFLICT;                      /* conflict_at_decision */
+#endif
+       goto dead
+  :: st == T_FAILED -> answer[me] = A_FAILED; goto dead
+  :: st == T_UNKNOWN
+  fi;
+  CRASH;
+#ifndef MUTANT_FENCE_READ
+  /* Job._settle_one_phase -> Journal.fence_one_phase, on a fresh connection */
+  if
+  :: atomic {
+       pend != me;                                   /* INSERT (job, ABORTED) waits on the
+                                                        key of the commit in flight */
+       if
+       :: job[me] == J_NONE -> job[me] = J_ABORTED; fenced[me] = 1;
+            if :: st = 1 :: st = 2 fi                /* inserted (its reply may be lost) */
+       :: else -> st = 0                             /* duplicate key: it landed */
+       fi
+     }
+  :: st = 2                                          /* the INSERT failed otherwise: a lock
+                                                        wait timeout while still in flight,
+                                                        a broken connection */
+  fi;
+  if :: st == 1 -> answer[me] = A_FAILED; goto dead :: else fi;  /* JobAbortedError */
+  CRASH;                                             /* the read fails too: DecisionUnknown */
+  st = job[me];                                      /* the state read (plain) */
+  if
+  :: st == J_COMMITTED -> goto written
+  :: st == J_ABORTED -> answer[me] = A_FAILED; goto dead  /* our fence row: JobAbortedError */
+  :: else -> answer[me] = A_NONE; goto dead          /* no row: DecisionUnknownError */
+  fi;
+#else
+  st = job[me];                                      /* plain read: does not wait */
+  if
+  :: st == J_COMMITTED -> goto written
+  :: else -> answer[me] = A_FAILED; goto dead        /* "nothing written" */
+  fi;
+#endif
+written:
+#ifdef MUTANT_MARK_OUTSIDE
+  CRASH;
+  atomic { pend == NOBODY; if :: mark == 0 -> mark = 1; mark_job = me :: else fi }
+#endif
+  CRASH;
+  IN_NOW; answer[me] = A_WRITTEN;
+dead:
+  atomic { live1p--; seen = 0; owner = 0; st = 0 }
+}
+
+/* The server settles a one-phase COMMIT in flight: it lands, or it is rolled back (it never
+ * arrived, the session was dropped). */
+proctype DB() {
+  do
+  :: atomic { pend != NOBODY -> land(pend) }
+  :: atomic { pend != NOBODY -> pend = NOBODY }
+  :: atomic { pend == NOBODY && live1p == 0 -> break }
+  od
+}
+#define REPLAY  if :: onep[2] = 1; live1p = 1; run J1P(2) :: run J(2) fi
+#else
+#define REPLAY  run J(2)
+#endif
 
 #ifdef PRUNE
 /* `xasink prune`: deletes final jobs' rows; never the mark's job (jobs.prune). */
@@ -213,8 +389,14 @@ init {
   byte j;
   job[2] = J_NONE;
   atomic {
+#ifdef ONE_PHASE
+    onep[0] = 1; live1p = 1; run J1P(0);
+    if :: onep[1] = 1; live1p++; run J1P(1) :: run J(1) fi;
+    run DB();
+#else
     run J(0);
     run J(1);
+#endif
     run R()
   }
   (_nr_pr == 1);                                     /* everyone stopped (or crashed) */
@@ -232,10 +414,10 @@ init {
      it once more after that: its commit log is written only after the sink returned */
   if
   :: answer[0] != A_WRITTEN && answer[0] != A_SKIPPED &&
-     answer[1] != A_WRITTEN && answer[1] != A_SKIPPED -> run J(2); (_nr_pr == 1)
+     answer[1] != A_WRITTEN && answer[1] != A_SKIPPED -> atomic { REPLAY }; (_nr_pr == 1)
   :: else ->
        if
-       :: replayed_done = 1; run J(2); (_nr_pr == 1)
+       :: replayed_done = 1; atomic { REPLAY }; (_nr_pr == 1)
        :: skip
        fi
   fi;
@@ -257,9 +439,15 @@ init {
 #ifndef CHECK_AFTER_BEGIN
        assert(answer[j] != A_SKIPPED || job[j] == J_NONE);
 #else
-       assert(answer[j] != A_SKIPPED || job[j] == J_ABORTED || job[j] == J_RUNNING);
+       assert(answer[j] != A_SKIPPED || (onep[j] && job[j] == J_NONE)
+              || (!onep[j] && (job[j] == J_ABORTED || job[j] == J_RUNNING)));
 #endif
+       /* FAILED ("target unchanged"): this job committed nothing */
+       assert(answer[j] != A_FAILED || job[j] != J_COMMITTED);
        assert(job[j] != J_COMMITTED || mark_job == j);
+       /* a one-phase job leaves nothing but its committed row (or its fence's ABORTED row) */
+       assert(!onep[j] || job[j] == J_NONE || job[j] == J_COMMITTED || job[j] == J_GONE
+              || (job[j] == J_ABORTED && fenced[j]));
        j++
   :: else -> break
   od

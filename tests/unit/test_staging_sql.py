@@ -406,3 +406,17 @@ def test_refused_names_the_job_and_the_target():
         "constraint). Nothing was changed in app.events: the job is aborted and its staging "
         "table dropped. Fix the data or the table's constraints, then run the write again."
     )
+
+
+def test_a_one_phase_job_stages_in_the_sessions_temporary_schema():
+    """A single-branch job stages in a temporary table of its own session (PostgreSQL's
+    pg_temp; MySQL keeps temporary tables beside the others): nothing outlives it."""
+    from xasink.target.staging import temporary_stage
+
+    types = ["bigint", "text", "numeric(10,2)", "text", "timestamptz"]
+    assert create_stage_sql(PG, temporary_stage(MERGE, PG), types, temporary=True) == (
+        f'CREATE TEMPORARY TABLE "pg_temp"."xasink_stage_{JOB}" ("id" bigint, "name" text, '
+        '"n" numeric(10,2), "xasink_op" text, "xasink_order" timestamptz)'
+    )
+    assert temporary_stage(MERGE, MY).stage == MERGE.stage
+    assert (PG.drop_temporary, MY.drop_temporary) == ("DROP TABLE", "DROP TEMPORARY TABLE")

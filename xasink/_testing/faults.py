@@ -24,6 +24,7 @@ POINTS = (
     "after_decision",
     "after_first_commit",
     "before_finish",
+    "before_local_commit",
 )
 ACTIONS = ("raise", "exit", "hang", "pause")
 

@@ -33,6 +33,12 @@ class Dialect:
     #: Whether concurrent bulk loads into a table without a unique key contend, so that one
     #: stream loads faster than several (InnoDB: the hidden row id and the last page).
     one_stream_without_key: ClassVar[bool] = False
+    #: The schema a session's temporary tables live in (None: the table's own, as MySQL
+    #: keeps them; PostgreSQL's `pg_temp` alias names the session's temporary schema).
+    temporary_schema: ClassVar[str | None] = None
+    #: How a temporary table is dropped without ending the transaction (MySQL commits on a
+    #: plain DROP TABLE; DROP TEMPORARY TABLE does not).
+    drop_temporary: ClassVar[str] = "DROP TABLE"
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:

@@ -52,6 +52,7 @@ class MySQLDialect(Dialect):
     # Measured (benchmarks/README.md): 1M rows into a keyless table load faster from one
     # LOAD DATA stream than from 2 or 4; into a table keyed on id, 2-4 streams are faster.
     one_stream_without_key: ClassVar[bool] = True
+    drop_temporary: ClassVar[str] = "DROP TEMPORARY TABLE"
     now_sql: ClassVar[str] = "UTC_TIMESTAMP(6)"
 
     def column_key(self, column: str) -> str:

@@ -22,6 +22,7 @@ class PostgresDialect(Dialect):
     timestamp_type: ClassVar[str] = "TIMESTAMPTZ"
     now_sql: ClassVar[str] = "clock_timestamp()"
     reuse_after_prepare: ClassVar[bool] = True
+    temporary_schema: ClassVar[str | None] = "pg_temp"
 
     def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
         props = {

@@ -19,15 +19,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import defaults
 from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import DecisionUnknownError, XasinkError
-from ..executor.contract import WritePlan
-from ..protocol import sessions
+from ..executor.contract import BranchReport, WritePlan
+from ..protocol import sessions, sinkmarks
 from ..protocol.branches import BranchOps
 from ..protocol.connecting import JOURNAL_ROLE, open_journal
 from ..protocol.heartbeat import Heartbeat
@@ -38,9 +38,10 @@ from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..target.columns import TableColumn
-from ..target.staging import STAGED_APPLY, ApplyPlan
+from ..target.staging import STAGED_APPLY, ApplyPlan, temporary_stage
 from .check_cache import UNCACHED, CheckCache
 from .decision import decide, fence, select_winners
+from .one_phase import commit_one_phase as _commit_one_phase
 from .phase_two import commit_all, roll_back_others
 from .plan import apply_plan_for, load_target
 from .preflight import preflight, recover_table
@@ -113,15 +114,28 @@ class Job:
     @classmethod
     @contextlib.contextmanager
     def resumed(
-        cls, plan: WritePlan, request: JobRequest, trace: JobTrace | None = None
+        cls,
+        plan: WritePlan,
+        request: JobRequest,
+        trace: JobTrace | None = None,
+        reuse: bool = False,
     ) -> Iterator[Job]:
-        """The job of `plan`, in another process than the one that minted it."""
+        """The job of `plan`, in another process than the one that minted it. With `reuse`
+        (a Spark worker that commits batch after batch), sessions are kept for the next
+        job of this process, as `opened` keeps them."""
         trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
         trace.job_id, trace.state, trace.sink = plan.job_id, JobState.RUNNING, plan.sink
-        session, _ = open_journal(request.spec, plan.journal.schema, plan.journal.lock_wait)
-        job = cls(request, session, plan.journal, trace)
+        journal = plan.journal
+        session, _ = open_journal(request.spec, journal.schema, journal.lock_wait, reuse=reuse)
+        job = cls(request, session, journal, trace)
         job.job_id, job.apply, job.plan = plan.job_id, plan.apply, plan
-        with session, job._closing:
+        job._reuse = reuse
+        with contextlib.ExitStack() as stack:
+            if reuse:
+                stack.enter_context(sessions.kept_on_success(request.spec, JOURNAL_ROLE, session))
+            else:
+                stack.enter_context(session)
+            stack.enter_context(job._closing)
             yield job
 
     @property
@@ -154,9 +168,11 @@ class Job:
         lease: float,
         stream_key: str | None = None,
         stream_sink: str | None = None,
+        one_phase: bool = False,
     ) -> Begun | Skipped:
         """Resolve what earlier jobs left on the table, skip a decided streaming batch, else
-        register a new job (its branches may open from now on)."""
+        register a new job (its branches may open from now on). A `one_phase` job is not
+        registered: its row is born committed inside its branch (`commit_one_phase`)."""
         request, target = self.request, self.request.target
         with step("recovery scan"):
             recovered = (
@@ -181,16 +197,21 @@ class Job:
             apply = apply_plan_for(
                 request.options, target, columns, pre.targets, job_id, self.journal
             )
-            self.journal.begin_job(
-                self.conn,
-                job_id,
-                str(target),
-                apply,
-                lease,
-                request.sink,
-                stream_key,
-                stream_sink,
-            )
+            if one_phase:
+                apply = apply and temporary_stage(apply, self.dialect)
+                if request.sink is not None:
+                    sinkmarks.register(self.journal, self.conn, request.sink.sink_id)
+            else:
+                self.journal.begin_job(
+                    self.conn,
+                    job_id,
+                    str(target),
+                    apply,
+                    lease,
+                    request.sink,
+                    stream_key,
+                    stream_sink,
+                )
         self.job_id, self.apply = job_id, apply
         self.trace.job_id, self.trace.state = job_id, JobState.RUNNING
         self.trace.done("preflight")
@@ -234,13 +255,15 @@ class Job:
         schema: StructType,
         task_heartbeat: float = 0.0,
         task_lease: float | None = None,
+        one_phase: bool = False,
     ) -> tuple[WritePlan, list[TableColumn]]:
         """The branches' plan, and the columns they load (the staging table is created
-        here, before any branch opens)."""
+        here, before any branch opens; a `one_phase` job's is a temporary table, which its
+        branch creates)."""
         assert self.job_id is not None
         request, dialect = self.request, self.dialect
         with step("plan (stage, bulk check)"):
-            load_table, columns = load_target(
+            load_table, columns, stage_ddl = load_target(
                 schema,
                 self.conn,
                 self.spec,
@@ -249,6 +272,7 @@ class Job:
                 pre.targets,
                 request.options,
                 self.apply,
+                temporary=one_phase,
             )
             self.plan = WritePlan(
                 self.spec.with_defaults(dialect.branch_properties()),
@@ -264,6 +288,8 @@ class Job:
                 sink=request.sink,
                 task_heartbeat=task_heartbeat,
                 task_lease=task_lease,
+                one_phase=one_phase,
+                stage_ddl=stage_ddl,
             )
         return self.plan, columns
 
@@ -293,6 +319,11 @@ class Job:
         self.trace.state = JobState.COMMITTED
         self.trace.done("commit")
         return losers
+
+    def commit_one_phase(self, write: Callable[[WritePlan], BranchReport]) -> PhaseOne:
+        """A single-branch job: `write` loads its rows and commits them with the job's whole
+        bookkeeping in one local transaction (xasink.driver.one_phase)."""
+        return _commit_one_phase(self, write)
 
     # -- ending it otherwise ----------------------------------------------------------
 

@@ -88,7 +88,7 @@ def _on_live_connection(plan: WritePlan, conn: JdbcConnection, call: Callable[[A
 
 
 #: How often a staged job helps older decided jobs on its table finish before its own apply.
-_HELP_ROUNDS = 3
+HELP_ROUNDS = 3
 
 
 def _finish_in_order(
@@ -96,11 +96,11 @@ def _finish_in_order(
 ) -> tuple[bool, Exception | None]:
     """`finish_or_refuse`; while an older decided staged job on the table is unfinished,
     finish that one first (as recovery would: it is decided), then try again."""
-    for attempt in range(_HELP_ROUNDS + 1):
+    for attempt in range(HELP_ROUNDS + 1):
         try:
             return plan.journal.finish_or_refuse(conn, plan.job_id, winners)
         except JobOrderError as exc:
-            if attempt == _HELP_ROUNDS:
+            if attempt == HELP_ROUNDS:
                 raise
             log.info("xasink job %s: finishing older job %s first", plan.job_id, exc.blocker)
             resolve_in_doubt(ops, conn, plan.journal, job=exc.blocker, grace=defaults.GRACE)

@@ -68,17 +68,39 @@ def load_target(
     targets: Sequence[TableColumn],
     options: ModeOptions,
     apply_plan: ApplyPlan | None,
-) -> tuple[TableRef, list[TableColumn]]:
-    """The table the branches load and its columns: the target itself (append), or the
-    job's staging table, created here with the target's column types."""
+    temporary: bool = False,
+) -> tuple[TableRef, list[TableColumn], str]:
+    """The table the branches load, its columns, and the DDL its branch runs first: the
+    target itself (append); the job's staging table, created here with the target's
+    column types; or with `temporary` (a one-phase job), the session's temporary staging
+    table, which the branch creates inside its transaction."""
     if apply_plan is None:
-        return target, list(targets)
+        return target, list(targets), ""
+    ddl = stage_sql(schema, dialect, targets, options, apply_plan, temporary)
+    if temporary:
+        steering = apply_plan.stage_columns[len(targets) :]
+        columns = [*targets, *(TableColumn(name, "", "", True, False) for name in steering)]
+        return apply_plan.stage, columns, ddl  # typed by the branch, once it exists
+    execute(conn, ddl)
+    names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
+    return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names), ""
+
+
+def stage_sql(
+    schema: StructType,
+    dialect: Dialect,
+    targets: Sequence[TableColumn],
+    options: ModeOptions,
+    apply_plan: ApplyPlan,
+    temporary: bool = False,
+) -> str:
+    """The staging table's CREATE: the target's column types, then the steering columns
+    (op, order) typed from the DataFrame."""
     steering = [
         column_ddl_type(dialect.name, name, schema[frame].dataType, key=False)
         for name, frame in zip(
             apply_plan.stage_columns[len(targets) :], options.steering, strict=True
         )
     ]
-    execute(conn, create_stage_sql(dialect, apply_plan, [c.sql_type for c in targets] + steering))
-    names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
-    return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names)
+    types = [c.sql_type for c in targets] + steering
+    return create_stage_sql(dialect, apply_plan, types, temporary)

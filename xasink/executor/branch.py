@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import resource
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,13 +20,16 @@ from ..dialects import get_dialect
 from ..errors import WriteError
 from ..loaders import Loader, open_loader
 from ..protocol import sessions
+from ..protocol.applying import JobOrderError
 from ..protocol.heartbeat import Heartbeat
 from ..protocol.sessions import open_session
-from ..protocol.states import JobState
+from ..protocol.states import Decision, JobState
 from ..protocol.xa import XaFailure, XaSession
+from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
+from ..target.catalog import table_columns
 from ..target.modes import OP_COLUMN
-from ..target.staging import ApplyPlan, branch_problem
+from ..target.staging import ApplyPlan, branch_problem, is_data_error, refused
 from ..xid import BranchId, Xid
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
@@ -115,29 +118,12 @@ def _write_branch(
     redact = plan.spec.redact
     xid = branch.xid
     session, started, keep = sessions.unpark(plan.spec, BRANCH_ROLE), False, False
-    loader: Loader | None = None
+    loader: _Load | None = None
     try:
         session = _start(plan.spec, session, xid)
         started = True
-        rows = 0
-        for batch in batches:
-            if loader is None:
-                loader = open_loader(
-                    get_dialect(plan.spec.dialect),
-                    session.connection,
-                    plan.table,
-                    plan.columns,
-                    batch.schema,
-                    plan.batch_size,
-                    plan.bulk,
-                    plan.column_types,
-                )
-            loader.write(batch)
-            rows += batch.num_rows
-            trigger(plan.faults, "after_rows", branch.partition, attempt_number)
-        if loader is not None:
-            loader.finish()
-        path = loader.path if loader is not None else ""
+        loader = _Load(plan, session.connection, plan.column_types)
+        rows, path = loader.run(batches, branch.partition, attempt_number)
         problem = plan.apply and branch_problem(
             session.connection, get_dialect(plan.spec.dialect), plan.apply
         )
@@ -174,6 +160,140 @@ def _write_branch(
             sessions.park(plan.spec, BRANCH_ROLE, session)  # for this worker's next partition
         elif session is not None:
             session.close()
+
+
+class _Load:
+    """One branch's rows through the dialect's loader, opened at the first batch (its
+    schema picks the encoding); `abort` stops a load cut short."""
+
+    def __init__(self, plan: WritePlan, conn: JdbcConnection, column_types: Sequence[str]):
+        self.plan, self.conn, self.column_types = plan, conn, column_types
+        self.loader: Loader | None = None
+
+    def run(
+        self, batches: Iterator[pa.RecordBatch], partition: int, attempt_number: int
+    ) -> tuple[int, str]:
+        """Load every batch; returns (rows, load path)."""
+        plan, rows = self.plan, 0
+        for batch in batches:
+            if self.loader is None:
+                self.loader = open_loader(
+                    get_dialect(plan.spec.dialect),
+                    self.conn,
+                    plan.table,
+                    plan.columns,
+                    batch.schema,
+                    plan.batch_size,
+                    plan.bulk,
+                    self.column_types,
+                )
+            self.loader.write(batch)
+            rows += batch.num_rows
+            trigger(plan.faults, "after_rows", partition, attempt_number)
+        if self.loader is None:
+            return rows, ""
+        self.loader.finish()
+        return rows, self.loader.path
+
+    def abort(self) -> None:
+        if self.loader is not None:
+            self.loader.abort()
+
+
+class LocalCommitUnknown(Exception):
+    """The commit of a single-branch job's local transaction failed without saying whether
+    it landed (e.g. the connection broke): the driver settles it (`fence_one_phase`).
+    `report` is the branch's report, should it have landed."""
+
+    def __init__(self, reason: str, report: BranchReport) -> None:
+        super().__init__(reason)
+        self.reason, self.report = reason, report
+
+
+def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
+    """A single-branch job in one local transaction, committed in one phase: the rows, and
+    with them the job's row born committed, a streaming batch's sink mark, a staged mode's
+    apply from a temporary staging table (`Journal.commit_in_branch`). Nothing is prepared
+    and nothing survives a crash before the commit: there is nothing to decide or recover.
+
+    Returns the partition's report; `problem` is set (nothing committed) for rows a staged
+    mode cannot apply, or ONE_PHASE_TAKEN when the sink's mark had reached the batch. Raises
+    LocalCommitUnknown when the commit's outcome is unknown, JobOrderError while an older
+    decided staged job on the table is unfinished, InputDataError when the target refuses
+    staged rows, WriteError for any other failure (nothing committed)."""
+    if plan.apply is not None and plan.apply.op_skip:
+        batches = without_skipped_ops(plan.apply, batches)
+    dialect = get_dialect(plan.spec.dialect)
+    session, keep = _local_session(plan.spec), False
+    conn = session.connection
+    load: _Load | None = None
+    try:
+        conn.setAutoCommit(False)
+        column_types: Sequence[str] = plan.column_types
+        if plan.stage_ddl:
+            execute(conn, plan.stage_ddl)
+            column_types = tuple(
+                table_columns(conn, dialect, plan.table, plan.spec.redact).values()
+            )
+        load = _Load(plan, conn, column_types)
+        rows, path = load.run(batches, 0, 0)
+        problem = plan.apply and branch_problem(conn, dialect, plan.apply)
+        if not problem:
+            decision = plan.journal.commit_in_branch(
+                conn, plan.job_id, target_name(plan), rows, plan.sink, plan.apply
+            )
+            problem = "" if decision == Decision.DECIDED else ONE_PHASE_TAKEN
+        if problem:
+            conn.rollback()
+            return _report(0, 0, "", BranchOutcome(0, path, problem))
+        if plan.stage_ddl:
+            execute(conn, f"{dialect.drop_temporary} {dialect.qualified(plan.table)}")
+        trigger(plan.faults, "before_local_commit", 0, 0)
+        report = _report(0, 0, "", BranchOutcome(rows, path))
+        try:
+            conn.commit()
+        except Exception as exc:
+            raise LocalCommitUnknown(plan.spec.redact(exc), report) from None
+        keep = True
+    except BaseException as exc:
+        if load is not None:
+            _quietly(load.abort, session)
+        _quietly(conn.rollback, session)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, LocalCommitUnknown, JobOrderError)):
+            raise
+        if plan.apply is not None and is_data_error(exc):
+            raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None
+        raise WriteError(
+            f"Writing job {plan.job_id} into {target_name(plan)} failed by the driver (a "
+            f"small frame, one local transaction) ({type(exc).__name__}: "
+            f"{plan.spec.redact(exc)}). The transaction was rolled back: nothing was "
+            "written. Fix the cause and run the write again."
+        ) from None
+    finally:
+        if not keep:
+            session.close()  # a temporary table and any half-done load go with it
+    # Committed: from here on nothing may say otherwise. The session is kept for the next
+    # job only if it is back in autocommit.
+    try:
+        conn.setAutoCommit(True)
+        sessions.park(plan.spec, BRANCH_ROLE, session)
+    except Exception:
+        session.close()
+    return report
+
+
+#: A single-branch job's problem when its sink's mark had reached its batch.
+ONE_PHASE_TAKEN = "the sink's batch was taken"
+
+
+def target_name(plan: WritePlan) -> str:
+    """The job's target table (a staged job loads its staging table)."""
+    return str(plan.apply.target) if plan.apply is not None else str(plan.table)
+
+
+def _local_session(spec: ConnectionSpec) -> XaSession:
+    """The kept writer session if it still answers, else a new one."""
+    return sessions.take(spec, BRANCH_ROLE) or open_session(spec)
 
 
 def _job_ended(plan: WritePlan, session: XaSession) -> bool:

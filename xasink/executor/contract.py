@@ -40,6 +40,10 @@ class WritePlan:
     task_heartbeat: float = 0.0
     #: The job's lease once its tasks beat (replaces the longer one it started with).
     task_lease: float | None = None
+    #: A single-branch job committed in one local transaction (`write_one_phase`): a
+    #: staged mode's `table` is then a temporary table, created by this statement inside it.
+    one_phase: bool = False
+    stage_ddl: str = ""
 
 
 @dataclass(frozen=True)

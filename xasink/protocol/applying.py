@@ -136,6 +136,23 @@ def check_apply_order(
         raise JobOrderError(str(rows[0][0]), plan)
 
 
+def lock_apply_order(
+    journal: JournalLayout, conn: JdbcConnection, job_id: str, plan: StagedPlan
+) -> None:
+    """`check_apply_order` for a job decided by its own commit (one local transaction): it
+    comes after every other staged job on the table. Locks their rows until it commits, so
+    a running one decides only after it; raises JobOrderError for a decided, unfinished one."""
+    rows = query(
+        conn,
+        f"SELECT job_id, state FROM {journal.jobs} WHERE target_table = ? AND job_id <> ? "
+        "AND state IN (?, ?) AND apply_plan IS NOT NULL ORDER BY decided_at FOR UPDATE",
+        (str(plan.target), job_id, JobState.RUNNING, JobState.COMMITTING),
+    )
+    decided = [str(job) for job, state in rows if state == JobState.COMMITTING]
+    if decided:
+        raise JobOrderError(decided[0], plan)
+
+
 def need(staged: StagedApply[Plan] | None) -> StagedApply[Plan]:
     """The staged apply the journal was opened with, which a staged job needs."""
     if staged is None:

@@ -61,6 +61,10 @@ class Heartbeat:
         _BEATER.remove(self)
 
 
+#: Seconds the heartbeat sessions stay open with no job to beat for, for the next one.
+KEEP_IDLE = 30.0
+
+
 class _Beater:
     """The process's heartbeat thread and its sessions, one per (connection, lock bound)."""
 
@@ -116,17 +120,25 @@ class _Beater:
             thread.join(timeout)
 
     def _next(self) -> Heartbeat | None:
-        """Wait for the next due beat (None: no job is left; close the sessions)."""
+        """Wait for the next due beat (None: no job is left for KEEP_IDLE seconds; close
+        the sessions). A worker that runs batch after batch beats on the same session."""
+        idle_since: float | None = None
         with self._cond:
             while True:
                 if self._exiting:
                     return None
-                if not self._due:
-                    if self._sessions:
-                        return None
-                    self._cond.wait()
-                    continue
                 now = time.monotonic()
+                if not self._due:
+                    if not self._sessions:
+                        self._cond.wait()
+                        continue
+                    idle_since = now if idle_since is None else idle_since
+                    left = idle_since + KEEP_IDLE - now
+                    if left <= 0:
+                        return None
+                    self._cond.wait(left)
+                    continue
+                idle_since = None
                 heartbeat, due = min(self._due.items(), key=lambda item: item[1])
                 if due <= now:
                     self._due[heartbeat] = now + heartbeat.interval

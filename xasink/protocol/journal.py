@@ -141,6 +141,81 @@ class Journal(JournalReader):
             return Decision.BATCH_TAKEN
         return Decision.DECIDED
 
+    def commit_in_branch(
+        self,
+        conn: JdbcConnection,
+        job_id: str,
+        table: str,
+        rows: int,
+        sink: SinkBatch | None = None,
+        plan: StagedPlan | None = None,
+    ) -> Decision:
+        """A single-branch job's whole bookkeeping, inside its branch's own local
+        transaction (the caller commits it, or rolls it back unless DECIDED): the job row,
+        born committed; for a streaming batch the sink's conditional mark move, which
+        serialises writers racing for the batch on the mark's row lock; for a staged mode
+        the apply from the branch's temporary staging table. One commit makes all of it
+        durable at once, and a crash before it leaves nothing, not even the job's row.
+
+        Returns DECIDED, or BATCH_TAKEN (the mark had reached the batch, belongs to another
+        query or was reset). Raises JobOrderError while an older decided staged job on the
+        table is unfinished, and the target's own refusal of staged rows."""
+        now = self.dialect.now_sql
+        execute(
+            conn,
+            f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
+            "heartbeat_at, decided_at, finished_at, lease_seconds, sink_id, batch_id, query_id) "
+            f"VALUES (?, ?, ?, 0, {now}, {now}, {now}, {now}, 0, ?, ?, ?)",
+            (
+                job_id,
+                table,
+                JobState.COMMITTED,
+                sink.sink_id if sink else None,
+                sink.batch_id if sink else None,
+                sink.query_id if sink else None,
+            ),
+        )
+        if plan is not None:  # before the mark: a decision takes its job row, then the mark
+            applying.lock_apply_order(self, conn, job_id, plan)
+        if sink is not None:
+            try:
+                sinkmarks.advance(self, conn, job_id, sink)
+            except sinkmarks.BatchTaken:
+                return Decision.BATCH_TAKEN
+        execute(
+            conn,
+            f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
+            "VALUES (?, 0, 0, ?)",
+            (job_id, rows),
+        )
+        if plan is not None:
+            staged = applying.need(self.staged)
+            staged.check(conn, self.dialect, plan)
+            with network_timeout_lifted(conn):  # may run long on a live server
+                staged.apply(conn, self.dialect, plan)
+        return Decision.DECIDED
+
+    def fence_one_phase(self, conn: JdbcConnection, job_id: str, table: str) -> str | None:
+        """After a single-branch job's commit failed ambiguously: settle it for good.
+
+        Inserting the job's row as aborted waits on the key lock of a commit still in
+        flight; a duplicate key means the commit landed (the state read then says so),
+        success means it never will. Returns ABORTED when this call settled it so."""
+        now = self.dialect.now_sql
+        try:
+            execute(
+                conn,
+                f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
+                f"heartbeat_at, finished_at) VALUES (?, ?, ?, 0, {now}, {now}, {now})",
+                (job_id, table, JobState.ABORTED),
+            )
+        except Exception:
+            state = self.state(conn, job_id)
+            if state is None:
+                raise
+            return state
+        return JobState.ABORTED
+
     def fence_decision(self, conn: JdbcConnection, job_id: str) -> str | None:
         """After the decision's commit failed ambiguously: settle it for good.
 

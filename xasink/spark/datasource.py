@@ -39,6 +39,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .. import defaults
+from ..driver.check_cache import CHECKS
 from ..driver.job import Job
 from ..driver.report import JobOutcome, JobTrace
 from ..driver.request import Begun, JobRequest, Preflight
@@ -113,7 +114,8 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
     # MariaDB, whose servers have no such slots).
     branches = fmt.max_branches or defaults.BRANCH_HINT
     trace = JobTrace.of(request, spark_worker=True)
-    with trace.ending(), Job.opened(request, trace=trace) as job:
+    # The planner's Python worker serves batch after batch: keep its sessions and checks.
+    with trace.ending(), Job.opened(request, reuse=True, checks=CHECKS, trace=trace) as job:
         pre = job.preflight(schema, branches)
         _check_conversions(request, pre, schema)
         # Until its first task beats, the job waits for Spark (upstream stages, a queue for
@@ -177,10 +179,15 @@ def conclude(
 ) -> None:
     """Decide and commit a job from its tasks' reports (phase 2, apply, stage release)."""
     trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
-    with trace.ending():
-        with Job.resumed(plan, request, trace) as job, job.running():
-            job.commit(job.decide(reports, len(reports), planned=True))
-        trace.end(JobOutcome.COMMITTED)
+    with trace.ending(), Job.resumed(plan, request, trace, reuse=True) as job:
+        finish(job, reports)
+
+
+def finish(job: Job, reports: Sequence[BranchReport]) -> None:
+    """Decide and commit the resumed `job` from its tasks' reports."""
+    with job.running():
+        job.commit(job.decide(reports, len(reports), planned=True))
+    job.trace.end(JobOutcome.COMMITTED)
 
 
 @redacting_java_errors
@@ -275,19 +282,23 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         if plan is None:
             end_stream_jobs(self.fmt)  # no task ran: nothing was written
             return
-        trace = _trace(messages, self.fmt.request)
-        try:
-            decided_by = self._decided_before(plan)
-        except Exception as exc:  # refused by the sink (SinkConflictError): roll back now
-            with contextlib.suppress(Exception):  # else Spark's abort() does
-                cancel(plan, self.fmt.request, trace, JobOutcome.ABORTED, exc)
-            raise
-        if decided_by is not None:
-            trace.decided_by = decided_by
-            # Its branches hold a replay's copy of the rows.
-            cancel(plan, self.fmt.request, trace, JobOutcome.SKIPPED)
-            return
-        conclude(plan, self.fmt.request, _reports(messages), trace)
+        request, trace = self.fmt.request, _trace(messages, self.fmt.request)
+        # One journal session for the whole commit, kept for the next batch's: this
+        # worker commits batch after batch.
+        with trace.ending(), Job.resumed(plan, request, trace, reuse=True) as job:
+            assert plan.sink is not None
+            try:
+                mark = decided_already(job.ops, job.conn, job.journal, plan.sink)
+            except Exception as exc:  # refused by the sink (SinkConflictError): roll back now
+                with contextlib.suppress(Exception):  # else Spark's abort() does
+                    job.cancel(JobOutcome.ABORTED, exc)
+                raise
+            if mark is not None:
+                trace.decided_by = mark.job_id or ""
+                # Its branches hold a replay's copy of the rows.
+                job.cancel(JobOutcome.SKIPPED)
+                return
+            finish(job, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId, naming=False)
@@ -324,14 +335,6 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
                 "run of this query. Nothing was written."
             )
         return replace(plan, sink=SinkBatch(sink_id, int(batch_id), query_id))
-
-    def _decided_before(self, plan: WritePlan) -> str | None:
-        """A replayed batch: finish the job that decided it (nothing new is written), and
-        name it; None for a batch to write."""
-        assert plan.sink is not None
-        with Job.resumed(plan, self.fmt.request) as job:
-            mark = decided_already(job.ops, job.conn, job.journal, plan.sink)
-        return None if mark is None else mark.job_id or ""
 
 
 def _trace(messages: Sequence[WriterCommitMessage | None], request: JobRequest) -> JobTrace:

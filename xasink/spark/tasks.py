@@ -63,6 +63,10 @@ def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
     0's only attempt: no Python task, no worker connection. The rows arrive as the batches a
     mapInArrow task would get; nothing is written until all of them are here, so a failed
     Spark task is retried by Spark before any branch opens."""
-    batches = df._collect_as_arrow()  # toArrow() less its cast
-    report = write_rows(plan, iter(batches), 0, 0, 0)
+    report = write_rows(plan, iter(collect_small_frame(df)), 0, 0, 0)
     return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran
+
+
+def collect_small_frame(df: DataFrame) -> list[pa.RecordBatch]:
+    """A small DataFrame's rows in the driver, as the batches a mapInArrow task would get."""
+    return df._collect_as_arrow()  # toArrow() less its cast

@@ -14,10 +14,11 @@ from ..driver.decision import phase_one_failed
 from ..driver.job import Job
 from ..driver.plan import one_stream
 from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
-from ..driver.request import JobRequest, PhaseOne, Skipped
+from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
-from ..executor.contract import WritePlan
+from ..executor.branch import write_one_phase
+from ..executor.contract import BranchReport, WritePlan
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..runtime.jdbc import redacting_java_errors
@@ -34,7 +35,7 @@ from .session import (
     ship_jars,
     streaming_query_id,
 )
-from .tasks import MESSAGE_DDL, write_from_driver, write_partition
+from .tasks import MESSAGE_DDL, collect_small_frame, write_from_driver, write_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -218,9 +219,13 @@ def _write(
                 if one_stream(job.conn, job.dialect, request.target, request.options):
                     log.info("xasink: one branch into %s, which has no unique key", request.target)
                     branches = 1
-        begun = job.begin(pre, df.columns, defaults.LEASE_INTERVALS * heartbeat_interval)
+        lease = defaults.LEASE_INTERVALS * heartbeat_interval
+        begun = job.begin(pre, df.columns, lease, one_phase=on_driver)
         if isinstance(begun, Skipped):
             return _result(trace.end(JobOutcome.SKIPPED), begun.recovered)
+        if on_driver:
+            phase_one = _one_phase(df, job, pre)
+            return _result(trace.end(JobOutcome.COMMITTED), begun.recovered, pre.created, phase_one)
         with job.running(heartbeat_interval):
             plan, columns = job.make_plan(pre, df.schema)
             with step("shape frame"):
@@ -245,6 +250,36 @@ def _write(
             losers = job.commit(phase_one)
     end = trace.end(JobOutcome.COMMITTED)
     return _result(end, begun.recovered, pre.created, phase_one, losers)
+
+
+def _one_phase(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
+    """A small frame's job: the driver writes its only branch and commits it, with the
+    job's bookkeeping, in one local transaction (`Job.commit_one_phase`)."""
+    plan, columns = job.make_plan(pre, df.schema, one_phase=True)
+    options, dialect = job.request.options, job.dialect
+    with step("shape frame"):
+        shaped = shape_frame(df, plan, options, dialect, columns, 1, True)
+    log.info(
+        "xasink job %s: writing 1 branch from the driver into %s in one transaction (mode %s)",
+        plan.job_id,
+        job.request.target,
+        options.mode,
+    )
+    label = f"xasink write_xa into {job.request.target} (job {plan.job_id})"
+    try:
+        with (
+            step("collect the frame"),
+            job_label(df.sparkSession, label, f"xasink-{plan.job_id}"),
+        ):
+            batches = collect_small_frame(shaped)
+    except Exception as exc:  # Spark could not produce the rows: nothing was written
+        raise phase_one_failed(plan, exc, on_driver=True) from exc
+
+    def write(plan: WritePlan) -> BranchReport:
+        with step("one local transaction"):
+            return write_one_phase(plan, iter(batches))
+
+    return job.commit_one_phase(write)
 
 
 def _phase_one(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..dialects import Dialect
@@ -100,13 +100,24 @@ def stage_name(job_id: str, schema: str | None) -> TableRef:
     return TableRef(f"xasink_stage_{job_id}", schema)
 
 
-def create_stage_sql(dialect: Dialect, plan: ApplyPlan, types: Sequence[str]) -> str:
-    """Every column nullable and no key: checks run in the branch, constraints at apply."""
+def create_stage_sql(
+    dialect: Dialect, plan: ApplyPlan, types: Sequence[str], temporary: bool = False
+) -> str:
+    """Every column nullable and no key: checks run in the branch, constraints at apply.
+    `temporary`: the session's own table, for a job committed in one local transaction."""
     columns = ", ".join(
         f"{dialect.quote(name)} {sql_type}"
         for name, sql_type in zip(plan.stage_columns, types, strict=True)
     )
-    return f"CREATE TABLE {dialect.qualified(plan.stage)} ({columns})"
+    kind = "TEMPORARY TABLE" if temporary else "TABLE"
+    return f"CREATE {kind} {dialect.qualified(plan.stage)} ({columns})"
+
+
+def temporary_stage(plan: ApplyPlan, dialect: Dialect) -> ApplyPlan:
+    """The plan with its staging table in the session's temporary schema: a single-branch
+    job stages and applies in one local transaction, so nothing outlives its session."""
+    schema = dialect.temporary_schema or plan.stage.schema
+    return replace(plan, stage=TableRef(plan.stage.name, schema))
 
 
 #: A DROP waits behind any branch still holding the table; never wait forever.

@@ -1,0 +1,315 @@
+"""A single-branch job (a small frame the driver writes itself, so most micro-batches)
+commits in one local transaction: its rows, its job row born committed, a streaming batch's
+sink mark and a staged mode's apply, together or not at all.
+
+Every test checks the exact contents with psycopg/pymysql, the journal as those read it,
+and that nothing is left prepared and no staging table is left.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from support import (
+    ROWS,
+    assert_exactly,
+    connection_args,
+    contents,
+    events_df,
+    in_background,
+    journal_session,
+    kill_driver_at,
+    mode_case,
+    mode_rows,
+    new_table,
+    old_contents,
+    seeded_table,
+    sink_mark,
+    stage_tables,
+)
+
+from xasink import write_xa
+from xasink.errors import InputDataError, SinkConflictError
+from xasink.protocol.states import JobState
+
+
+def small_frame(spark, rows: list, schema: str):
+    """A cached frame: Spark then knows its size, so the driver writes it itself."""
+    df = spark.createDataFrame(rows, schema).cache()
+    df.count()
+    return df
+
+
+def _job_row(db, job_id: str) -> tuple[str, object, object, object] | None:
+    """(state, created_at, decided_at, finished_at) of a job, read independently."""
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT state, created_at, decided_at, finished_at FROM xasink_jobs WHERE job_id = %s",
+            (job_id,),
+        )
+        row = cursor.fetchone()
+    return None if row is None else (str(row[0]), row[1], row[2], row[3])
+
+
+def _xa_counters(db) -> dict[str, int]:
+    """The server's counters of XA statements that open or end a branch (MySQL family;
+    XA RECOVER is the startup recovery scan's), or {} (PostgreSQL)."""
+    if db.dialect != "mysql":
+        return {}
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Com_xa_%'")
+        counters = {str(name): int(value) for name, value in cursor.fetchall()}
+    return {k: v for k, v in counters.items() if k != "Com_xa_recover"}
+
+
+def _all_jobs(db) -> set[str]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SELECT job_id FROM xasink_jobs")
+        return {str(row[0]) for row in cursor.fetchall()}
+
+
+def assert_one_transaction(db, job_id: str) -> None:
+    """The job's row was born committed, by one statement (a two-phase job's row is
+    created before its branches write, and decided and finished later)."""
+    row = _job_row(db, job_id)
+    assert row is not None and row[0] == JobState.COMMITTED, row
+    if db.kind != "postgres":  # PostgreSQL's clock_timestamp() moves within a statement
+        assert row[1] == row[2] == row[3], f"not one statement: {row}"
+    assert db.prepared_transactions() == [], "prepared transactions were left behind"
+    assert stage_tables(db) == [], "a staging table was left behind"
+
+
+def ids_written_with_job(db, table: str, job_id: str) -> set[int]:
+    """PostgreSQL: ids of the rows that the job row's own transaction wrote (same xmin)."""
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            f'SELECT id FROM "{table}" WHERE xmin::text = '
+            "(SELECT xmin::text FROM xasink_jobs WHERE job_id = %s)",
+            (job_id,),
+        )
+        return {int(row[0]) for row in cursor.fetchall()}
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.parametrize("mode", ["append", "overwrite", "upsert", "merge"])
+def test_a_small_frame_commits_in_one_local_transaction(spark, db, mode):
+    table = seeded_table(db)
+    rows, schema, options, expected = mode_rows(mode)
+    df = small_frame(spark, rows, schema)
+    before = _xa_counters(db)
+    result = write_xa(df, table=table, **options, **connection_args(db))
+    assert (result.writer, result.outcome, result.branches) == ("driver", "committed", 1)
+    assert result.rows == df.count()
+    assert contents(db, table) == expected
+    assert_one_transaction(db, result.job_id)
+    if db.kind == "postgres":
+        old = old_contents()
+        changed = {i for i, v in expected.items() if mode == "overwrite" or old.get(i) != v}
+        assert ids_written_with_job(db, table, result.job_id) == changed
+    after = _xa_counters(db)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {}, (
+        "a one-phase job ran XA statements"
+    )
+
+
+@pytest.mark.mysql_ci
+def test_a_micro_batch_commits_once_and_its_replay_is_skipped(spark, db):
+    table, sink = new_table(db), f"one-phase-{uuid.uuid4().hex[:8]}"
+    args = connection_args(db)
+    first = write_xa(events_df(spark, 300, 2), table=table, sink_id=sink, batch_id=0, **args)
+    assert (first.writer, first.skipped) == ("driver", False)
+    assert sink_mark(db, sink) == (0, first.job_id)
+    assert_one_transaction(db, first.job_id)
+    again = write_xa(events_df(spark, 300, 2), table=table, sink_id=sink, batch_id=0, **args)
+    assert (again.skipped, again.decided_by) == (True, first.job_id)
+    later = events_df(spark, 300, 2).selectExpr("id + 300 AS id", "name", "v", "n", "ts")
+    second = write_xa(later, table=table, sink_id=sink, batch_id=1, **args)
+    assert sink_mark(db, sink) == (1, second.job_id)
+    with pytest.raises(SinkConflictError, match="below the sink's last committed batch"):
+        write_xa(events_df(spark, 300, 2), table=table, sink_id=sink, batch_id=0, **args)
+    assert_exactly(db, table, range(600))
+
+
+def _waiting_on_locks(db) -> int:
+    """Sessions of the server waiting for a row lock now."""
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        if db.kind == "postgres":
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+            )
+        return int(cursor.fetchone()[0])
+
+
+def test_two_writers_racing_for_one_batch_commit_it_once(spark, db):
+    """Two writers of one batch reach the sink's mark at the same time (the test holds the
+    mark's row lock until both wait on it): one commits the batch, the other rolls back
+    everything it wrote and says that another job committed it."""
+    table, sink = new_table(db), f"race-{uuid.uuid4().hex[:8]}"
+    args = connection_args(db)
+    write_xa(events_df(spark, 10, 1), table=table, sink_id=sink, batch_id=0, **args)
+    rows = events_df(spark, 200, 2).selectExpr("id + 10 AS id", "name", "v", "n", "ts")
+    rows.cache().count()
+    holder = db.connect(autocommit=False) if db.kind == "postgres" else db.connect()
+    try:
+        cursor = holder.cursor()
+        if db.kind != "postgres":
+            cursor.execute("START TRANSACTION")
+        cursor.execute("SELECT batch_id FROM xasink_sinks WHERE sink_id = %s FOR UPDATE", (sink,))
+        racers = [
+            in_background(lambda: write_xa(rows, table=table, sink_id=sink, batch_id=1, **args))
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 120
+        while _waiting_on_locks(db) < 2:
+            assert time.monotonic() < deadline, "the writers never reached the sink's mark"
+            assert all(t.is_alive() for t, _ in racers), [o for _, o in racers]
+            time.sleep(0.1)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread, _ in racers:
+        thread.join(240)
+    outcomes = [outcome[0] for _, outcome in racers]
+    won = [o for o in outcomes if not isinstance(o, BaseException)]
+    lost = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert isinstance(lost[0], SinkConflictError), repr(lost[0])
+    assert f"committed by job {won[0].job_id}" in str(lost[0])
+    assert sink_mark(db, sink) == (1, won[0].job_id)
+    assert lost[0].job_id not in _all_jobs(db)
+    assert_exactly(db, table, range(210))
+
+
+@pytest.mark.parametrize("point", ["after_rows", "before_local_commit"])
+def test_a_driver_killed_before_its_local_commit_leaves_nothing(spark, db, point):
+    """SIGKILLed with its rows sent, or just before COMMIT: the server rolls the whole
+    transaction back, so there is nothing to recover, not even a job row; the batch's
+    replay then writes it once."""
+    table, sink = new_table(db), f"killed-{uuid.uuid4().hex[:8]}"
+    jobs = _all_jobs(db)
+    kill_driver_at(db, table, point, sink=f"{sink}:0", writer="driver")
+    assert db.prepared_transactions() == []
+    assert _all_jobs(db) == jobs, "a killed one-phase job left a job row"
+    assert sink_mark(db, sink) in (None, (-1, None))
+    assert contents_count(db, table) == 0
+    replay = write_xa(
+        events_df(spark, ROWS, 2), table=table, sink_id=sink, batch_id=0, **connection_args(db)
+    )
+    assert replay.writer == "driver" and not replay.skipped
+    assert_exactly(db, table, range(ROWS))
+
+
+def contents_count(db, table: str) -> int:
+    quote = '"' if db.kind == "postgres" else "`"
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT count(*) FROM {quote}{table}{quote}")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_refused_staged_apply_leaves_the_target_unchanged(spark, db):
+    """The target refuses the applied rows (a CHECK): the one transaction rolls back, the
+    error says nothing changed, and no job row claims otherwise."""
+    table = seeded_table(db)
+    with db.connect() as conn:
+        conn.cursor().execute(f"ALTER TABLE {table} ADD CONSTRAINT positive CHECK (v >= 0)")
+        if db.kind != "postgres":
+            conn.commit()
+    df = small_frame(
+        spark, [(i, "new", -1.0) for i in range(50, 70)], "id long, name string, v double"
+    )
+    jobs = _all_jobs(db)
+    with pytest.raises(InputDataError, match="Nothing was changed") as raised:
+        write_xa(df, table=table, mode="upsert", key="id", **connection_args(db))
+    assert raised.value.job_id and raised.value.job_id not in _all_jobs(db)
+    assert _all_jobs(db) == jobs
+    assert contents(db, table) == old_contents()
+    assert db.prepared_transactions() == [] and stage_tables(db) == []
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_the_fence_settles_a_commit_whose_reply_was_lost(db, landed):
+    """A lost COMMIT reply is settled by inserting the job's row as aborted: it waits for
+    the transaction still in flight, then fails (the commit landed: its row is there) or
+    succeeds (it never will)."""
+    job_id = uuid.uuid4().hex
+    flight = db.connect(autocommit=False) if db.kind == "postgres" else db.connect()
+    try:
+        cursor = flight.cursor()
+        if db.kind != "postgres":
+            cursor.execute("START TRANSACTION")
+        now = "CURRENT_TIMESTAMP" if db.kind == "postgres" else "UTC_TIMESTAMP(6)"
+        cursor.execute(
+            "INSERT INTO xasink_jobs (job_id, target_table, state, beats, created_at, "
+            f"heartbeat_at) VALUES (%s, 't', 'committed', 0, {now}, {now})",
+            (job_id,),
+        )
+        with journal_session(db) as (_, session, journal):
+            thread, outcome = in_background(
+                lambda: journal.fence_one_phase(session.connection, job_id, "t")
+            )
+            time.sleep(1.5)
+            assert thread.is_alive(), f"the fence did not wait for the commit in flight: {outcome}"
+            flight.commit() if landed else flight.rollback()
+            thread.join(60)
+    finally:
+        flight.close()
+    expected = JobState.COMMITTED if landed else JobState.ABORTED
+    assert outcome == [expected]
+    row = _job_row(db, job_id)
+    assert row is not None and row[0] == expected
+
+
+def test_an_older_decided_staged_job_is_finished_first(spark, db):
+    """An upsert decided earlier on the table but not yet applied (its driver died after
+    the decision) is applied before a one-phase upsert on the same table, as staged jobs
+    are applied in decision order; the later rows win."""
+    table = seeded_table(db)
+    kill_driver_at(db, table, "after_decision", mode="upsert")
+    (older,) = [j for j, s in _states_on(db, table).items() if s == JobState.COMMITTING]
+    df = small_frame(
+        spark,
+        [(i, "newest", 7.0, 9) for i in range(60, 80)],
+        "id long, name string, v double, seq int",
+    )
+    result = write_xa(
+        df,
+        table=table,
+        mode="upsert",
+        key="id",
+        order="seq",
+        recover_first=False,
+        **connection_args(db),
+    )
+    assert _states_on(db, table)[older] == JobState.COMMITTED
+    _, _, expected = mode_case(spark, "upsert")
+    expected.update({i: ("newest", 7.0) for i in range(60, 80)})
+    assert contents(db, table) == expected
+    assert_one_transaction(db, result.job_id)
+
+
+def _states_on(db, table: str) -> dict[str, str]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SELECT job_id, state FROM xasink_jobs WHERE target_table = %s", (table,))
+        return {str(j): str(s) for j, s in cursor.fetchall()}
+
+
+def test_a_writer_session_is_kept_between_one_phase_jobs(spark, db):
+    """A one-phase job leaves its session idle in autocommit, so the next job reuses it."""
+    from xasink.executor.branch import BRANCH_ROLE
+    from xasink.protocol import sessions
+
+    table = new_table(db)
+    write_xa(events_df(spark, 10, 1), table=table, **connection_args(db))
+    kept = [key for key in sessions._idle if key[1] == BRANCH_ROLE]
+    assert kept, "the writer's session was not kept"

@@ -1,0 +1,130 @@
+"""A single-branch job, committed in one phase: the driver's side.
+
+The branch's one local transaction holds the rows and the job's whole bookkeeping
+(`executor.branch.write_one_phase`, `Journal.commit_in_branch`), so there is no decision to
+record and nothing to recover: a failure before its COMMIT leaves nothing, not even the
+job's row. What is left to the driver: finish an older decided staged job on the table
+first, say why a batch was refused, and settle a COMMIT whose reply was lost with a fence
+(never a plain read, which could miss a commit still in flight). Model: `model/sink.pml`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .. import defaults
+from ..errors import CommitError, DecisionUnknownError, JobAbortedError, XasinkError
+from ..executor.branch import ONE_PHASE_TAKEN, LocalCommitUnknown
+from ..executor.contract import BranchReport, WritePlan
+from ..protocol.applying import JobOrderError
+from ..protocol.connecting import open_journal
+from ..protocol.recovery import resolve_in_doubt
+from ..protocol.states import JobState
+from ..xid import BranchId
+from .decision import select_winners, target_of
+from .phase_two import HELP_ROUNDS
+from .request import PhaseOne
+from .sinks import conflict_at_decision
+
+if TYPE_CHECKING:
+    from .job import Job
+
+log = logging.getLogger("xasink")
+
+
+def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> PhaseOne:
+    """Run `write` (the branch's one transaction) and report the job as committed, or
+    raise with the job's id; nothing of a failed job exists afterwards."""
+    plan = job.plan
+    assert plan is not None and plan.one_phase and job.job_id is not None
+    trace = job.trace
+    try:
+        report = _written(job, plan, write)
+        if report.problem == ONE_PHASE_TAKEN:
+            assert plan.sink is not None
+            raise conflict_at_decision(job.journal, job.conn, plan.sink, plan.job_id)
+        select_winners(plan, [report], 1, True)  # raises for rows a staged mode refuses
+    except LocalCommitUnknown as exc:
+        settle(job, exc.reason)
+        report = exc.report
+    except BaseException as exc:
+        if isinstance(exc, XasinkError):
+            exc.job_id = job.job_id
+        trace.state = JobState.ABORTED  # nothing of the job exists: nothing written
+        raise
+    trace.done("write")
+    phase_one = PhaseOne(
+        [BranchId(job.journal.tag, plan.job_id, 0, 0)],
+        {0: report.rows},
+        report.rows,
+        0,
+        report.peak_rss_kb,
+        (report.path,) if report.path else (),
+    )
+    trace.rows, trace.load_paths, trace.branches = report.rows, phase_one.load_paths, 1
+    job.decided = True
+    trace.state = JobState.COMMITTED
+    trace.done("decide")
+    trace.done("commit")
+    return phase_one
+
+
+def _written(job: Job, plan: WritePlan, write: Callable[[WritePlan], BranchReport]) -> BranchReport:
+    """`write`, after finishing an older decided staged job on the table that blocks it
+    (staged jobs apply in decision order; this one's decision is its commit)."""
+    for attempt in range(HELP_ROUNDS + 1):
+        try:
+            return write(plan)
+        except JobOrderError as exc:
+            if attempt == HELP_ROUNDS:
+                raise _order_error(plan, exc) from None
+            log.info("xasink job %s: finishing older job %s first", plan.job_id, exc.blocker)
+            resolve_in_doubt(job.ops, job.conn, job.journal, job=exc.blocker, grace=defaults.GRACE)
+    raise AssertionError("unreachable")
+
+
+def settle(job: Job, reason: str) -> None:
+    """The local COMMIT's reply was lost: fence it on a fresh connection. Returns if it
+    landed; raises otherwise (aborted for good, or still unknown)."""
+    plan = job.plan
+    assert plan is not None and job.job_id is not None
+    state: str | None = None
+    try:
+        session, _ = open_journal(job.spec, job.journal.schema, job.journal.lock_wait)
+        with session:
+            state = job.journal.fence_one_phase(session.connection, job.job_id, target_of(plan))
+    except Exception as exc:
+        log.error("xasink job %s: settling the commit failed: %s", job.job_id, job.spec.redact(exc))
+    if state == JobState.COMMITTED:
+        log.warning("xasink job %s: the commit held despite: %s", job.job_id, reason)
+        return
+    error: XasinkError
+    if state == JobState.ABORTED:
+        job.trace.state = JobState.ABORTED
+        error = JobAbortedError(
+            f"Committing job {job.job_id} failed ({reason}); it is settled as aborted and "
+            f"{target_of(plan)} is unchanged. Run the write again."
+        )
+    else:
+        job.trace.state = None
+        error = DecisionUnknownError(
+            f"Committing job {job.job_id} failed and its outcome is unknown ({reason}). "
+            "`xasink jobs` shows the job as committed once its rows are in "
+            f"{target_of(plan)}; while it is not listed, nothing of it is committed. Check "
+            "before running the write again."
+        )
+    error.job_id = job.job_id
+    raise error
+
+
+def _order_error(plan: WritePlan, exc: JobOrderError) -> CommitError:
+    return CommitError(
+        f"Job {plan.job_id} was not written: {exc}, and it could not be finished now. Nothing "
+        f"of job {plan.job_id} is in {target_of(plan)}. Run `xasink recover` (`xasink jobs` "
+        f"shows what blocks job {exc.blocker}), then run the write again."
+    )
+
+
+__all__ = ["commit_one_phase", "settle"]
