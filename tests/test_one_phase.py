@@ -136,15 +136,36 @@ def test_a_micro_batch_commits_once_and_its_replay_is_skipped(spark, db):
     assert_exactly(db, table, range(600))
 
 
-def _waiting_on_locks(db) -> int:
-    """Sessions of the server waiting for a row lock now."""
+def _waiting_on_locks(db, statement: str) -> int:
+    """Sessions waiting for a row lock now, in a statement containing `statement`."""
     with db.admin_connect() as conn:
         cursor = conn.cursor()
         if db.kind == "postgres":
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s",
+                (f"%{statement}%",),
+            )
         else:
             cursor.execute(
-                "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+                "SELECT count(*) FROM information_schema.innodb_trx "
+                "WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE %s",
+                (f"%{statement}%",),
+            )
+        return int(cursor.fetchone()[0])
+
+
+def _waiting_on_apply_lock(db) -> int:
+    """Sessions waiting for xasink's apply lock (an advisory or named lock) now."""
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        if db.kind == "postgres":
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.processlist WHERE state = 'User lock'"
             )
         return int(cursor.fetchone()[0])
 
@@ -169,7 +190,7 @@ def test_two_writers_racing_for_one_batch_commit_it_once(spark, db):
             for _ in range(2)
         ]
         deadline = time.monotonic() + 120
-        while _waiting_on_locks(db) < 2:
+        while _waiting_on_locks(db, "xasink_sinks") < 2:
             assert time.monotonic() < deadline, "the writers never reached the sink's mark"
             assert all(t.is_alive() for t, _ in racers), [o for _, o in racers]
             time.sleep(0.1)
@@ -305,11 +326,89 @@ def _states_on(db, table: str) -> dict[str, str]:
 
 
 def test_a_writer_session_is_kept_between_one_phase_jobs(spark, db):
-    """A one-phase job leaves its session idle in autocommit, so the next job reuses it."""
+    """A one-phase job hands its session back idle in autocommit, without its temporary
+    staging table or its apply lock, and the next job writes on the same session."""
     from xasink.executor.branch import BRANCH_ROLE
     from xasink.protocol import sessions
 
-    table = new_table(db)
-    write_xa(events_df(spark, 10, 1), table=table, **connection_args(db))
-    kept = [key for key in sessions._idle if key[1] == BRANCH_ROLE]
-    assert kept, "the writer's session was not kept"
+    sessions.close_all()
+    table = seeded_table(db)
+    rows = [(i, "new", 1.0) for i in range(10)]
+    args = {"mode": "upsert", "key": "id", **connection_args(db)}
+    first = write_xa(
+        small_frame(spark, rows, "id long, name string, v double"), table=table, **args
+    )
+    kept = [s for key, (s, _) in sessions._idle.items() if key[1] == BRANCH_ROLE]
+    assert len(kept) == 1, "the writer's session was not kept"
+    conn = kept[0].connection
+    assert bool(conn.getAutoCommit())
+    from xasink.dialects.base import advisory_key
+
+    with journal_session(db) as (_, _, journal):
+        key = advisory_key(f"{journal.tag}:{table}")
+    if db.kind == "postgres":
+        stage = f'pg_temp."xasink_stage_{first.job_id}"'
+        low = key & 0xFFFFFFFF
+        held = f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {low}"
+    else:
+        stage = f"`xasink_stage_{first.job_id}`"
+        held = f"SELECT IS_USED_LOCK('xasink-apply-{key:x}') IS NOT NULL"
+    statement = conn.createStatement()
+    try:
+        result = statement.executeQuery(held)
+        result.next()
+        assert int(result.getLong(1)) == 0, "the apply lock is still held"
+        with pytest.raises(Exception, match=r"(?i)exist"):
+            statement.executeQuery(f"SELECT 1 FROM {stage}")
+    finally:
+        statement.close()
+    rows = [(i, "newer", 2.0) for i in range(10)]
+    write_xa(small_frame(spark, rows, "id long, name string, v double"), table=table, **args)
+    again = [s for key, (s, _) in sessions._idle.items() if key[1] == BRANCH_ROLE]
+    assert again == kept, "the next job opened another session"
+
+
+def test_one_phase_applies_into_one_table_never_interleave(spark, db):
+    """Two small overwrites of one table reach the apply at the same time (the test holds
+    the table's apply lock until both wait for it): one applies after the other, so the
+    table holds exactly one of the two inputs, never their union."""
+    from xasink.dialects.base import advisory_key
+
+    table = seeded_table(db)
+    inputs = [
+        small_frame(spark, [(i, name, 1.0) for i in ids], "id long, name string, v double")
+        for name, ids in (("a", range(0, 30)), ("b", range(20, 60)))
+    ]
+    with journal_session(db) as (_, _, journal):
+        key = f"{journal.tag}:{table}"
+    holder = db.connect()
+    try:
+        cursor = holder.cursor()
+        if db.kind == "postgres":
+            cursor.execute("SELECT pg_advisory_lock(%s)", (advisory_key(key),))
+        else:
+            cursor.execute("SELECT GET_LOCK(%s, 10)", (f"xasink-apply-{advisory_key(key):x}",))
+        writers = [
+            in_background(
+                lambda df=df: write_xa(df, table=table, mode="overwrite", **connection_args(db))
+            )
+            for df in inputs
+        ]
+        deadline = time.monotonic() + 120
+        while _waiting_on_apply_lock(db) < 2:
+            assert time.monotonic() < deadline, "the writers never reached the apply lock"
+            assert all(t.is_alive() for t, _ in writers), [o for _, o in writers]
+            time.sleep(0.1)
+        if db.kind == "postgres":
+            cursor.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(key),))
+        else:
+            cursor.execute("SELECT RELEASE_LOCK(%s)", (f"xasink-apply-{advisory_key(key):x}",))
+    finally:
+        holder.close()
+    for thread, _ in writers:
+        thread.join(240)
+    outcomes = [outcome[0] for _, outcome in writers]
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    found = contents(db, table)
+    assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(20, 60)})
+    assert db.prepared_transactions() == [] and stage_tables(db) == []

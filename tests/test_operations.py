@@ -32,6 +32,7 @@ from test_protocol import admin_sql, q
 from xasink import write_xa
 from xasink.driver.check_cache import CHECKS
 from xasink.errors import JournalError
+from xasink.protocol.heartbeat import close_idle_sessions
 
 
 def _values(db, table: str) -> dict[int, float]:
@@ -293,6 +294,7 @@ def test_a_silent_heartbeat_connection_cannot_hang_a_write(spark, postgres):
         return i
 
     df = events_df(spark, 2000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
+    close_idle_sessions()  # the session stopped below must be this job's own
     thread, outcome = in_background(
         lambda: write_xa(
             df,

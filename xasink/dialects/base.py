@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -14,6 +15,12 @@ from ..spec import ConnectionSpec, TableRef
 _HOST_PORT = re.compile(
     r"^jdbc:[a-z0-9:]+://(?:[^@/]*@)?\[?([^/\]?;,]+?)\]?(?::(\d+))?(?:[/?;,]|$)"
 )
+
+
+def advisory_key(name: str) -> int:
+    """A lock name as a positive 63-bit number (PostgreSQL's advisory locks take one;
+    MySQL's lock names are at most 64 characters)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
 
 
 class Dialect:
@@ -39,6 +46,9 @@ class Dialect:
     #: How a temporary table is dropped without ending the transaction (MySQL commits on a
     #: plain DROP TABLE; DROP TEMPORARY TABLE does not).
     drop_temporary: ClassVar[str] = "DROP TABLE"
+    #: A single-branch staged job can stage in a temporary table inside its transaction
+    #: (else it takes the two-phase path).
+    temporary_tables: ClassVar[bool] = False
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:
@@ -122,6 +132,13 @@ class Dialect:
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         """Statements that bound, then restore, how long this session waits for a lock."""
         return None, None
+
+    def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
+        """Take the lock that serialises staged applies into one table (`key` names it),
+        until the transaction ends (`unlock_apply` where the lock is the session's)."""
+
+    def unlock_apply(self, conn: JdbcConnection, key: str) -> None:
+        """Release `lock_apply`'s lock if it outlives the transaction."""
 
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         """What follows `INSERT ... SELECT` so that a row for an existing key updates it."""

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
-from ..errors import PreflightError
+from ..errors import JournalError, PreflightError
 from ..runtime.jdbc import JdbcConnection, query, sql_error_code
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
-from .base import Dialect
+from .base import Dialect, advisory_key
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
 MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
@@ -53,6 +53,7 @@ class MySQLDialect(Dialect):
     # LOAD DATA stream than from 2 or 4; into a table keyed on id, 2-4 streams are faster.
     one_stream_without_key: ClassVar[bool] = True
     drop_temporary: ClassVar[str] = "DROP TEMPORARY TABLE"
+    temporary_tables: ClassVar[bool] = True
     now_sql: ClassVar[str] = "UTC_TIMESTAMP(6)"
 
     def column_key(self, column: str) -> str:
@@ -137,6 +138,20 @@ class MySQLDialect(Dialect):
         # Rows of (formatID, gtrid_length, bqual_length, data), the list XA RECOVER gives
         # the connector's recover() too.
         return sum(1 for row in query(conn, "XA RECOVER") if int(row[0]) == format_id)
+
+    def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
+        # A named lock of the session (kept through COMMIT; released by unlock_apply or
+        # when the session ends). MySQL allows 64 characters.
+        name = f"xasink-apply-{advisory_key(key):x}"
+        got = query(conn, "SELECT GET_LOCK(?, ?)", (name, max(1, seconds)))
+        if not got or got[0][0] is None or int(got[0][0]) != 1:
+            raise JournalError(
+                f"Another job has been applying into the same table for {seconds}s "
+                "(xasink's apply lock); try again once it has finished."
+            )
+
+    def unlock_apply(self, conn: JdbcConnection, key: str) -> None:
+        query(conn, "SELECT RELEASE_LOCK(?)", (f"xasink-apply-{advisory_key(key):x}",))
 
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         # lock_wait_timeout bounds metadata locks (DDL), innodb_lock_wait_timeout row locks.

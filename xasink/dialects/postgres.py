@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from ..errors import PreflightError
 from ..runtime.jdbc import JdbcConnection, query
 from ..spec import ConnectionSpec, TableRef
-from .base import Dialect
+from .base import Dialect, advisory_key
 
 
 class PostgresDialect(Dialect):
@@ -23,6 +23,7 @@ class PostgresDialect(Dialect):
     now_sql: ClassVar[str] = "clock_timestamp()"
     reuse_after_prepare: ClassVar[bool] = True
     temporary_schema: ClassVar[str | None] = "pg_temp"
+    temporary_tables: ClassVar[bool] = True
 
     def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
         props = {
@@ -83,6 +84,10 @@ class PostgresDialect(Dialect):
 
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         return f"SET lock_timeout = '{int(seconds)}s'", "SET lock_timeout = DEFAULT"
+
+    def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
+        # A transaction-level advisory lock: lock_timeout bounds the wait.
+        query(conn, "SELECT pg_advisory_xact_lock(?)", (advisory_key(key),))
 
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         target = ", ".join(self.quote(k) for k in key)

@@ -39,7 +39,7 @@ def phase_one_failed(plan: WritePlan, exc: Exception, on_driver: bool = False) -
     cause = ours[0].split("WriteError:", 1)[1].strip() if ours else text.strip().split("\n")[0]
     where = "by the driver (a small frame, one branch)" if on_driver else "in Spark"
     return WriteError(
-        f"Writing job {plan.job_id} into {plan.table} failed {where} ({type(exc).__name__}: "
+        f"Writing job {plan.job_id} into {target_of(plan)} failed {where} ({type(exc).__name__}: "
         f"{cause[:1500]}). Every branch of the job is rolled back: nothing was written. Fix "
         "the cause and run the write again."
     )
@@ -68,7 +68,7 @@ def select_winners(
     problems = [f"partition {m.partition}: {m.problem}" for m in seen.values() if m.problem]
     if problems:
         raise InputDataError(
-            f"The rows cannot be written into {plan.table} ({'; '.join(problems[:5])}). "
+            f"The rows cannot be written into {target_of(plan)} ({'; '.join(problems[:5])}). "
             "Nothing was written."
         )
     winners = [

@@ -60,7 +60,7 @@ def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> Ph
         {0: report.rows},
         report.rows,
         0,
-        report.peak_rss_kb,
+        0,  # no Python worker ran
         (report.path,) if report.path else (),
     )
     trace.rows, trace.load_paths, trace.branches = report.rows, phase_one.load_paths, 1

@@ -77,10 +77,14 @@ def load_target(
     if apply_plan is None:
         return target, list(targets), ""
     ddl = stage_sql(schema, dialect, targets, options, apply_plan, temporary)
-    if temporary:
-        steering = apply_plan.stage_columns[len(targets) :]
-        columns = [*targets, *(TableColumn(name, "", "", True, False) for name in steering)]
-        return apply_plan.stage, columns, ddl  # typed by the branch, once it exists
+    if temporary:  # described by the branch once it exists; here, as declared
+        steering = zip(
+            apply_plan.stage_columns[len(targets) :],
+            _steering_types(schema, dialect, targets, options, apply_plan),
+            strict=True,
+        )
+        declared = [TableColumn(n, t.split("(")[0].lower(), t, True, False) for n, t in steering]
+        return apply_plan.stage, [*targets, *declared], ddl
     execute(conn, ddl)
     names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
     return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names), ""
@@ -96,11 +100,22 @@ def stage_sql(
 ) -> str:
     """The staging table's CREATE: the target's column types, then the steering columns
     (op, order) typed from the DataFrame."""
-    steering = [
+    types = [c.sql_type for c in targets]
+    types += _steering_types(schema, dialect, targets, options, apply_plan)
+    return create_stage_sql(dialect, apply_plan, types, temporary)
+
+
+def _steering_types(
+    schema: StructType,
+    dialect: Dialect,
+    targets: Sequence[TableColumn],
+    options: ModeOptions,
+    apply_plan: ApplyPlan,
+) -> list[str]:
+    """The steering columns' (op, order) SQL types, from the DataFrame's."""
+    return [
         column_ddl_type(dialect.name, name, schema[frame].dataType, key=False)
         for name, frame in zip(
             apply_plan.stage_columns[len(targets) :], options.steering, strict=True
         )
     ]
-    types = [c.sql_type for c in targets] + steering
-    return create_stage_sql(dialect, apply_plan, types, temporary)

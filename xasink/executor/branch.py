@@ -227,7 +227,10 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
     session, keep = _local_session(plan.spec), False
     conn = session.connection
     load: _Load | None = None
+    bound, unbound = dialect.lock_wait_sql(max(1, int(plan.journal.lock_wait)))
     try:
+        if bound:  # nothing in the transaction waits for a lock longer than the journal's
+            execute(conn, bound)
         conn.setAutoCommit(False)
         column_types: Sequence[str] = plan.column_types
         if plan.stage_ddl:
@@ -252,9 +255,9 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         report = _report(0, 0, "", BranchOutcome(rows, path))
         try:
             conn.commit()
-        except Exception as exc:
+            keep = True
+        except BaseException as exc:  # an interrupt too: the COMMIT may have been sent
             raise LocalCommitUnknown(plan.spec.redact(exc), report) from None
-        keep = True
     except BaseException as exc:
         if load is not None:
             _quietly(load.abort, session)
@@ -276,6 +279,10 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
     # job only if it is back in autocommit.
     try:
         conn.setAutoCommit(True)
+        if unbound:
+            execute(conn, unbound)
+        if plan.apply is not None:
+            plan.journal.release_apply_lock(conn, plan.apply)
         sessions.park(plan.spec, BRANCH_ROLE, session)
     except Exception:
         session.close()

@@ -139,18 +139,18 @@ def check_apply_order(
 def lock_apply_order(
     journal: JournalLayout, conn: JdbcConnection, job_id: str, plan: StagedPlan
 ) -> None:
-    """`check_apply_order` for a job decided by its own commit (one local transaction): it
-    comes after every other staged job on the table. Locks their rows until it commits, so
-    a running one decides only after it; raises JobOrderError for a decided, unfinished one."""
+    """`check_apply_order` for a job decided by its own commit (one local transaction),
+    under the table's apply lock: it comes after every staged job on the table decided
+    before it, so one decided but not yet applied raises JobOrderError. A locking read:
+    it sees the latest decisions, not the transaction's snapshot (InnoDB)."""
     rows = query(
         conn,
-        f"SELECT job_id, state FROM {journal.jobs} WHERE target_table = ? AND job_id <> ? "
-        "AND state IN (?, ?) AND apply_plan IS NOT NULL ORDER BY decided_at FOR UPDATE",
-        (str(plan.target), job_id, JobState.RUNNING, JobState.COMMITTING),
+        f"SELECT job_id FROM {journal.jobs} WHERE target_table = ? AND state = ? "
+        "AND job_id <> ? AND apply_plan IS NOT NULL ORDER BY decided_at, job_id FOR UPDATE",
+        (str(plan.target), JobState.COMMITTING, job_id),
     )
-    decided = [str(job) for job, state in rows if state == JobState.COMMITTING]
-    if decided:
-        raise JobOrderError(decided[0], plan)
+    if rows:
+        raise JobOrderError(str(rows[0][0]), plan)
 
 
 def need(staged: StagedApply[Plan] | None) -> StagedApply[Plan]:

@@ -76,6 +76,16 @@ class _Beater:
         self._pid = 0
         self._sessions: dict[tuple[ConnectionSpec, int], XaSession] = {}
         self._exiting = False
+        self._close_idle = False
+
+    def close_idle(self, timeout: float = 10.0) -> None:
+        """Close the sessions kept for the next job now, if no job is beating."""
+        with self._cond:
+            self._close_idle = True
+            self._cond.notify_all()
+            deadline = time.monotonic() + timeout
+            while self._sessions and not self._due and time.monotonic() < deadline:
+                self._cond.wait(0.05)
 
     def add(self, heartbeat: Heartbeat) -> None:
         with self._cond:
@@ -134,7 +144,8 @@ class _Beater:
                         continue
                     idle_since = now if idle_since is None else idle_since
                     left = idle_since + KEEP_IDLE - now
-                    if left <= 0:
+                    if left <= 0 or self._close_idle:
+                        self._close_idle = False
                         return None
                     self._cond.wait(left)
                     continue
@@ -184,6 +195,13 @@ class _Beater:
         sessions, self._sessions = self._sessions, {}
         for session in sessions.values():
             session.close()
+        with self._cond:
+            self._cond.notify_all()
 
 
 _BEATER = _Beater()
+
+
+def close_idle_sessions() -> None:
+    """Close the heartbeat sessions kept for the next job, if no job is beating now."""
+    _BEATER.close_idle()

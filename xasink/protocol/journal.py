@@ -160,6 +160,8 @@ class Journal(JournalReader):
         Returns DECIDED, or BATCH_TAKEN (the mark had reached the batch, belongs to another
         query or was reset). Raises JobOrderError while an older decided staged job on the
         table is unfinished, and the target's own refusal of staged rows."""
+        if plan is not None:  # applies into one table, one at a time (see `finish`)
+            self.lock_apply(conn, plan)
         now = self.dialect.now_sql
         execute(
             conn,
@@ -257,28 +259,55 @@ class Journal(JournalReader):
         """Phase 2 is complete: mark the job committed and drop its now useless markers.
 
         A staged job's apply runs in the same local transaction, after the conditional
-        state change: it happens once, together with `committed`, or not at all. Returns
-        whether this call made the change (False: another process finished or ended it)."""
-        with local_transaction(conn):
-            changed = self._end(conn, job_id, JobState.COMMITTING, JobState.COMMITTED)
-            if changed:
+        state change: it happens once, together with `committed`, or not at all. It holds
+        the table's apply lock, as a one-phase job's apply does (`commit_in_branch`), so
+        applies into one table never interleave. Returns whether this call made the change
+        (False: another process finished or ended it)."""
+        held: list[StagedPlan] = []
+        try:
+            with local_transaction(conn):
+                # The apply lock before the job's row, as a one-phase job takes them.
                 plan = applying.stored_plan(self, conn, job_id, self.staged)
                 if plan is not None:
-                    staged = applying.need(self.staged)
-                    applying.check_apply_order(self, conn, job_id, plan)
-                    staged.check(conn, self.dialect, plan)
-                    with network_timeout_lifted(conn):  # may run long on a live server
-                        staged.apply(conn, self.dialect, plan)
-                # Exact keys only: a late, still-prepared loser's marker row stays untouched
-                # (a range delete would wait on its lock).
-                self._batch(
-                    conn,
-                    f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? "
-                    "AND attempt = ?",
-                    job_id,
-                    winners,
-                )
+                    self.lock_apply(conn, plan)
+                    held.append(plan)
+                changed = self._end(conn, job_id, JobState.COMMITTING, JobState.COMMITTED)
+                if changed:
+                    if plan is not None:
+                        staged = applying.need(self.staged)
+                        applying.check_apply_order(self, conn, job_id, plan)
+                        staged.check(conn, self.dialect, plan)
+                        with network_timeout_lifted(conn):  # may run long on a live server
+                            staged.apply(conn, self.dialect, plan)
+                    # Exact keys only: a late, still-prepared loser's marker row stays
+                    # untouched (a range delete would wait on its lock).
+                    self._batch(
+                        conn,
+                        f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? "
+                        "AND attempt = ?",
+                        job_id,
+                        winners,
+                    )
+        finally:
+            for plan in held:
+                self.release_apply_lock(conn, plan)
         return changed
+
+    def lock_apply(self, conn: JdbcConnection, plan: StagedPlan) -> None:
+        """Take the apply lock of the plan's target (waits at most the lock bound)."""
+        self.dialect.lock_apply(conn, self._apply_key(plan), max(1, int(self.lock_wait)))
+
+    def release_apply_lock(self, conn: JdbcConnection, plan: StagedPlan) -> None:
+        """Release the apply lock where it outlives the transaction (MySQL's named locks).
+        Never raises: the outcome it follows is already decided; a broken session drops
+        its locks anyway."""
+        try:
+            self.dialect.unlock_apply(conn, self._apply_key(plan))
+        except Exception as exc:
+            log.warning("xasink: releasing the apply lock failed: %s", type(exc).__name__)
+
+    def _apply_key(self, plan: StagedPlan) -> str:
+        return f"{self.tag}:{plan.target}"
 
     def finish_or_refuse(
         self, conn: JdbcConnection, job_id: str, winners: Iterable[Winner]

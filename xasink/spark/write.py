@@ -16,11 +16,12 @@ from ..driver.plan import one_stream
 from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
 from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
 from ..driver.sinks import sink_batch
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, XasinkError
 from ..executor.branch import write_one_phase
 from ..executor.contract import BranchReport, WritePlan
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
+from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
@@ -220,10 +221,12 @@ def _write(
                     log.info("xasink: one branch into %s, which has no unique key", request.target)
                     branches = 1
         lease = defaults.LEASE_INTERVALS * heartbeat_interval
-        begun = job.begin(pre, df.columns, lease, one_phase=on_driver)
+        # One branch needs no second phase, where the dialect can stage inside it.
+        one_phase = on_driver and (not request.options.staged or job.dialect.temporary_tables)
+        begun = job.begin(pre, df.columns, lease, one_phase=one_phase)
         if isinstance(begun, Skipped):
             return _result(trace.end(JobOutcome.SKIPPED), begun.recovered)
-        if on_driver:
+        if one_phase:
             phase_one = _one_phase(df, job, pre)
             return _result(trace.end(JobOutcome.COMMITTED), begun.recovered, pre.created, phase_one)
         with job.running(heartbeat_interval):
@@ -254,7 +257,19 @@ def _write(
 
 def _one_phase(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
     """A small frame's job: the driver writes its only branch and commits it, with the
-    job's bookkeeping, in one local transaction (`Job.commit_one_phase`)."""
+    job's bookkeeping, in one local transaction (`Job.commit_one_phase`). Until then,
+    nothing of the job exists: any failure ends it aborted."""
+    try:
+        return _one_phase_steps(df, job, pre)
+    except BaseException as exc:
+        if isinstance(exc, XasinkError):
+            exc.job_id = job.job_id
+        if job.trace.state == JobState.RUNNING:
+            job.trace.state = JobState.ABORTED
+        raise
+
+
+def _one_phase_steps(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
     plan, columns = job.make_plan(pre, df.schema, one_phase=True)
     options, dialect = job.request.options, job.dialect
     with step("shape frame"):
