@@ -3,7 +3,8 @@
     python -m benchmarks.breakdown stages [--rows 1m] [--databases postgres,mariadb]
     python -m benchmarks.breakdown memory [--databases postgres,mariadb]
     python -m benchmarks.breakdown formats [--rows 1m]
-    python -m benchmarks.breakdown fixed [--databases postgres,mariadb]
+    python -m benchmarks.breakdown fixed [--databases postgres,mariadb] [--calls 15]
+        [--count-calls 5] [--label NAME]
     python -m benchmarks.breakdown branches [--rows 1m] [--databases mariadb]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
@@ -13,9 +14,15 @@ Differences between stages attribute the time; the XA prepare/commit phases come
 WriteResult. `memory` writes one partition of 1M and one of 10M rows, each in a fresh
 Python worker (worker reuse off), and compares the writers' peak RSS. `fixed` makes many
 small calls (the `small` workloads: 1k and 10k rows, 2 partitions) of write_xa and Spark
-JDBC in turn, and splits write_xa's median call into its driver steps (xasink.runtime.timing).
-`branches` writes into a table without a key and one keyed on id with 1, 2 and 4 branches
-(concurrent load streams) next to Spark JDBC: how many streams the server absorbs.
+JDBC in turn, and splits write_xa's median call into its driver steps (xasink.runtime.timing);
+then it makes a few more calls of each writer and counts, from the server's own counters,
+the statements, connections, commits that write and prepares of one call
+(benchmarks/servercounters.py). `branches` writes into a table without a key and one keyed
+on id with 1, 2 and 4 branches (concurrent load streams) next to Spark JDBC and next to the
+raw load (LOAD DATA LOCAL / COPY csv of a pre-built CSV, no Spark) with 1, 2 and 4
+concurrent streams: how many streams the server absorbs, and what it takes in at all.
+`--label` writes results/breakdown-<mode>-<label>.{md,json} instead of overwriting
+results/breakdown-<mode>.{md,json}.
 """
 
 from __future__ import annotations
@@ -294,11 +301,23 @@ def _recorded_write_xa(target: Target) -> dict[str, Any]:
 FIXED_CONTENDERS = ("spark_jdbc", "write_xa", "arrow_floor")
 
 
-def fixed(databases: Sequence[str]) -> dict[str, Any]:
-    """Spark JDBC and write_xa, many small calls each, in turn; write_xa's steps per call."""
+#: What `fixed` counts on the server, per call: the two writers.
+COUNTED_CONTENDERS = ("write_xa", "spark_jdbc")
+#: Calls per counting block (after the timed calls, so every cache is warm).
+COUNT_CALLS = 5
+
+
+def fixed(
+    databases: Sequence[str], calls: int | None = None, count_calls: int = COUNT_CALLS
+) -> dict[str, Any]:
+    """Spark JDBC and write_xa, many small calls each, in turn; write_xa's steps per call;
+    then `count_calls` more calls of each, counted by the server (statements, commits...).
+
+    `calls` overrides the workloads' timed calls per contender (15)."""
     import os
 
     from benchmarks.run import driver_jars, spark_session
+    from benchmarks.servercounters import ServerCounters, count_block
 
     contenders = [
         CONTENDERS["spark_jdbc"],
@@ -307,12 +326,26 @@ def fixed(databases: Sequence[str]) -> dict[str, Any]:
     ]
     jars = driver_jars(databases)
     spark = spark_session("local[2,4]", "2g", list(jars.values()))
-    report: dict[str, Any] = {"load_average_start": os.getloadavg(), "databases": {}}
+    report: dict[str, Any] = {
+        "xasink": _measured_xasink(),
+        "load_average_start": os.getloadavg(),
+        "count_calls": count_calls,
+        "databases": {},
+        "counters": {},
+    }
     workloads = parse_workloads(["small"], 2)
     with contextlib.ExitStack() as stack:
         for kind in databases:
-            db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
+            db: Database = start_database(  # type: ignore[arg-type]
+                stack, kind, max_prepared=64, statement_stats=bool(count_calls)
+            )
             report["databases"][kind] = {}
+            counters = ServerCounters(db) if count_calls else None
+            baseline: dict[str, Any] | None = None
+            if counters is not None:
+                stack.callback(counters.close)
+                with counters.quiet():
+                    baseline = count_block(counters, lambda: None, 0)
             for workload in workloads:
                 df = build_dataframe(spark, workload).cache()
                 df.count()
@@ -327,57 +360,193 @@ def fixed(databases: Sequence[str]) -> dict[str, Any]:
                     timings,
                     workload=workload.name,
                     warmups=workload.warmups or 0,
-                    repetitions=workload.repetitions or REPETITIONS,
+                    repetitions=calls or workload.repetitions or REPETITIONS,
                 )
-                report["databases"][kind][workload.name] = _fixed_summary(timings)
+                summary = _fixed_summary(timings)
+                if counters is not None and baseline is not None:
+                    summary["per_call"] = _count_calls(counters, baseline, target, count_calls)
+                report["databases"][kind][workload.name] = summary
                 db.drop(table)
                 df.unpersist(blocking=True)
+            if counters is not None:
+                report["counters"][kind] = {
+                    "baseline": baseline,
+                    "settle_seconds": counters.settle_seconds,
+                    "notes": counters.notes,
+                }
     report["load_average_end"] = os.getloadavg()
     spark.stop()
     return report
 
 
-#: Branch counts `branches` compares (explicit max_branches: xasink's own choice is off).
+#: Written next to an exported xasink/ (`git rev-parse HEAD > DIR/XASINK_COMMIT`): which
+#: commit the export is of.
+EXPORT_STAMP = "XASINK_COMMIT"
+
+
+def _measured_xasink() -> dict[str, Any]:
+    """Which xasink ran: its path (an export of another commit, if PYTHONPATH said so, with
+    that commit from its stamp), a digest of its sources, and the checkout's commit and
+    uncommitted xasink/ changes."""
+    import xasink
+    from benchmarks.machine import git_revision, source_digest
+
+    package = Path(xasink.__file__).parent
+    info = {"path": str(package), "source_sha256": source_digest(package)}
+    stamp = package.parent / EXPORT_STAMP
+    if stamp.is_file():  # README: "Measuring another commit's xasink"
+        info["exported_commit"] = stamp.read_text().strip()
+    return info | {f"checkout_{k}": v for k, v in git_revision().items()}
+
+
+def _xasink_line(report: dict[str, Any]) -> str:
+    """Which xasink the figures are of, for the markdown."""
+    measured = report.get("xasink")
+    if not measured:
+        return ""
+    digest = measured["source_sha256"][:12]
+    if measured.get("exported_commit"):
+        what = f"an export of commit {measured['exported_commit'][:12]}"
+    else:
+        commit = (measured.get("checkout_commit") or "?")[:12]
+        dirty = measured.get("checkout_uncommitted_xasink_changes")
+        what = f"the checkout at {commit}" + (" with uncommitted xasink/ changes" if dirty else "")
+    return f"xasink measured: {what} ({measured['path']}, sources sha256 {digest})."
+
+
+def _count_calls(
+    counters: Any, baseline: dict[str, Any], target: Target, calls: int
+) -> dict[str, Any]:
+    """`calls` calls of each counted contender, appended to the (emptied) table in one
+    block, counted by the server; per call, the empty block's counts subtracted."""
+    from benchmarks.servercounters import count_block, per_call
+
+    db, result = target.db, {}
+    for name in COUNTED_CONTENDERS:
+        contender = CONTENDERS[name]
+        db.truncate(target.table)
+        try:
+            with counters.quiet():
+                block = count_block(counters, lambda c=contender: c.run(target), calls)
+            found = db.count(target.table)
+            if found != calls * target.rows:
+                raise AssertionError(f"table holds {found} rows, expected {calls * target.rows}")
+        except Exception as exc:
+            cleanup: Any = None
+            if contender.cleanup is not None:
+                try:
+                    cleanup = contender.cleanup(target)
+                except Exception as cleanup_exc:
+                    cleanup = {"error": f"{type(cleanup_exc).__name__}: {cleanup_exc}"}
+            result[name] = {"error": f"{type(exc).__name__}: {exc}", "cleanup": cleanup}
+            print(f"[{db.kind} {target.table}] counting {name} FAILED: {exc}", flush=True)
+            continue
+        result[name] = per_call(counters, block, baseline, calls)
+        if block["counters"].get("pg_stat_statements_dealloc"):
+            result[name]["note"] = "pg_stat_statements evicted entries: its calls undercount"
+        figures = result[name]["figures"]
+        print(
+            f"[{db.kind} {target.table}] {name} per call ({calls} calls): "
+            + ", ".join(f"{k} {_count(v)}" for k, v in figures.items()),
+            flush=True,
+        )
+    return result
+
+
+def _count(value: float | None) -> str:
+    """A per-call count: integral ones as integers, others with one decimal."""
+    if value is None:
+        return "—"
+    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+#: Branch counts `branches` compares (explicit max_branches: xasink's own choice is off),
+#: and the raw load's concurrent streams next to them.
 STREAM_COUNTS = (1, 2, 4)
 
 
+def _raw_streams(parts: Any, label: str) -> Contender:
+    """The pre-built CSV's `len(parts)` shares loaded at once, one connection each."""
+    from benchmarks import rawload
+
+    def run(target: Target) -> dict[str, Any]:
+        return rawload.load_concurrently(target.db, target.table, parts)
+
+    return Contender(f"raw_{len(parts)}", label, run)
+
+
 def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
-    """Spark JDBC and write_xa with 1, 2 and 4 branches (concurrent load streams), into a
-    table without a key and one keyed on id, in turn: how many streams the server absorbs."""
+    """Spark JDBC, write_xa with 1, 2 and 4 branches (concurrent load streams) and the raw
+    load (LOAD DATA LOCAL / COPY csv of a pre-built CSV) with 1, 2 and 4 concurrent streams,
+    into a table without a key and one keyed on id, in turn: how many streams the server
+    absorbs, and what it takes in at all."""
     import os
     from functools import partial
 
+    from benchmarks import rawload
     from benchmarks.run import driver_jars, spark_session
 
-    contenders = [CONTENDERS["spark_jdbc"]] + [
-        Contender(f"branches_{n}", f"write_xa, {n} branches", partial(write_xa, max_branches=n))
-        for n in STREAM_COUNTS
-    ]
     spark = spark_session("local[2,4]", "6g", list(driver_jars(databases).values()))
     workload = parse_workload(f"narrow-{rows}", 4)
     df = build_dataframe(spark, workload).cache()
     df.count()
-    report: dict[str, Any] = {"rows": rows, "load_average_start": os.getloadavg(), "runs": {}}
-    with contextlib.ExitStack() as stack:
-        for kind in databases:
-            db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
-            for keyed in (False, True):
-                table = "streams_keyed" if keyed else "streams_keyless"
-                db.drop(table)
-                ddl = table_ddl(db.kind, workload, table)
-                db.execute(ddl[:-1] + ", PRIMARY KEY (id))" if keyed else ddl)
-                timings: list[Timing] = []
-                target = Target(db=db, table=table, df=df, csv=None, rows=rows)
-                run_rounds(contenders, target, timings, workload=table, warmups=1, repetitions=3)
-                medians = {
-                    c.name: statistics.median(
-                        [t.seconds for t in timings if t.contender == c.name and not t.warmup]
-                        or [float("nan")]
+    in_memory = "postgres" in databases
+    csv = rawload.build_csv(df, "branches", in_memory=False)
+    shares = {n: rawload.split_csv(csv, n, in_memory=in_memory) for n in STREAM_COUNTS}
+    report: dict[str, Any] = {
+        "rows": rows,
+        "xasink": _measured_xasink(),
+        "csv_bytes": csv.path.stat().st_size,
+        "load_average_start": os.getloadavg(),
+        "runs": {},
+        "samples": {},
+        "load_averages": {},
+    }
+    try:
+        with contextlib.ExitStack() as stack:
+            for kind in databases:
+                db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
+                raw = "LOAD DATA" if kind == "mariadb" else "COPY csv"
+                contenders = [
+                    CONTENDERS["spark_jdbc"],
+                    *(
+                        Contender(
+                            f"branches_{n}",
+                            f"write_xa, {n} branches",
+                            partial(write_xa, max_branches=n),
+                        )
+                        for n in STREAM_COUNTS
+                    ),
+                    *(_raw_streams(shares[n], f"{raw}, {n} streams") for n in STREAM_COUNTS),
+                ]
+                for keyed in (False, True):
+                    table = "streams_keyed" if keyed else "streams_keyless"
+                    db.drop(table)
+                    ddl = table_ddl(db.kind, workload, table)
+                    db.execute(ddl[:-1] + ", PRIMARY KEY (id))" if keyed else ddl)
+                    timings: list[Timing] = []
+                    target = Target(db=db, table=table, df=df, csv=csv, rows=rows)
+                    run_rounds(
+                        contenders, target, timings, workload=table, warmups=1, repetitions=3
                     )
-                    for c in contenders
-                }
-                report["runs"][f"{kind} {'keyed' if keyed else 'keyless'}"] = medians
-                db.drop(table)
+                    timed = [t for t in timings if not t.warmup]
+                    samples = {
+                        c.name: [t.seconds for t in timed if t.contender == c.name and t.seconds]
+                        for c in contenders
+                    }
+                    name = f"{kind} {'keyed' if keyed else 'keyless'}"
+                    report["runs"][name] = {
+                        c: statistics.median(v) if v else float("nan") for c, v in samples.items()
+                    }
+                    report["samples"][name] = samples
+                    report["load_averages"][name] = [t.load_average for t in timings]
+                    errors = [f"{t.contender}: {t.error}" for t in timings if t.error]
+                    if errors:
+                        report.setdefault("errors", {})[name] = errors
+                    db.drop(table)
+    finally:
+        for part in [csv, *(p for parts in shares.values() for p in parts)]:
+            part.discard()
     report["load_average_end"] = os.getloadavg()
     spark.stop()
     return report
@@ -385,20 +554,57 @@ def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
 
 def _branches_markdown(report: dict[str, Any]) -> str:
     start, end = report["load_average_start"], report["load_average_end"]
-    head = " | ".join(f"{n} branches" for n in STREAM_COUNTS)
+    rows = report["rows"]
+    columns = [("spark_jdbc", "Spark JDBC")]
+    plural = {n: "" if n == 1 else "s" for n in STREAM_COUNTS}
+    columns += [
+        (f"branches_{n}", f"write_xa {n} branch{plural[n] and 'es'}") for n in STREAM_COUNTS
+    ]
+    columns += [(f"raw_{n}", f"raw {n} stream{plural[n]}") for n in STREAM_COUNTS]
+    head = " | ".join(title for _, title in columns)
+    kinds = {name.split()[0] for name in report["runs"]}
+    raw = " / ".join(
+        {"mariadb": "MariaDB LOAD DATA LOCAL INFILE", "postgres": "PostgreSQL COPY csv"}[k]
+        for k in sorted(kinds)
+    )
     lines = [
-        f"{report['rows']:,} narrow rows, 4 partitions; 1 warm-up + median of 3, round-robin."
+        f"{rows:,} narrow rows, 4 partitions; 1 warm-up + median of 3, round-robin."
         f" 1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end.",
-        "Rows/s of write_xa with that many branches ÷ rows/s of Spark JDBC, same run:",
+        _xasink_line(report),
+        f"write_xa with n branches (explicit max_branches); raw: {raw} of the pre-built CSV "
+        "(no Spark), n concurrent streams of consecutive rows, one connection each.",
         "",
-        f"| database, table | Spark JDBC rows/s | {head} |",
-        "|---|---:|" + "---:|" * len(STREAM_COUNTS),
+        "Rows/s (median run):",
+        "",
+        f"| database, table | {head} |",
+        "|---|" + "---:|" * len(columns),
     ]
     for name, medians in report["runs"].items():
-        base = medians["spark_jdbc"]
-        cells = " | ".join(f"{base / medians[f'branches_{n}']:.2f}" for n in STREAM_COUNTS)
-        lines.append(f"| {name} | {report['rows'] / base:,.0f} | {cells} |")
+        cells = " | ".join(_rate(rows, medians.get(key)) for key, _ in columns)
+        lines.append(f"| {name} | {cells} |")
+    lines += [
+        "",
+        "Rows/s ÷ Spark JDBC's rows/s, same run:",
+        "",
+        f"| database, table | {head} |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for name, medians in report["runs"].items():
+        base = medians.get("spark_jdbc")
+        cells = " | ".join(_ratio(base, medians.get(key)) for key, _ in columns)
+        lines.append(f"| {name} | {cells} |")
+    for name, errors in report.get("errors", {}).items():
+        lines.append(f"\n{name}: {len(errors)} failed run(s): {errors[0][:200]}")
     return "\n".join(lines)
+
+
+def _rate(rows: int, seconds: float | None) -> str:
+    return f"{rows / seconds:,.0f}" if seconds and seconds == seconds else "—"
+
+
+def _ratio(base: float | None, seconds: float | None) -> str:
+    ok = base and seconds and base == base and seconds == seconds
+    return f"{base / seconds:.2f}" if ok else "—"
 
 
 def _fixed_summary(timings: Sequence[Timing]) -> dict[str, Any]:
@@ -429,6 +635,7 @@ def _fixed_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end "
         "(2 cores, shared: noisy).",
+        _xasink_line(report),
         "",
     ]
     for kind, sizes in report["databases"].items():
@@ -464,12 +671,56 @@ def _fixed_markdown(report: dict[str, Any]) -> str:
             )
             lines.append(f"| **{label}** | {ratios} |")
         lines.append("")
+        lines += _counts_markdown(kind, sizes, report)
         for workload, data in sizes.items():
             if data["errors"]:
                 lines.append(
                     f"{workload}: {len(data['errors'])} failed call(s): {data['errors'][0][:200]}"
                 )
     return "\n".join(lines)
+
+
+#: Where each per-call figure comes from, per database (the table's footnote).
+COUNT_SOURCES = {
+    "postgres": "statements: the server's statement log (log_statement = all; "
+    "pg_stat_statements undercounts pgjdbc's cached COMMIT); connections: "
+    "pg_stat_database.sessions; write commits: WAL records COMMIT + COMMIT_PREPARED; "
+    "prepares: WAL records PREPARE (pg_walinspect)",
+    "mariadb": "statements: Questions; connections: Connections; write commits: InnoDB "
+    "trx_rw_commits; prepares: Handler_prepare",
+}
+
+
+def _counts_markdown(kind: str, sizes: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """The server's per-call counts of each counted contender, one row per call kind."""
+    from benchmarks.servercounters import FIGURES
+
+    rows = [
+        (workload, name, data["per_call"][name])
+        for workload, data in sizes.items()
+        for name in COUNTED_CONTENDERS
+        if name in data.get("per_call", {})
+    ]
+    if not rows:
+        return []
+    labels = {"write_xa": "write_xa", "spark_jdbc": "Spark JDBC"}
+    lines = [
+        f"**{kind}**, per call, counted by the server over {report['count_calls']} calls "
+        "(the counters' own cost subtracted; flushes = write commits + prepares, each a "
+        "log flush with durable settings):",
+        "",
+        "| call | " + " | ".join(title for _, title in FIGURES) + " |",
+        "|---|" + "---:|" * len(FIGURES),
+    ]
+    for workload, name, counted in rows:
+        if "figures" not in counted:
+            lines.append(f"| {labels[name]}, {workload} | failed: {counted['error'][:120]} |")
+            continue
+        cells = " | ".join(_count(counted["figures"][key]) for key, _ in FIGURES)
+        lines.append(f"| {labels[name]}, {workload} | {cells} |")
+    notes = report.get("counters", {}).get(kind, {}).get("notes") or []
+    lines += ["", f"Sources: {COUNT_SOURCES[kind]}." + "".join(f" {n}." for n in notes), ""]
+    return lines
 
 
 def _ms(seconds: float | None) -> str:
@@ -505,6 +756,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--databases", default="postgres,mariadb")
     parser.add_argument("--rows", default="1m", help="rows for `stages`, `branches` (default 1m)")
     parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
+    parser.add_argument(
+        "--calls", type=int, help="`fixed`: timed calls per contender (default: 15)"
+    )
+    parser.add_argument(
+        "--count-calls",
+        type=int,
+        default=COUNT_CALLS,
+        help=f"`fixed`: calls counted by the server per writer (default {COUNT_CALLS}; 0: none)",
+    )
+    parser.add_argument(
+        "--label", default="", help="results go to breakdown-<mode>-<label>.{md,json}"
+    )
     args = parser.parse_args(argv)
     databases = [d for d in args.databases.split(",") if d]
     RESULTS.mkdir(exist_ok=True)
@@ -528,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = branch_counts(databases, parse_count(args.rows))
         text = _branches_markdown(report)
     elif args.mode == "fixed":
-        report = fixed(databases)
+        report = fixed(databases, args.calls, args.count_calls)
         text = _fixed_markdown(report)
     elif args.mode == "stages":
         rows = parse_count(args.rows)
@@ -543,8 +806,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind, v in report["databases"].items()
         )
     print(text)
-    (RESULTS / f"breakdown-{args.mode}.md").write_text(text + "\n")
-    (RESULTS / f"breakdown-{args.mode}.json").write_text(json.dumps(report, indent=2) + "\n")
+    name = f"breakdown-{args.mode}" + (f"-{args.label}" if args.label else "")
+    (RESULTS / f"{name}.md").write_text(text + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

@@ -38,6 +38,18 @@ BENCH_SETTINGS: dict[Kind, dict[str, object]] = {
     },
 }
 
+#: Added for `breakdown fixed`, which counts each call's statements (PostgreSQL only; the
+#: Debian package ships the module). Only there: the other benchmarks run without it.
+STATEMENT_STATS_SETTINGS: dict[Kind, dict[str, object]] = {
+    "postgres": {
+        "shared_preload_libraries": "pg_stat_statements",
+        # Utility statements are keyed by their text, so every gid is an entry of its own:
+        # room for them all, so none is evicted mid-count (eviction is checked anyway).
+        "pg_stat_statements.max": 20000,
+    },
+    "mariadb": {},
+}
+
 
 def servers_module() -> Any:
     """``tests/servers.py``, imported the way the tests import it (tests/ on sys.path)."""
@@ -137,14 +149,19 @@ class Database:
         return {name: str(self.scalar(query.format(name))) for name in names}
 
 
-def start_database(stack: contextlib.ExitStack, kind: Kind, max_prepared: int) -> Database:
+def start_database(
+    stack: contextlib.ExitStack, kind: Kind, max_prepared: int, *, statement_stats: bool = False
+) -> Database:
     """A server of `kind` for the whole run: the tests' env URL if set, else a throwaway one.
 
     `max_prepared` must exceed the largest partition count (one prepared branch each).
+    `statement_stats` loads pg_stat_statements into a throwaway PostgreSQL.
     """
     servers = servers_module()
     from_env = bool(os.environ.get(servers.ENV_URL[kind], "").strip())
     settings: dict[str, object] = {} if from_env else dict(BENCH_SETTINGS[kind])
+    if statement_stats and not from_env:
+        settings |= STATEMENT_STATS_SETTINGS[kind]
     if kind == "postgres":
         server = stack.enter_context(
             servers.start_postgres(max_prepared_transactions=max_prepared, **settings)

@@ -39,6 +39,10 @@ class Outcome(enum.Enum):
     LOST = "LOST"
 
 
+#: The first wait for a branch held by another session (then doubled), in seconds.
+SETTLE_FIRST_WAIT = 0.02
+
+
 class BranchOps:
     """Commit / rollback / recover for one database, with reconnect-and-retry."""
 
@@ -129,7 +133,10 @@ class BranchOps:
         settles it by its marker), since the other session finished it.
         """
         deadline = time.monotonic() + self.journal.lock_wait
-        attempt = 0
+        # A MariaDB session's disconnect is usually processed within milliseconds: look
+        # again soon, then back off, and give up after as long as `retries` backoffs take.
+        patience = sum(min(self.backoff * 2**a, 5.0) for a in range(self.retries))
+        attempt, waited = 0, 0.0
         while True:
             try:
                 self._retry(operation, call)
@@ -145,7 +152,7 @@ class BranchOps:
                         ) from None
                     raise
                 busy = failure.kind is FailureKind.BUSY
-                if (attempt >= self.retries and not busy) or time.monotonic() > deadline:
+                if (waited >= patience and not busy) or time.monotonic() > deadline:
                     raise XaFailure(
                         operation,
                         FailureKind.TRANSIENT,
@@ -154,10 +161,12 @@ class BranchOps:
                         f"{'being finished there' if busy else 'still attached to it'}); "
                         "run `xasink recover` once that session is done",
                     ) from None
-                delay = min(self.backoff * 2**attempt, 5.0)
-                attempt += 1
+                delay = min(SETTLE_FIRST_WAIT * 2**attempt, 5.0)
+                if not busy:
+                    delay = min(delay, max(patience - waited, SETTLE_FIRST_WAIT))
+                attempt, waited = attempt + 1, waited + delay
                 log.info(
-                    "xasink %s %s: %s; retrying in %.1fs",
+                    "xasink %s %s: %s; retrying in %.2fs",
                     operation,
                     branch.name,
                     "being finished by another session" if busy else "still attached elsewhere",
