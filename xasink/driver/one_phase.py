@@ -110,10 +110,11 @@ def settle(job: Job, reason: str) -> None:
     else:
         job.trace.state = None
         error = DecisionUnknownError(
-            f"Committing job {job.job_id} failed and its outcome is unknown ({reason}). "
-            "`xasink jobs` shows the job as committed once its rows are in "
-            f"{target_of(plan)}; while it is not listed, nothing of it is committed. Check "
-            "before running the write again."
+            f"Committing job {job.job_id} failed and its outcome is unknown ({reason}): its "
+            "COMMIT may still be in flight. Do not run the write again yet. Once the "
+            "database has ended that session (a server restart ends it), `xasink jobs` lists "
+            f"the job as committed if its rows are in {target_of(plan)}; if it is not listed "
+            "then, nothing of it was committed and the write can run again."
         )
     error.job_id = job.job_id
     raise error
