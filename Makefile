@@ -7,13 +7,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint unit test test-mysql test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint unit test test-full test-mysql test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
 	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
 	@echo "make unit     the fast tests alone: no database, no Spark, no JVM"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL, MariaDB and MySQL"
+	@echo "make test-full  every case on every database (make test runs a long test's MariaDB case only here)"
 	@echo "make test-mysql  every MySQL case of the suite (make test runs those marked mysql_ci)"
 	@echo "make test-install  the wheel in a fresh venv (classic and Connect), and an editable install"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
@@ -54,6 +55,14 @@ test: install lint
 test-install: install
 	XASINK_TEST_INSTALL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q tests/test_install.py
 
+# Everything make test leaves out: every case on every database (MySQL included), both
+# pytest processes. Over an hour on 2 cores.
+test-full: install lint
+	@start=$$(date +%s); status=0; \
+	XASINK_TEST_FULL=1 XASINK_TEST_MYSQL=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15 || status=1; \
+	XASINK_TEST_FULL=1 XASINK_TEST_MYSQL=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client || status=1; \
+	$(PYTHON) -m tests.servers_report $$start; exit $$status
+
 # Every MySQL case of the suite (CI runs those marked mysql_ci); builds the MySQL root once.
 test-mysql: install
 	XASINK_TEST_MYSQL=only XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15
@@ -61,7 +70,7 @@ test-mysql: install
 # The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.
 chaos: install
 	rm -f .pytest_cache/xasink-chaos/results.jsonl
-	XASINK_CHAOS_FULL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_chaos.py tests/test_stream_kills.py; \
+	XASINK_CHAOS_FULL=1 XASINK_TEST_FULL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_chaos.py tests/test_stream_kills.py; \
 	status=$$?; $(PYTHON) -m tests.chaos_report || status=1; exit $$status
 
 # Exhaustive spin model checking of the commit protocol (model/README.md); no database needed.

@@ -48,6 +48,7 @@ except ImportError:  # tests/ imported as a package
 #: a Connect client cannot share a process with the classic session the other tests use.
 CONNECT_CLIENT = "connect_client"
 MYSQL_CI = "mysql_ci"
+CI_POSTGRES = "ci_postgres"
 #: Where each pytest process records the servers it tested, for `python -m tests.servers_report`.
 SERVERS_RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
 _unavailable: dict[str, str] = {}
@@ -63,6 +64,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MYSQL_CI}: runs on MySQL in every run (the rest of the MySQL cases: make test-mysql)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{CI_POSTGRES}: in make test, only the PostgreSQL case (a long test whose MariaDB "
+        "case repeats the same code path; make test-full and make chaos run every database)",
     )
 
 
@@ -82,6 +88,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         dropped = [item for item in items if _mysql_case(item) and not _mysql_ci(item)]
     else:
         dropped = []
+    if scope != "only" and not os.environ.get("XASINK_TEST_FULL"):
+        dropped += [
+            item
+            for item in items
+            if item.get_closest_marker(CI_POSTGRES) and _database(item) not in (None, "postgres")
+        ]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         gone = set(dropped)
@@ -112,6 +124,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def _mysql_case(item: pytest.Item) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
     return any(params.get(name) == "mysql" for name in ("db", "mysql_family", "restartable"))
+
+
+def _database(item: pytest.Item) -> str | None:
+    """The server kind a parametrized case runs against (None: not parametrized so)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("db")
 
 
 def _mysql_ci(item: pytest.Item) -> bool:

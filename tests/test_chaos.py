@@ -127,6 +127,7 @@ def promise_of_line(line: str | None) -> str:
 # -- 1. random driver kills ---------------------------------------------------------------
 
 
+@pytest.mark.ci_postgres
 def test_random_driver_kills(db):
     """SIGKILL a write_xa driver at a random moment of a random job (append, upsert or
     overwrite, 1-4 partitions), then `xasink recover --grace 0`: old contents or exactly the
@@ -215,6 +216,7 @@ class RecoveryLoop:
         assert not self._thread.is_alive(), "a recovery run hung"
 
 
+@pytest.mark.ci_postgres
 def test_recovery_races_live_jobs(spark, db):
     """Jobs write while recoveries with grace 0..3 s run in a loop. Each job's report is the
     truth: returned -> exactly the new contents; an error saying nothing was written -> the
@@ -401,6 +403,7 @@ def _soak_rows(kind: str, thread: int, number: int) -> tuple[str, list[tuple[Any
     return kind, rows, own
 
 
+@pytest.mark.ci_postgres
 def test_concurrency_soak(spark, db):
     """Four threads of one Spark session write the same keyed table at once (append and
     upsert mixed) for a while; each job is bounded. Final contents are exact: every job that

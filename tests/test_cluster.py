@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from support import TESTS, assert_exactly, new_table
 
 
+@pytest.mark.ci_postgres
 def test_executors_without_the_jar_use_the_copy_the_driver_shipped(db, tmp_path):
     """local-cluster[2,1,1024]: two executor processes, each with its own Python workers,
     told to ignore every folder that holds a JDBC jar, the driver's own included."""

@@ -45,6 +45,7 @@ def test_the_client_is_a_real_connect_client(remote):
         remote.sparkContext  # noqa: B018
 
 
+@pytest.mark.ci_postgres
 def test_write_xa_from_a_connect_client(remote, db):
     """Through a task that fails mid-partition and is retried (also below)."""
     table = new_table(db)
@@ -54,6 +55,7 @@ def test_write_xa_from_a_connect_client(remote, db):
     assert_exactly(db, table, range(3000))
 
 
+@pytest.mark.ci_postgres
 def test_upsert_from_a_connect_client(remote, db):
     table = seeded_table(db)
     rows = [(i, "a", 1.0, 1) for i in range(50, 150)] + [(i, "b", 2.0, 2) for i in range(50, 70)]
@@ -64,6 +66,7 @@ def test_upsert_from_a_connect_client(remote, db):
     assert db.prepared_transactions() == []
 
 
+@pytest.mark.ci_postgres
 def test_format_from_a_connect_client(remote, db):
     table = new_table(db)
     (
@@ -79,6 +82,7 @@ def test_format_from_a_connect_client(remote, db):
     assert_exactly(db, table, range(1000))
 
 
+@pytest.mark.ci_postgres
 def test_foreach_batch_from_a_connect_client(remote, db, tmp_path):
     """Under Connect the foreachBatch function runs in the server's Python process."""
     table, sink = new_table(db), f"connect-{tmp_path.name}"[:60]
@@ -97,6 +101,7 @@ def test_foreach_batch_from_a_connect_client(remote, db, tmp_path):
     assert sink_mark(db, sink)[0] == 2
 
 
+@pytest.mark.ci_postgres
 def test_stream_format_from_a_connect_client(remote, db, tmp_path):
     table = new_table(db)
     stream_files(tmp_path / "in", 2, 100)

@@ -165,6 +165,7 @@ spark.stop()
 """
 
 
+@pytest.mark.ci_postgres
 def test_the_password_is_in_no_plan_log_or_error(db, tmp_path):
     """A driver with Spark's event log on (every plan, every task failure) and INFO logs
     writes through a task failure, then with a wrong password: the password (and the wrong

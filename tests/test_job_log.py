@@ -21,8 +21,8 @@ from support import (
 )
 
 from xasink import foreach_batch, write_xa
-from xasink._testing.faults import Fault, InjectedFault, injected
-from xasink.errors import PreflightError
+from xasink._testing.faults import Fault, injected
+from xasink.errors import PreflightError, WriteError
 
 JOBS = "xasink.jobs"
 
@@ -92,17 +92,16 @@ def logfmt_value(value: object) -> str:
 
 def test_a_failed_write_logs_one_failure_line(spark, db, jobs_log):
     table = new_table(db)
-    with pytest.raises(InjectedFault), injected(Fault("before_decision", "raise")):
+    with (
+        pytest.raises(WriteError, match="InjectedFault"),
+        injected(Fault("before_local_commit", "raise")),
+    ):
         write_xa(events_df(spark, 50, 1), table=table, **connection_args(db))
     (record,) = lines_for(jobs_log, table)
     line = fields_of(record)
-    assert (line["outcome"], line["error"], line["writer"]) == (
-        "aborted",
-        "InjectedFault",
-        "driver",
-    )
+    assert (line["outcome"], line["error"], line["writer"]) == ("aborted", "WriteError", "driver")
     assert record.levelno == logging.WARNING
-    assert job_states(db)[line["job"]] == "aborted"
+    assert line["job"] not in job_states(db)  # one local transaction: rolled back, row and all
     assert_exactly(db, table, [])
 
     missing = f"missing_{uuid.uuid4().hex[:8]}"
