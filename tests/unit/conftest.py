@@ -286,6 +286,7 @@ def write_plan(job_id: str = JOB, table: str = "events") -> SimpleNamespace:
     return SimpleNamespace(
         job_id=job_id,
         table=table,
+        target=table,
         apply=None,
         journal=SimpleNamespace(tag=TAG),
         spec=ConnectionSpec("jdbc:postgresql://db/app", "app", SECRET, dialect="postgres"),

@@ -39,7 +39,7 @@ def phase_one_failed(plan: WritePlan, exc: Exception, on_driver: bool = False) -
     cause = ours[0].split("WriteError:", 1)[1].strip() if ours else text.strip().split("\n")[0]
     where = "by the driver (a small frame, one branch)" if on_driver else "in Spark"
     return WriteError(
-        f"Writing job {plan.job_id} into {target_of(plan)} failed {where} ({type(exc).__name__}: "
+        f"Writing job {plan.job_id} into {plan.target} failed {where} ({type(exc).__name__}: "
         f"{cause[:1500]}). Every branch of the job is rolled back: nothing was written. Fix "
         "the cause and run the write again."
     )
@@ -68,7 +68,7 @@ def select_winners(
     problems = [f"partition {m.partition}: {m.problem}" for m in seen.values() if m.problem]
     if problems:
         raise InputDataError(
-            f"The rows cannot be written into {target_of(plan)} ({'; '.join(problems[:5])}). "
+            f"The rows cannot be written into {plan.target} ({'; '.join(problems[:5])}). "
             "Nothing was written."
         )
     winners = [
@@ -87,13 +87,9 @@ def aborted_by_recovery(plan: WritePlan) -> JobAbortedError:
     return JobAbortedError(
         f"Job {plan.job_id} was aborted by a recovery run before its commit decision: its "
         "heartbeat looked older than that run's grace (e.g. `xasink recover --grace 0` while "
-        f"the job was writing). Nothing was committed: {target_of(plan)} is unchanged. Run "
+        f"the job was writing). Nothing was committed: {plan.target} is unchanged. Run "
         "the write again, and let recovery runs keep their default grace."
     )
-
-
-def target_of(plan: WritePlan) -> str:
-    return str(plan.apply.target) if plan.apply is not None else str(plan.table)
 
 
 def decide(
@@ -114,7 +110,7 @@ def decide(
         if state == JobState.ABORTED:
             raise JobAbortedError(
                 f"Recording the commit decision for job {plan.job_id} failed ({reason}); the "
-                f"job is aborted and {target_of(plan)} is unchanged. Run the write again."
+                f"job is aborted and {plan.target} is unchanged. Run the write again."
             ) from None
         raise DecisionUnknownError(
             f"Recording the commit decision for job {plan.job_id} failed and its outcome is "

@@ -19,14 +19,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import defaults
 from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import DecisionUnknownError, XasinkError
-from ..executor.contract import BranchReport, WritePlan
+from ..executor.contract import WritePlan
 from ..protocol import sessions, sinkmarks
 from ..protocol.branches import BranchOps
 from ..protocol.connecting import JOURNAL_ROLE, open_journal
@@ -41,7 +41,6 @@ from ..target.columns import TableColumn
 from ..target.staging import STAGED_APPLY, ApplyPlan, temporary_stage
 from .check_cache import UNCACHED, CheckCache
 from .decision import decide, fence, select_winners
-from .one_phase import commit_one_phase as _commit_one_phase
 from .phase_two import commit_all, roll_back_others
 from .plan import apply_plan_for, load_target
 from .preflight import preflight, recover_table
@@ -172,7 +171,8 @@ class Job:
     ) -> Begun | Skipped:
         """Resolve what earlier jobs left on the table, skip a decided streaming batch, else
         register a new job (its branches may open from now on). A `one_phase` job is not
-        registered: its row is born committed inside its branch (`commit_one_phase`)."""
+        registered: its row is born committed inside its branch
+        (`xasink.driver.one_phase.commit_one_phase`)."""
         request, target = self.request, self.request.target
         with step("recovery scan"):
             recovered = (
@@ -319,11 +319,6 @@ class Job:
         self.trace.state = JobState.COMMITTED
         self.trace.done("commit")
         return losers
-
-    def commit_one_phase(self, write: Callable[[WritePlan], BranchReport]) -> PhaseOne:
-        """A single-branch job: `write` loads its rows and commits them with the job's whole
-        bookkeeping in one local transaction (xasink.driver.one_phase)."""
-        return _commit_one_phase(self, write)
 
     # -- ending it otherwise ----------------------------------------------------------
 

@@ -23,7 +23,7 @@ from ..protocol.connecting import open_journal
 from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
 from ..xid import BranchId
-from .decision import select_winners, target_of
+from .decision import select_winners
 from .phase_two import HELP_ROUNDS
 from .request import PhaseOne
 from .sinks import conflict_at_decision
@@ -94,7 +94,7 @@ def settle(job: Job, reason: str) -> None:
     try:
         session, _ = open_journal(job.spec, job.journal.schema, job.journal.lock_wait)
         with session:
-            state = job.journal.fence_one_phase(session.connection, job.job_id, target_of(plan))
+            state = job.journal.fence_one_phase(session.connection, job.job_id, plan.target)
     except Exception as exc:
         log.error("xasink job %s: settling the commit failed: %s", job.job_id, job.spec.redact(exc))
     if state == JobState.COMMITTED:
@@ -105,7 +105,7 @@ def settle(job: Job, reason: str) -> None:
         job.trace.state = JobState.ABORTED
         error = JobAbortedError(
             f"Committing job {job.job_id} failed ({reason}); it is settled as aborted and "
-            f"{target_of(plan)} is unchanged. Run the write again."
+            f"{plan.target} is unchanged. Run the write again."
         )
     else:
         job.trace.state = None
@@ -113,7 +113,7 @@ def settle(job: Job, reason: str) -> None:
             f"Committing job {job.job_id} failed and its outcome is unknown ({reason}): its "
             "COMMIT may still be in flight. Do not run the write again yet. Once the "
             "database has ended that session (a server restart ends it), `xasink jobs` lists "
-            f"the job as committed if its rows are in {target_of(plan)}; if it is not listed "
+            f"the job as committed if its rows are in {plan.target}; if it is not listed "
             "then, nothing of it was committed and the write can run again."
         )
     error.job_id = job.job_id
@@ -123,7 +123,7 @@ def settle(job: Job, reason: str) -> None:
 def _order_error(plan: WritePlan, exc: JobOrderError) -> CommitError:
     return CommitError(
         f"Job {plan.job_id} was not written: {exc}, and it could not be finished now. Nothing "
-        f"of job {plan.job_id} is in {target_of(plan)}. Run `xasink recover` (`xasink jobs` "
+        f"of job {plan.job_id} is in {plan.target}. Run `xasink recover` (`xasink jobs` "
         f"shows what blocks job {exc.blocker}), then run the write again."
     )
 

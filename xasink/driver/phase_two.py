@@ -23,7 +23,6 @@ from ..runtime.timing import step
 from ..spec import ConnectionSpec
 from ..target.staging import refused
 from ..xid import BranchId
-from .decision import target_of
 from .request import PhaseOne
 
 log = logging.getLogger("xasink")
@@ -169,7 +168,7 @@ def _finish(
         return
     raise CommitError(
         f"Job {plan.job_id} was ended by another process after its commit decision (state "
-        f"{state}): nothing was applied and {target_of(plan)} is unchanged. `xasink jobs` "
+        f"{state}): nothing was applied and {plan.target} is unchanged. `xasink jobs` "
         "shows who resolved it; run the write again if it was aborted."
     )
 

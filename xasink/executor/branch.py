@@ -243,7 +243,7 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         problem = plan.apply and branch_problem(conn, dialect, plan.apply)
         if not problem:
             decision = plan.journal.commit_in_branch(
-                conn, plan.job_id, target_name(plan), rows, plan.sink, plan.apply
+                conn, plan.job_id, plan.target, rows, plan.sink, plan.apply
             )
             problem = "" if decision == Decision.DECIDED else ONE_PHASE_TAKEN
         if problem:
@@ -267,7 +267,7 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         if plan.apply is not None and is_data_error(exc):
             raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None
         raise WriteError(
-            f"Writing job {plan.job_id} into {target_name(plan)} failed by the driver (a "
+            f"Writing job {plan.job_id} into {plan.target} failed by the driver (a "
             f"small frame, one local transaction) ({type(exc).__name__}: "
             f"{plan.spec.redact(exc)}). The transaction was rolled back: nothing was "
             "written. Fix the cause and run the write again."
@@ -291,11 +291,6 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
 
 #: A single-branch job's problem when its sink's mark had reached its batch.
 ONE_PHASE_TAKEN = "the sink's batch was taken"
-
-
-def target_name(plan: WritePlan) -> str:
-    """The job's target table (a staged job loads its staging table)."""
-    return str(plan.apply.target) if plan.apply is not None else str(plan.table)
 
 
 def _local_session(spec: ConnectionSpec) -> XaSession:

@@ -45,6 +45,11 @@ class WritePlan:
     one_phase: bool = False
     stage_ddl: str = ""
 
+    @property
+    def target(self) -> str:
+        """The table the job changes (a staged job's branches load its staging table)."""
+        return str(self.apply.target) if self.apply is not None else str(self.table)
+
 
 @dataclass(frozen=True)
 class BranchOutcome:

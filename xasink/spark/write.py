@@ -12,6 +12,7 @@ from .. import defaults
 from ..driver.check_cache import CHECKS
 from ..driver.decision import phase_one_failed
 from ..driver.job import Job
+from ..driver.one_phase import commit_one_phase
 from ..driver.plan import one_stream
 from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
 from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
@@ -257,7 +258,7 @@ def _write(
 
 def _one_phase(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
     """A small frame's job: the driver writes its only branch and commits it, with the
-    job's bookkeeping, in one local transaction (`Job.commit_one_phase`). Until then,
+    job's bookkeeping, in one local transaction (`driver.one_phase.commit_one_phase`). Until then,
     nothing of the job exists: any failure ends it aborted."""
     try:
         return _one_phase_steps(df, job, pre)
@@ -294,7 +295,7 @@ def _one_phase_steps(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
         with step("one local transaction"):
             return write_one_phase(plan, iter(batches))
 
-    return job.commit_one_phase(write)
+    return commit_one_phase(job, write)
 
 
 def _phase_one(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
