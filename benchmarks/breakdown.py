@@ -501,6 +501,8 @@ def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
         "runs": {},
         "samples": {},
         "load_averages": {},
+        "cpu": {},
+        "cores": os.cpu_count(),
     }
     try:
         with contextlib.ExitStack() as stack:
@@ -539,6 +541,7 @@ def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
                         c: statistics.median(v) if v else float("nan") for c, v in samples.items()
                     }
                     report["samples"][name] = samples
+                    report["cpu"][name] = _cpu_medians(timed, contenders)
                     report["load_averages"][name] = [t.load_average for t in timings]
                     errors = [f"{t.contender}: {t.error}" for t in timings if t.error]
                     if errors:
@@ -593,9 +596,59 @@ def _branches_markdown(report: dict[str, Any]) -> str:
         base = medians.get("spark_jdbc")
         cells = " | ".join(_ratio(base, medians.get(key)) for key, _ in columns)
         lines.append(f"| {name} | {cells} |")
+    lines += _cpu_markdown(report, columns)
     for name, errors in report.get("errors", {}).items():
         lines.append(f"\n{name}: {len(errors)} failed run(s): {errors[0][:200]}")
     return "\n".join(lines)
+
+
+def _cpu_medians(timed: Sequence[Timing], contenders: Sequence[Contender]) -> dict[str, Any]:
+    """Per contender, the medians of its timed runs' wall seconds and CPU core-seconds
+    (the machine's busy time and the server's own, benchmarks/cpu.py)."""
+    medians: dict[str, Any] = {}
+    for contender in contenders:
+        runs = [t for t in timed if t.contender == contender.name and t.seconds]
+        spent = [t.detail.get("cpu_seconds") or {} for t in runs]
+
+        def median(values: list[float | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return statistics.median(known) if known else None
+
+        medians[contender.name] = {
+            "wall": median([t.seconds for t in runs]),
+            "machine": median([c.get("machine") for c in spent]),
+            "server": median([c.get("server") for c in spent]),
+        }
+    return medians
+
+
+def _cpu_markdown(report: dict[str, Any], columns: Sequence[tuple[str, str]]) -> list[str]:
+    """Whether the machine's cores are the bound: busy core-seconds per run, the server's
+    part of them, and the busy share of all cores over the run's wall time."""
+    if not report.get("cpu"):
+        return []
+    cores = report.get("cores") or 1
+    head = " | ".join(title for _, title in columns)
+    lines = [
+        "",
+        f"CPU per run (medians): the machine's busy core-seconds / the database servers' own"
+        f" / busy share of the {cores} cores over the run (benchmarks/cpu.py):",
+        "",
+        f"| database, table | {head} |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for name, per in report["cpu"].items():
+        cells = []
+        for key, _ in columns:
+            cpu = per.get(key) or {}
+            machine, server, wall = cpu.get("machine"), cpu.get("server"), cpu.get("wall")
+            if machine is None or not wall:
+                cells.append("—")
+                continue
+            own = f"{server:.2f}" if server is not None else "—"
+            cells.append(f"{machine:.2f} / {own} / {machine / (cores * wall):.0%}")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    return lines
 
 
 def _rate(rows: int, seconds: float | None) -> str:

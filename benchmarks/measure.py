@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import cpu
 from .contenders import Contender, Target
 
 if TYPE_CHECKING:
@@ -122,9 +123,10 @@ def measure_once(
     timing = start_timing(db.kind, workload, contender.name, round_no, warmup, target.rows)
     truncate(db, target.table, timing)
     try:
-        started = time.perf_counter()
+        before, started = cpu.read(), time.perf_counter()
         timing.detail = contender.run(target)
         elapsed = time.perf_counter() - started
+        timing.detail["cpu_seconds"] = cpu.spent(before, cpu.read())
         found = db.count(target.table) if contender.writes else target.rows
         if found != target.rows:
             raise AssertionError(f"table holds {found} rows after the run, expected {target.rows}")
