@@ -25,6 +25,7 @@ sink-prune  | -DPRUNE
 sink-1p     | -DONE_PHASE
 sink-1p-prune | -DONE_PHASE -DPRUNE
 sink-1p-format | -DONE_PHASE -DCHECK_AFTER_BEGIN
+sink-1p-operator | -DONE_PHASE -DOPERATOR
 streams     | 
 streams-noid | -DNO_QUERY_ID
 liveness    | '
@@ -47,6 +48,7 @@ sink-1p-lock | -DONE_PHASE -DMUTANT_PLAIN_MARK | one-phase: the mark read withou
 sink-1p-taken | -DONE_PHASE -DMUTANT_TAKEN_SKIPPED | one-phase: a mark found at the batch in the transaction reported as skipped
 sink-1p-commit | -DONE_PHASE -DMUTANT_TAKEN_COMMITS | one-phase: BATCH_TAKEN, and the transaction is committed anyway
 sink-1p-after | -DONE_PHASE -DMUTANT_ERROR_AFTER_COMMIT | one-phase: an error after the commit reply reported as nothing written
+sink-1p-operator | -DONE_PHASE -DOPERATOR -DMUTANT_OPERATOR_READ | one-phase: the operator settles an unknown commit by a plain read, not the fence
 streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
 streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
 streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped

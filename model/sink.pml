@@ -49,6 +49,13 @@
  * -DMUTANT_TAKEN_COMMITS (BATCH_TAKEN returned by commit_in_branch, but the transaction is
  * committed instead of rolled back), -DMUTANT_ERROR_AFTER_COMMIT (an error raised after the
  * commit's reply is reported as "rolled back, nothing written").
+ *
+ * -DONE_PHASE -DOPERATOR: an operator runs `xasink resolve JOB --abandon --table T` (O below)
+ * on one-phase jobs that have no row, at any moment (the job id comes from a
+ * DecisionUnknownError, but a mistyped id may name a live job): the same fence INSERT, its
+ * verdict printed (aborted: run the write again; committed). A one-phase transaction whose
+ * job row the fence inserted first fails on the duplicate key. -DMUTANT_OPERATOR_READ: the
+ * operator's settle is a plain read (no row: "aborted"), not the fence.
  */
 
 #define NJ 3                      /* J[0], J[1] concurrent; J[2] the final replay */
@@ -230,6 +237,7 @@ dead:
 #else
 #define MARK_FREE (mark == 0)     /* read under the row lock, held until the commit */
 #endif
+#define ROW_FREE (job[me] == J_NONE)  /* no job row yet: its INSERT succeeds */
 
 /* The one-phase transaction commits: the rows, the job row born COMMITTED and the mark,
  * all at once. */
@@ -263,15 +271,18 @@ proctype J1P(byte me) {
     pend == NOBODY;
     if
     :: !final_phase -> st = T_FAILED                 /* ROLLBACK; InputDataError/WriteError */
+    :: !ROW_FREE -> st = T_FAILED                    /* the job row's INSERT: duplicate key
+                                                        (an operator's fence came first) */
 #ifndef MUTANT_TAKEN_COMMITS
-    :: !MARK_FREE -> st = T_TAKEN                    /* ROLLBACK */
+    :: ROW_FREE && !MARK_FREE -> st = T_TAKEN        /* ROLLBACK */
 #else
-    :: !MARK_FREE ->                                 /* the caller commits anyway: the rows */
+    :: ROW_FREE && !MARK_FREE ->                     /* the caller commits anyway: the rows */
          job[me] = J_COMMITTED; applied++;           /* and the job row, not the mark */
          st = T_TAKEN
 #endif
-    :: MARK_FREE -> land(me); st = T_DONE
-    :: MARK_FREE && !final_phase -> pend = me; st = T_UNKNOWN  /* LocalCommitUnknown */
+    :: ROW_FREE && MARK_FREE -> land(me); st = T_DONE
+    :: ROW_FREE && MARK_FREE && !final_phase ->
+         pend = me; st = T_UNKNOWN                   /* LocalCommitUnknown */
     fi
   }
   if
@@ -295,7 +306,7 @@ proctype J1P(byte me) {
   fi;
   CRASH;
 #ifndef MUTANT_FENCE_READ
-  /* Job._settle_one_phase -> Journal.fence_one_phase, on a fresh connection */
+  /* driver/one_phase.py settle -> Journal.fence_one_phase, on a fresh connection */
   if
   :: atomic {
        pend != me;                                   /* INSERT (job, ABORTED) waits on the
@@ -345,6 +356,37 @@ proctype DB() {
   :: atomic { pend == NOBODY && live1p == 0 -> break }
   od
 }
+
+#ifdef OPERATOR
+#define V_ABORTED   1
+#define V_COMMITTED 2
+byte verdict[NJ];                 /* what `xasink resolve --table` printed for job j */
+
+/* `xasink resolve JOB --abandon --table T` on each concurrent one-phase job, or not, at any
+ * moment: with no row, admin.settle_one_phase -> Journal.fence_one_phase. */
+proctype O() {
+  byte j = 0;
+  do
+  :: j < 2 && onep[j] ->
+#ifndef MUTANT_OPERATOR_READ
+       atomic {
+         pend != j;                                  /* the INSERT waits on the key of a
+                                                        commit in flight */
+         if
+         :: job[j] == J_NONE -> job[j] = J_ABORTED; fenced[j] = 1; verdict[j] = V_ABORTED
+         :: job[j] == J_COMMITTED -> verdict[j] = V_COMMITTED  /* duplicate key */
+         :: else                                     /* another row: not this command */
+         fi
+       }
+#else
+       atomic { if :: job[j] == J_NONE -> verdict[j] = V_ABORTED :: else fi }
+#endif
+       j++
+  :: j < 2 -> j++                                    /* not this job */
+  :: j == 2 -> break
+  od
+}
+#endif
 #define REPLAY  if :: onep[2] = 1; live1p = 1; run J1P(2) :: run J(2) fi
 #else
 #define REPLAY  run J(2)
@@ -393,6 +435,9 @@ init {
     onep[0] = 1; live1p = 1; run J1P(0);
     if :: onep[1] = 1; live1p++; run J1P(1) :: run J(1) fi;
     run DB();
+#ifdef OPERATOR
+    run O();
+#endif
 #else
     run J(0);
     run J(1);
@@ -436,10 +481,12 @@ init {
           job decided B; SKIPPED only when the batch is in */
        assert(answer[j] != A_WRITTEN || (job[j] == J_COMMITTED && mark_job == j));
        assert(answer[j] != A_CONFLICT || (mark_job != j && job[j] != J_COMMITTED));
+       /* (a job that wrote nothing may still get an operator's fence row, ABORTED) */
 #ifndef CHECK_AFTER_BEGIN
-       assert(answer[j] != A_SKIPPED || job[j] == J_NONE);
+       assert(answer[j] != A_SKIPPED || job[j] == J_NONE || (fenced[j] && job[j] == J_ABORTED));
 #else
        assert(answer[j] != A_SKIPPED || (onep[j] && job[j] == J_NONE)
+              || (onep[j] && fenced[j] && job[j] == J_ABORTED)
               || (!onep[j] && (job[j] == J_ABORTED || job[j] == J_RUNNING)));
 #endif
        /* FAILED ("target unchanged"): this job committed nothing */
@@ -448,6 +495,12 @@ init {
        /* a one-phase job leaves nothing but its committed row (or its fence's ABORTED row) */
        assert(!onep[j] || job[j] == J_NONE || job[j] == J_COMMITTED || job[j] == J_GONE
               || (job[j] == J_ABORTED && fenced[j]));
+#ifdef OPERATOR
+       /* the operator's verdict is the job's end: aborted stays aborted (the write may run
+          again), committed is committed */
+       assert(verdict[j] != V_ABORTED || job[j] == J_ABORTED);
+       assert(verdict[j] != V_COMMITTED || job[j] == J_COMMITTED);
+#endif
        j++
   :: else -> break
   od

@@ -28,6 +28,7 @@ from support import (
     seeded_table,
     sink_mark,
     stage_tables,
+    xasink_cli,
 )
 
 from xasink import write_xa
@@ -258,11 +259,17 @@ def test_a_refused_staged_apply_leaves_the_target_unchanged(spark, db):
 
 
 @pytest.mark.parametrize("landed", [True, False])
-def test_the_fence_settles_a_commit_whose_reply_was_lost(db, landed):
-    """A lost COMMIT reply is settled by inserting the job's row as aborted: it waits for
-    the transaction still in flight, then fails (the commit landed: its row is there) or
-    succeeds (it never will)."""
+def test_an_operator_settles_a_commit_whose_reply_was_lost(db, landed):
+    """A lost COMMIT reply leaves a job with no row unless that COMMIT landed. The driver
+    settles it with a fence, and where it could not, its error names `xasink resolve JOB
+    --abandon --table T`, which runs the same fence: inserting the job's row as aborted
+    waits for the transaction still in flight, then fails (the commit landed: its row is
+    there) or succeeds (it never will). Without --table the command says to pass it."""
     job_id = uuid.uuid4().hex
+    with journal_session(db) as (spec, session, journal):
+        journal.ensure(session.connection, spec)
+    refused = xasink_cli(db, "resolve", job_id, "--abandon", "--yes")
+    assert refused.returncode != 0 and "--table" in refused.stderr, refused.stderr
     flight = db.connect(autocommit=False) if db.kind == "postgres" else db.connect()
     try:
         cursor = flight.cursor()
@@ -274,20 +281,26 @@ def test_the_fence_settles_a_commit_whose_reply_was_lost(db, landed):
             f"heartbeat_at) VALUES (%s, 't', 'committed', 0, {now}, {now})",
             (job_id,),
         )
-        with journal_session(db) as (_, session, journal):
-            thread, outcome = in_background(
-                lambda: journal.fence_one_phase(session.connection, job_id, "t")
-            )
-            time.sleep(1.5)
-            assert thread.is_alive(), f"the fence did not wait for the commit in flight: {outcome}"
-            flight.commit() if landed else flight.rollback()
-            thread.join(60)
+        args = ("resolve", job_id, "--abandon", "--table", "t", "--yes", "--reason", "lost")
+        thread, outcome = in_background(lambda: xasink_cli(db, *args))
+        time.sleep(1.5)
+        assert thread.is_alive(), f"the fence did not wait for the commit in flight: {outcome}"
+        flight.commit() if landed else flight.rollback()
+        thread.join(60)
     finally:
         flight.close()
+    (done,) = outcome
     expected = JobState.COMMITTED if landed else JobState.ABORTED
-    assert outcome == [expected]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"job={job_id} state={expected}" in done.stdout
     row = _job_row(db, job_id)
     assert row is not None and row[0] == expected
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SELECT resolution FROM xasink_jobs WHERE job_id = %s", (job_id,))
+        (resolution,) = cursor.fetchone()
+    assert (resolution is not None and "lost" in resolution) == (not landed), resolution
+    assert db.prepared_transactions() == []
 
 
 def test_an_older_decided_staged_job_is_finished_first(spark, db):

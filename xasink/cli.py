@@ -123,18 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state", action="append", help="only jobs in this state (repeatable)")
     jobs.add_argument("--table", help="only jobs that wrote this table")
     jobs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    resolve = commands.add_parser(
-        "resolve",
-        parents=[common],
-        help="end a stuck job on purpose (--abandon)",
-        description="End a job that cannot finish. A running job, or a decided staged job, "
-        "is aborted: the target is unchanged. A decided append job with a lost branch ends "
-        "'abandoned': its other rows stay in the table. Who did it, and why, is recorded.",
-    )
-    resolve.add_argument("job_id", metavar="JOB")
-    resolve.add_argument("--abandon", action="store_true", required=True)
-    resolve.add_argument("--reason", default="", help="recorded with the job")
-    resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _add_resolve(commands, common)
     reset = commands.add_parser(
         "reset-sink",
         parents=[common],
@@ -158,6 +147,24 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="count only")
     _add_check(commands, common)
     return parser
+
+
+def _add_resolve(commands: Any, common: argparse.ArgumentParser) -> None:
+    resolve = commands.add_parser(
+        "resolve",
+        parents=[common],
+        help="end a stuck job on purpose (--abandon)",
+        description="End a job that cannot finish. A running job, or a decided staged job, "
+        "is aborted: the target is unchanged. A decided append job with a lost branch ends "
+        "'abandoned': its other rows stay in the table. A one-phase job whose commit's outcome "
+        "was unknown has no row: --table settles it, committed or aborted. Who did it, and "
+        "why, is recorded.",
+    )
+    resolve.add_argument("job_id", metavar="JOB")
+    resolve.add_argument("--abandon", action="store_true", required=True)
+    resolve.add_argument("--reason", default="", help="recorded with the job")
+    resolve.add_argument("--table", help="the table of a job with no row (see above)")
+    resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
 def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -291,7 +298,7 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
     if not _confirmed(args, ask, f"Abandon job {args.job_id}", args.job_id):
         return EXIT_ERROR
     with _operate(args) as (conn, journal, ops):
-        final, report = abandon(ops, conn, journal, args.job_id, args.reason)
+        final, report = abandon(ops, conn, journal, args.job_id, args.reason, args.table)
     if args.json:
         print(
             json.dumps({"job_id": args.job_id, "state": final, **json.loads(report.to_json())}),

@@ -11,6 +11,7 @@ first, say why a batch was refused, and settle a COMMIT whose reply was lost wit
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -109,12 +110,15 @@ def settle(job: Job, reason: str) -> None:
         )
     else:
         job.trace.state = None
+        settle_it = shlex.join(
+            ["xasink", "resolve", job.job_id, "--abandon", "--table", plan.target]
+        )
         error = DecisionUnknownError(
             f"Committing job {job.job_id} failed and its outcome is unknown ({reason}): its "
-            "COMMIT may still be in flight. Do not run the write again yet. Once the "
-            "database has ended that session (a server restart ends it), `xasink jobs` lists "
-            f"the job as committed if its rows are in {plan.target}; if it is not listed "
-            "then, nothing of it was committed and the write can run again."
+            "COMMIT may still be in flight. Do not run the write again yet. Settle it with "
+            f"`{settle_it}` (with this job's connection options): it waits for a COMMIT "
+            "still in flight, then says `committed` (its rows are in the table) or "
+            "`aborted` (nothing of it is; run the write again)."
         )
     error.job_id = job.job_id
     raise error

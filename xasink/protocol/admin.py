@@ -149,36 +149,76 @@ def _blocker(
 
 
 def abandon(
-    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, reason: str
+    ops: BranchOps,
+    conn: JdbcConnection,
+    journal: Journal,
+    job_id: str,
+    reason: str,
+    table: str | None = None,
 ) -> tuple[JobState, RecoveryReport]:
     """End a job that cannot finish, on an operator's word, and record who did what.
 
     A running job is aborted. A decided staged job is aborted: its apply never ran, so the
     target is unchanged. A decided append job ends `abandoned`: the decision stands for the
     winners that are still prepared (they are committed), the lost ones stay lost. Then the
-    job's branches are resolved at once. Returns the final state and that recovery's report.
+    job's branches are resolved at once. A job with no row, given its `table`, is a
+    single-branch job whose one-phase commit's outcome was unknown (`settle_one_phase`).
+    Returns the final state and that recovery's report.
     """
     if not valid_job_id(job_id):
         raise ConfigurationError(f"{job_id!r} is not an xasink job id (32 hex digits).")
     record = journal.job(conn, job_id)
+    if record is None and table is not None:
+        return settle_one_phase(ops, conn, journal, job_id, reason, table)
     if record is None:
-        raise ConfigurationError(f"No job {job_id} in this journal (`xasink jobs` lists them).")
+        raise ConfigurationError(
+            f"No job {job_id} in this journal (`xasink jobs` lists them). A single-branch "
+            "job whose commit's outcome was unknown has no row until it is settled: "
+            f"`xasink resolve {job_id} --abandon --table <its table>` settles it."
+        )
     if record.state in FINAL_STATES:
         raise ConfigurationError(f"Job {job_id} is already {record.state}; nothing to abandon.")
     running = record.state == JobState.RUNNING
     final = JobState.ABORTED if running or record.staged else JobState.ABANDONED
-    who = f"{getpass.getuser()}@{socket.gethostname()} as {ops.spec.user or '(default user)'}"
-    what = (
-        f"{record.state} -> {final} by `xasink resolve --abandon`"
-        + (f": {reason}" if reason else "")
-    )[:2000]
-    if not journal.end_by_operator(conn, job_id, record.state, final, who[:900], what):
+    who, what = _operator(ops), _resolution(record.state, final, reason)
+    if not journal.end_by_operator(conn, job_id, record.state, final, who, what):
         raise ConfigurationError(
             f"Job {job_id} changed state while it was being abandoned; look again with "
             "`xasink jobs`."
         )
     report = resolve_in_doubt(ops, conn, journal, job=job_id, grace=0)
     return final, report
+
+
+def settle_one_phase(
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, reason: str, table: str
+) -> tuple[JobState, RecoveryReport]:
+    """A single-branch job whose one-phase COMMIT had an unknown outcome (its driver raised
+    DecisionUnknownError): its row exists only if that COMMIT landed. The fence
+    (`Journal.fence_one_phase`) inserts the row as aborted, waiting on a COMMIT still in
+    flight: a duplicate means it landed (COMMITTED, nothing changed), else the job is
+    aborted for good and nothing of it is in `table`. It prepared nothing, so there is no
+    branch to resolve."""
+    state = journal.fence_one_phase(conn, job_id, table)
+    if state is None:
+        raise ConfigurationError(f"Job {job_id} could not be settled; look with `xasink jobs`.")
+    final = JobState(state)
+    if final == JobState.ABORTED:
+        what = _resolution("unknown (one-phase commit)", final, reason)
+        journal.end_by_operator(conn, job_id, JobState.ABORTED, final, _operator(ops), what)
+    return final, RecoveryReport(dry_run=False, journal=describe(journal))
+
+
+def _operator(ops: BranchOps) -> str:
+    """Who ended a job by hand: the operator's login, host and database user."""
+    user = ops.spec.user or "(default user)"
+    return f"{getpass.getuser()}@{socket.gethostname()} as {user}"[:900]
+
+
+def _resolution(before: str, final: JobState, reason: str) -> str:
+    return (
+        f"{before} -> {final} by `xasink resolve --abandon`" + (f": {reason}" if reason else "")
+    )[:2000]
 
 
 def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
