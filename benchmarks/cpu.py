@@ -32,8 +32,9 @@ def read() -> CpuReading:
 
 
 def spent(before: CpuReading, after: CpuReading) -> dict[str, float]:
-    """Core-seconds between two readings: the machine's busy time and the servers'
-    (a process that ended in between is missed; one that started counts from zero)."""
+    """Core-seconds between two readings: the machine's busy time and the servers'. A
+    process that started in between counts from zero; one that ended (a PostgreSQL
+    backend) is in its parent's reaped children's time, which is counted too."""
     servers = sum(s - before.servers.get(pid, 0.0) for pid, s in after.servers.items())
     return {"machine": after.machine_busy - before.machine_busy, "server": servers}
 
@@ -48,7 +49,6 @@ def _server_seconds() -> dict[int, float]:
         name, rest = stat.split("(", 1)[1].rsplit(")", 1)
         if name in SERVER_NAMES:
             after_name = rest.split()
-            seconds[int(stat_file.parent.name)] = (
-                int(after_name[11]) + int(after_name[12])  # utime, stime
-            ) / _TICKS
+            own_and_reaped = after_name[11:15]  # utime, stime, cutime, cstime
+            seconds[int(stat_file.parent.name)] = sum(map(int, own_and_reaped)) / _TICKS
     return seconds

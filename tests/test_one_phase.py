@@ -32,7 +32,7 @@ from support import (
 )
 
 from xasink import write_xa
-from xasink.errors import InputDataError, SinkConflictError
+from xasink.errors import InputDataError, JobAbortedError, SinkConflictError
 from xasink.protocol.states import JobState
 
 
@@ -258,18 +258,20 @@ def test_a_refused_staged_apply_leaves_the_target_unchanged(spark, db):
     assert db.prepared_transactions() == [] and stage_tables(db) == []
 
 
-@pytest.mark.parametrize("landed", [True, False])
-def test_an_operator_settles_a_commit_whose_reply_was_lost(db, landed):
+@pytest.mark.parametrize("commit", ["lands", "rolls back", "landed before"])
+def test_an_operator_settles_a_commit_whose_reply_was_lost(db, commit):
     """A lost COMMIT reply leaves a job with no row unless that COMMIT landed. The driver
     settles it with a fence, and where it could not, its error names `xasink resolve JOB
     --abandon --table T`, which runs the same fence: inserting the job's row as aborted
     waits for the transaction still in flight, then fails (the commit landed: its row is
-    there) or succeeds (it never will). Without --table the command says to pass it."""
+    there) or succeeds (it never will). A COMMIT that landed before the command is reported
+    so too. Without --table the command says to pass it."""
     job_id = uuid.uuid4().hex
     with journal_session(db) as (spec, session, journal):
         journal.ensure(session.connection, spec)
     refused = xasink_cli(db, "resolve", job_id, "--abandon", "--yes")
     assert refused.returncode != 0 and "--table" in refused.stderr, refused.stderr
+    args = ("resolve", job_id, "--abandon", "--table", "t", "--yes", "--reason", "lost")
     flight = db.connect(autocommit=False) if db.kind == "postgres" else db.connect()
     try:
         cursor = flight.cursor()
@@ -281,16 +283,18 @@ def test_an_operator_settles_a_commit_whose_reply_was_lost(db, landed):
             f"heartbeat_at) VALUES (%s, 't', 'committed', 0, {now}, {now})",
             (job_id,),
         )
-        args = ("resolve", job_id, "--abandon", "--table", "t", "--yes", "--reason", "lost")
-        thread, outcome = in_background(lambda: xasink_cli(db, *args))
-        time.sleep(1.5)
-        assert thread.is_alive(), f"the fence did not wait for the commit in flight: {outcome}"
-        flight.commit() if landed else flight.rollback()
-        thread.join(60)
+        if commit == "landed before":
+            flight.commit()
+            done = xasink_cli(db, *args)
+        else:
+            thread, outcome = in_background(lambda: xasink_cli(db, *args))
+            _until_a_session_waits_for_a_lock(db, thread)
+            flight.commit() if commit == "lands" else flight.rollback()
+            thread.join(60)
+            (done,) = outcome
     finally:
         flight.close()
-    (done,) = outcome
-    expected = JobState.COMMITTED if landed else JobState.ABORTED
+    expected = JobState.ABORTED if commit == "rolls back" else JobState.COMMITTED
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"job={job_id} state={expected}" in done.stdout
     row = _job_row(db, job_id)
@@ -299,8 +303,55 @@ def test_an_operator_settles_a_commit_whose_reply_was_lost(db, landed):
         cursor = conn.cursor()
         cursor.execute("SELECT resolution FROM xasink_jobs WHERE job_id = %s", (job_id,))
         (resolution,) = cursor.fetchone()
-    assert (resolution is not None and "lost" in resolution) == (not landed), resolution
+    assert (resolution is not None and "lost" in resolution) == (expected == JobState.ABORTED)
     assert db.prepared_transactions() == []
+
+
+def test_a_job_whose_id_an_operator_settled_first_writes_nothing(spark, db, monkeypatch):
+    """An operator's `xasink resolve JOB --abandon --table T` names a job before its
+    transaction reached the job row (a mistyped id can): the fence's ABORTED row is there
+    first, so the transaction's insert of the job row meets a duplicate key, rolls back
+    everything, and says the job was settled as aborted (not that the rows were refused)."""
+    from types import SimpleNamespace
+
+    job_id = uuid.uuid4().hex
+    fixed = SimpleNamespace(uuid4=lambda: SimpleNamespace(hex=job_id))
+    monkeypatch.setattr("xasink.driver.job.uuid", fixed)
+    table = seeded_table(db)
+    with journal_session(db) as (spec, session, journal):
+        journal.ensure(session.connection, spec)
+    fenced = xasink_cli(db, "resolve", job_id, "--abandon", "--table", table, "--yes")
+    assert f"state={JobState.ABORTED}" in fenced.stdout, fenced.stdout + fenced.stderr
+    df = small_frame(
+        spark, [(i, "late", 1.0) for i in range(60, 80)], "id long, name string, v double"
+    )
+    with pytest.raises(JobAbortedError, match="settled as aborted") as raised:
+        write_xa(df, table=table, mode="upsert", key="id", **connection_args(db))
+    assert raised.value.job_id == job_id
+    assert contents(db, table) == old_contents()
+    assert _job_row(db, job_id)[0] == JobState.ABORTED
+    assert db.prepared_transactions() == [] and stage_tables(db) == []
+
+
+def _until_a_session_waits_for_a_lock(db, thread) -> None:
+    """Until the server shows a session waiting for a lock (the fence on the job row's
+    key), while `thread` (which runs it) is still alive."""
+    waiting = (
+        "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        if db.kind == "postgres"
+        else "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+    )
+    deadline = time.monotonic() + 60
+    with db.admin_connect() as conn:  # MariaDB's INNODB_TRX needs PROCESS
+        cursor = conn.cursor()
+        while True:
+            cursor.execute(waiting)
+            if cursor.fetchone()[0]:
+                break
+            assert thread.is_alive(), "the fence ended without waiting for the commit in flight"
+            assert time.monotonic() < deadline, "no session waited for the job row's lock"
+            time.sleep(0.05)
+    assert thread.is_alive()
 
 
 def test_an_older_decided_staged_job_is_finished_first(spark, db):

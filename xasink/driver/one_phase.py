@@ -110,15 +110,17 @@ def settle(job: Job, reason: str) -> None:
         )
     else:
         job.trace.state = None
+        where = ["--journal-schema", job.journal.schema] if job.journal.schema else []
         settle_it = shlex.join(
-            ["xasink", "resolve", job.job_id, "--abandon", "--table", plan.target]
+            ["xasink", "resolve", job.job_id, "--abandon", "--table", plan.target, *where]
         )
         error = DecisionUnknownError(
             f"Committing job {job.job_id} failed and its outcome is unknown ({reason}): its "
             "COMMIT may still be in flight. Do not run the write again yet. Settle it with "
-            f"`{settle_it}` (with this job's connection options): it waits for a COMMIT "
-            "still in flight, then says `committed` (its rows are in the table) or "
-            "`aborted` (nothing of it is; run the write again)."
+            f"`{settle_it}` (with this job's connection options, and before `xasink prune` "
+            "could delete its row): it waits for a COMMIT still in flight, then says "
+            "`committed` (its rows are in the table) or `aborted` (nothing of it is; run the "
+            "write again)."
         )
     error.job_id = job.job_id
     raise error

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from .._testing.faults import trigger
 from ..dialects import get_dialect
-from ..errors import WriteError
+from ..errors import JobAbortedError, WriteError
 from ..loaders import Loader, open_loader
 from ..protocol import sessions
 from ..protocol.applying import JobOrderError
@@ -219,8 +219,9 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
     Returns the partition's report; `problem` is set (nothing committed) for rows a staged
     mode cannot apply, or ONE_PHASE_TAKEN when the sink's mark had reached the batch. Raises
     LocalCommitUnknown when the commit's outcome is unknown, JobOrderError while an older
-    decided staged job on the table is unfinished, InputDataError when the target refuses
-    staged rows, WriteError for any other failure (nothing committed)."""
+    decided staged job on the table is unfinished, JobAbortedError when an operator's fence
+    settled the job first, InputDataError when the target refuses staged rows, WriteError
+    for any other failure (nothing committed)."""
     if plan.apply is not None and plan.apply.op_skip:
         batches = without_skipped_ops(plan.apply, batches)
     dialect = get_dialect(plan.spec.dialect)
@@ -262,7 +263,8 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         if load is not None:
             _quietly(load.abort, session)
         _quietly(conn.rollback, session)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, LocalCommitUnknown, JobOrderError)):
+        passed = (KeyboardInterrupt, SystemExit, LocalCommitUnknown, JobOrderError, JobAbortedError)
+        if isinstance(exc, passed):
             raise
         if plan.apply is not None and is_data_error(exc):
             raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None

@@ -168,8 +168,15 @@ def abandon(
     if not valid_job_id(job_id):
         raise ConfigurationError(f"{job_id!r} is not an xasink job id (32 hex digits).")
     record = journal.job(conn, job_id)
-    if record is None and table is not None:
-        return settle_one_phase(ops, conn, journal, job_id, reason, table)
+    if table is not None:
+        if record is None:
+            return settle_one_phase(ops, conn, journal, job_id, reason, table)
+        if record.state in (JobState.COMMITTED, JobState.ABORTED):  # settled already
+            return JobState(record.state), RecoveryReport(dry_run=False, journal=describe(journal))
+        raise ConfigurationError(
+            f"Job {job_id} is {record.state}: --table settles only a one-phase job whose "
+            "commit's outcome was unknown. Leave it out to abandon this job."
+        )
     if record is None:
         raise ConfigurationError(
             f"No job {job_id} in this journal (`xasink jobs` lists them). A single-branch "
@@ -199,14 +206,20 @@ def settle_one_phase(
     flight: a duplicate means it landed (COMMITTED, nothing changed), else the job is
     aborted for good and nothing of it is in `table`. It prepared nothing, so there is no
     branch to resolve."""
-    state = journal.fence_one_phase(conn, job_id, table)
-    if state is None:
-        raise ConfigurationError(f"Job {job_id} could not be settled; look with `xasink jobs`.")
-    final = JobState(state)
-    if final == JobState.ABORTED:
-        what = _resolution("unknown (one-phase commit)", final, reason)
-        journal.end_by_operator(conn, job_id, JobState.ABORTED, final, _operator(ops), what)
-    return final, RecoveryReport(dry_run=False, journal=describe(journal))
+    what = _resolution("unknown (one-phase commit)", JobState.ABORTED, reason)
+    try:
+        state = journal.fence_one_phase(conn, job_id, table, _operator(ops), what)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"Job {job_id} could not be settled ({ops.spec.redact(exc)}): a transaction of "
+            "it may still be open on the server. Run the command again later."
+        ) from None
+    if state not in (JobState.COMMITTED, JobState.ABORTED):
+        raise ConfigurationError(
+            f"Job {job_id} is {state}: a two-phase job registered under this id meanwhile. "
+            "Look with `xasink jobs`."
+        )
+    return JobState(state), RecoveryReport(dry_run=False, journal=describe(journal))
 
 
 def _operator(ops: BranchOps) -> str:

@@ -21,7 +21,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..runtime.jdbc import JdbcConnection, execute, local_transaction, network_timeout_lifted
+from ..errors import JobAbortedError
+from ..runtime.jdbc import (
+    JdbcConnection,
+    execute,
+    local_transaction,
+    network_timeout_lifted,
+    sql_state,
+)
 from ..spec import ConnectionSpec
 from . import applying, sinkmarks
 from .applying import StagedApply, StagedPlan
@@ -163,20 +170,29 @@ class Journal(JournalReader):
         if plan is not None:  # applies into one table, one at a time (see `finish`)
             self.lock_apply(conn, plan)
         now = self.dialect.now_sql
-        execute(
-            conn,
-            f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-            "heartbeat_at, decided_at, finished_at, lease_seconds, sink_id, batch_id, query_id) "
-            f"VALUES (?, ?, ?, 0, {now}, {now}, {now}, {now}, 0, ?, ?, ?)",
-            (
-                job_id,
-                table,
-                JobState.COMMITTED,
-                sink.sink_id if sink else None,
-                sink.batch_id if sink else None,
-                sink.query_id if sink else None,
-            ),
-        )
+        try:
+            execute(
+                conn,
+                f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
+                "heartbeat_at, decided_at, finished_at, lease_seconds, sink_id, batch_id, "
+                f"query_id) VALUES (?, ?, ?, 0, {now}, {now}, {now}, {now}, 0, ?, ?, ?)",
+                (
+                    job_id,
+                    table,
+                    JobState.COMMITTED,
+                    sink.sink_id if sink else None,
+                    sink.batch_id if sink else None,
+                    sink.query_id if sink else None,
+                ),
+            )
+        except Exception as exc:  # a duplicate key: the job's row is an operator's fence
+            if (sql_state(exc) or "").startswith("23"):
+                raise JobAbortedError(
+                    f"Job {job_id} was settled as aborted (`xasink resolve {job_id} --abandon "
+                    "--table`) before it could commit: nothing of it was written. Run the "
+                    "write again."
+                ) from None
+            raise
         if plan is not None:  # before the mark: a decision takes its job row, then the mark
             applying.lock_apply_order(self, conn, job_id, plan)
         if sink is not None:
@@ -197,19 +213,28 @@ class Journal(JournalReader):
                 staged.apply(conn, self.dialect, plan)
         return Decision.DECIDED
 
-    def fence_one_phase(self, conn: JdbcConnection, job_id: str, table: str) -> str | None:
+    def fence_one_phase(
+        self,
+        conn: JdbcConnection,
+        job_id: str,
+        table: str,
+        resolved_by: str | None = None,
+        resolution: str | None = None,
+    ) -> str | None:
         """After a single-branch job's commit failed ambiguously: settle it for good.
 
         Inserting the job's row as aborted waits on the key lock of a commit still in
         flight; a duplicate key means the commit landed (the state read then says so),
-        success means it never will. Returns ABORTED when this call settled it so."""
+        success means it never will. Returns ABORTED when this call settled it so. An
+        operator's fence (`xasink resolve --table`) records who did it in the same row."""
         now = self.dialect.now_sql
         try:
             execute(
                 conn,
                 f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-                f"heartbeat_at, finished_at) VALUES (?, ?, ?, 0, {now}, {now}, {now})",
-                (job_id, table, JobState.ABORTED),
+                "heartbeat_at, finished_at, resolved_by, resolution) "
+                f"VALUES (?, ?, ?, 0, {now}, {now}, {now}, ?, ?)",
+                (job_id, table, JobState.ABORTED, resolved_by, resolution),
             )
         except Exception:
             state = self.state(conn, job_id)
