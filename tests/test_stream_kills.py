@@ -1,7 +1,7 @@
 """A foreachBatch stream whose driver is SIGKILLed (the whole process group) again and again,
 and restarted from its checkpoint until the input is consumed: once at the point between
 the sink's commit and Spark's commit log, then at random moments (seeded, see
-chaos_support; CI kills 4 times on PostgreSQL, `make chaos` 30 times on every database).
+chaos_support; CI kills 2 times on PostgreSQL, `make chaos` 30 times on every database).
 
 Each batch is appended to one table and merged, as a change feed, into another. At the end
 the append table holds exactly the input ids, the merge table exactly the final state per
@@ -29,7 +29,7 @@ from support import (
     stream_files,
 )
 
-KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 4))
+KILLS = int(os.environ.get("XASINK_STREAM_KILLS") or (30 if FULL else 2))
 FILES, PER_FILE = KILLS + 10, 100
 
 

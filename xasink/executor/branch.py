@@ -19,7 +19,7 @@ from .._testing.faults import trigger
 from ..dialects import get_dialect
 from ..errors import JobAbortedError, WriteError
 from ..loaders import Loader, open_loader
-from ..protocol import sessions
+from ..protocol import applying, sessions
 from ..protocol.applying import JobOrderError
 from ..protocol.heartbeat import Heartbeat
 from ..protocol.sessions import open_session
@@ -284,7 +284,7 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         if unbound:
             execute(conn, unbound)
         if plan.apply is not None:
-            plan.journal.release_apply_lock(conn, plan.apply)
+            applying.release_apply_lock(plan.journal, conn, plan.apply)
         sessions.park(plan.spec, BRANCH_ROLE, session)
     except Exception:
         session.close()

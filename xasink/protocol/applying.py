@@ -11,6 +11,7 @@ own staging table and target, and staged jobs on one table apply in decision ord
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol, TypeVar
 
 from ..dialects import Dialect
@@ -20,6 +21,8 @@ from ..spec import TableRef
 from ..xid import valid_job_id
 from .schema import JournalLayout
 from .states import FINAL_STATES, JobState
+
+log = logging.getLogger("xasink")
 
 
 class StagedPlan(Protocol):
@@ -134,6 +137,26 @@ def check_apply_order(
     )
     if rows:
         raise JobOrderError(str(rows[0][0]), plan)
+
+
+def lock_apply(journal: JournalLayout, conn: JdbcConnection, plan: StagedPlan) -> None:
+    """Take the apply lock of the plan's target (waits at most the journal's lock bound):
+    every staged apply into one table, one at a time."""
+    journal.dialect.lock_apply(conn, _apply_key(journal, plan), max(1, int(journal.lock_wait)))
+
+
+def release_apply_lock(journal: JournalLayout, conn: JdbcConnection, plan: StagedPlan) -> None:
+    """Release the apply lock where it outlives the transaction (MySQL's named locks).
+    Never raises: the outcome it follows is already decided; a broken session drops
+    its locks anyway."""
+    try:
+        journal.dialect.unlock_apply(conn, _apply_key(journal, plan))
+    except Exception as exc:
+        log.warning("xasink: releasing the apply lock failed: %s", type(exc).__name__)
+
+
+def _apply_key(journal: JournalLayout, plan: StagedPlan) -> str:
+    return f"{journal.tag}:{plan.target}"
 
 
 def lock_apply_order(

@@ -79,24 +79,29 @@ class Journal(JournalReader):
         A format("xasink") stream's job is registered before its batch is known: with
         `stream_key`, its writer's identity, hashed (see `running_of_stream`), and
         `stream_sink`, its sink when the options name it (`reset_sink` sees it running)."""
-        now = self.dialect.now_sql
-        execute(
-            conn,
-            f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-            "heartbeat_at, apply_plan, lease_seconds, sink_id, batch_id, query_id, stream_key) "
-            f"VALUES (?, ?, ?, 0, {now}, {now}, ?, ?, ?, ?, ?, ?)",
-            (
-                job_id,
-                table,
-                JobState.RUNNING,
-                plan.to_json() if plan else None,
-                int(lease + 0.999),
-                sink.sink_id if sink else stream_sink,
-                sink.batch_id if sink else None,
-                sink.query_id if sink else None,
-                stream_key,
-            ),
-        )
+        values = {
+            "apply_plan": plan.to_json() if plan else None,
+            "lease_seconds": int(lease + 0.999),
+        }
+        values |= _sink_columns(sink) | ({"sink_id": stream_sink} if sink is None else {})
+        self._insert_job(conn, job_id, table, JobState.RUNNING, values | {"stream_key": stream_key})
+
+    def _insert_job(
+        self,
+        conn: JdbcConnection,
+        job_id: str,
+        table: str,
+        state: str,
+        values: dict[str, Any],
+        stamped: tuple[str, ...] = (),
+    ) -> None:
+        """A job's row: born now with no beats, in `state`, the `stamped` columns set to now
+        too, and `values` (column names are this module's, never a caller's text)."""
+        now, timed = self.dialect.now_sql, ("created_at", "heartbeat_at", *stamped)
+        names = ", ".join(["job_id", "target_table", "state", "beats", *timed, *values])
+        marks = ", ".join(["?", "?", "?", "0", *(now for _ in timed), *("?" for _ in values)])
+        sql = f"INSERT INTO {self.jobs} ({names}) VALUES ({marks})"
+        execute(conn, sql, (job_id, table, state, *values.values()))
 
     def heartbeat(self, conn: JdbcConnection, job_id: str, lease: float | None = None) -> None:
         """Prove the job's owner alive; `lease` replaces the job's lease (a format("xasink")
@@ -168,23 +173,11 @@ class Journal(JournalReader):
         query or was reset). Raises JobOrderError while an older decided staged job on the
         table is unfinished, and the target's own refusal of staged rows."""
         if plan is not None:  # applies into one table, one at a time (see `finish`)
-            self.lock_apply(conn, plan)
-        now = self.dialect.now_sql
+            applying.lock_apply(self, conn, plan)
         try:
-            execute(
-                conn,
-                f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-                "heartbeat_at, decided_at, finished_at, lease_seconds, sink_id, batch_id, "
-                f"query_id) VALUES (?, ?, ?, 0, {now}, {now}, {now}, {now}, 0, ?, ?, ?)",
-                (
-                    job_id,
-                    table,
-                    JobState.COMMITTED,
-                    sink.sink_id if sink else None,
-                    sink.batch_id if sink else None,
-                    sink.query_id if sink else None,
-                ),
-            )
+            values = {"lease_seconds": 0, **_sink_columns(sink)}
+            stamped = ("decided_at", "finished_at")
+            self._insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
         except Exception as exc:  # a duplicate key: the job's row is an operator's fence
             if (sql_state(exc) or "").startswith("23"):
                 raise JobAbortedError(
@@ -227,15 +220,9 @@ class Journal(JournalReader):
         flight; a duplicate key means the commit landed (the state read then says so),
         success means it never will. Returns ABORTED when this call settled it so. An
         operator's fence (`xasink resolve --table`) records who did it in the same row."""
-        now = self.dialect.now_sql
         try:
-            execute(
-                conn,
-                f"INSERT INTO {self.jobs} (job_id, target_table, state, beats, created_at, "
-                "heartbeat_at, finished_at, resolved_by, resolution) "
-                f"VALUES (?, ?, ?, 0, {now}, {now}, {now}, ?, ?)",
-                (job_id, table, JobState.ABORTED, resolved_by, resolution),
-            )
+            by = {"resolved_by": resolved_by, "resolution": resolution}
+            self._insert_job(conn, job_id, table, JobState.ABORTED, by, ("finished_at",))
         except Exception:
             state = self.state(conn, job_id)
             if state is None:
@@ -294,7 +281,7 @@ class Journal(JournalReader):
                 # The apply lock before the job's row, as a one-phase job takes them.
                 plan = applying.stored_plan(self, conn, job_id, self.staged)
                 if plan is not None:
-                    self.lock_apply(conn, plan)
+                    applying.lock_apply(self, conn, plan)
                     held.append(plan)
                 changed = self._end(conn, job_id, JobState.COMMITTING, JobState.COMMITTED)
                 if changed:
@@ -315,24 +302,8 @@ class Journal(JournalReader):
                     )
         finally:
             for plan in held:
-                self.release_apply_lock(conn, plan)
+                applying.release_apply_lock(self, conn, plan)
         return changed
-
-    def lock_apply(self, conn: JdbcConnection, plan: StagedPlan) -> None:
-        """Take the apply lock of the plan's target (waits at most the lock bound)."""
-        self.dialect.lock_apply(conn, self._apply_key(plan), max(1, int(self.lock_wait)))
-
-    def release_apply_lock(self, conn: JdbcConnection, plan: StagedPlan) -> None:
-        """Release the apply lock where it outlives the transaction (MySQL's named locks).
-        Never raises: the outcome it follows is already decided; a broken session drops
-        its locks anyway."""
-        try:
-            self.dialect.unlock_apply(conn, self._apply_key(plan))
-        except Exception as exc:
-            log.warning("xasink: releasing the apply lock failed: %s", type(exc).__name__)
-
-    def _apply_key(self, plan: StagedPlan) -> str:
-        return f"{self.tag}:{plan.target}"
 
     def finish_or_refuse(
         self, conn: JdbcConnection, job_id: str, winners: Iterable[Winner]
@@ -437,3 +408,12 @@ class Journal(JournalReader):
 
 
 __all__ = ["Journal"]
+
+
+def _sink_columns(sink: SinkBatch | None) -> dict[str, Any]:
+    """A streaming job's sink, batch and query columns (all NULL for a batch job)."""
+    return {
+        "sink_id": sink.sink_id if sink else None,
+        "batch_id": sink.batch_id if sink else None,
+        "query_id": sink.query_id if sink else None,
+    }
