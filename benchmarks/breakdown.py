@@ -296,9 +296,11 @@ def _recorded_write_xa(target: Target) -> dict[str, Any]:
     return {**detail, "steps": dict(steps)}
 
 
-#: What `fixed` measures: Spark JDBC, write_xa, and a no-op mapInArrow job over the same
-#: DataFrame, the floor of any Python writer's call.
-FIXED_CONTENDERS = ("spark_jdbc", "write_xa", "arrow_floor")
+#: What `fixed` measures: Spark JDBC, write_xa, and over the same DataFrame a no-op
+#: mapInArrow job (the floor of a write through a Python task), its collect into the driver
+#: as Arrow (what write_xa's driver-written small frame pays before writing) and Spark's
+#: cheapest job (a count of its internal rows: the least any Spark writer pays per call).
+FIXED_CONTENDERS = ("spark_jdbc", "write_xa", "arrow_floor", "arrow_collect", "least_job")
 
 
 #: What `fixed` counts on the server, per call: the two writers.
@@ -322,7 +324,7 @@ def fixed(
     contenders = [
         CONTENDERS["spark_jdbc"],
         Contender("write_xa", "xasink write_xa", _recorded_write_xa),
-        CONTENDERS["arrow_floor"],
+        *(CONTENDERS[name] for name in FIXED_CONTENDERS[2:]),
     ]
     jars = driver_jars(databases)
     spark = spark_session("local[2,4]", "2g", list(jars.values()))
@@ -671,11 +673,18 @@ def _fixed_summary(timings: Sequence[Timing]) -> dict[str, Any]:
     calls = [t.detail["steps"] for t in timed if t.contender == "write_xa" and not t.error]
     names = list(dict.fromkeys(name for call in calls for name in call))
     steps = {name: statistics.median(call.get(name, 0.0) for call in calls) for name in names}
-    spark_s, xa_s, floor_s = (medians[name] for name in FIXED_CONTENDERS)
+    spark_s = medians["spark_jdbc"]
+
+    def over_spark(name: str) -> float | None:
+        mine = medians[name]
+        return mine / spark_s if mine and spark_s else None
+
     return {
         "median_seconds": medians,
-        "write_xa_over_spark_jdbc_time": xa_s / spark_s if xa_s and spark_s else None,
-        "floor_over_spark_jdbc_time": floor_s / spark_s if floor_s and spark_s else None,
+        "write_xa_over_spark_jdbc_time": over_spark("write_xa"),
+        "floor_over_spark_jdbc_time": over_spark("arrow_floor"),
+        "collect_over_spark_jdbc_time": over_spark("arrow_collect"),
+        "least_job_over_spark_jdbc_time": over_spark("least_job"),
         "step_median_seconds": steps,
         "samples": seconds,
         "load_averages": [t.load_average for t in timed],
@@ -712,12 +721,16 @@ def _fixed_markdown(report: dict[str, Any]) -> str:
             ("write_xa call", "write_xa"),
             ("Spark JDBC call", "spark_jdbc"),
             ("no-op mapInArrow job (floor)", "arrow_floor"),
+            ("collect as Arrow, no write", "arrow_collect"),
+            ("Spark's cheapest job, no write", "least_job"),
         ):
             cells = " | ".join(_ms(data["median_seconds"].get(key)) for data in sizes.values())
             lines.append(f"| **{label}** | {cells} |")
         for label, key in (
             ("write_xa time / Spark JDBC time", "write_xa_over_spark_jdbc_time"),
             ("floor time / Spark JDBC time", "floor_over_spark_jdbc_time"),
+            ("collect time / Spark JDBC time", "collect_over_spark_jdbc_time"),
+            ("cheapest job time / Spark JDBC time", "least_job_over_spark_jdbc_time"),
         ):
             ratios = " | ".join(
                 f"{r:.2f}" if (r := data.get(key)) else "—" for data in sizes.values()

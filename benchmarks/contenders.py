@@ -91,6 +91,20 @@ def arrow_floor(target: Target) -> dict[str, Any]:
     return {}
 
 
+def arrow_collect(target: Target) -> dict[str, Any]:
+    """No write: the DataFrame collected into the driver as Arrow batches, as write_xa's
+    small-frame path collects it before its one transaction (a Spark job, no Python task)."""
+    target.df._collect_as_arrow()
+    return {}
+
+
+def least_job(target: Target) -> dict[str, Any]:
+    """No write, nothing returned: Spark's cheapest job over the same DataFrame (a count of
+    its internal rows), the least any Spark writer pays per call for reading its rows."""
+    target.df._jdf.queryExecution().toRdd().count()
+    return {}
+
+
 def recover_write_xa(target: Target) -> dict[str, Any]:
     """After a failed write_xa: let xasink resolve its own in-doubt branches on this table.
 
@@ -144,6 +158,8 @@ CONTENDERS: dict[str, Contender] = {
         ),
         Contender("raw", "raw COPY / LOAD DATA", raw),
         Contender("arrow_floor", "no-op mapInArrow (floor)", arrow_floor, writes=False),
+        Contender("arrow_collect", "collect as Arrow (no write)", arrow_collect, writes=False),
+        Contender("least_job", "Spark's cheapest job (no write)", least_job, writes=False),
         # The staged modes' price: rows loaded into a staging table, then applied in one
         # transaction (the table is emptied before each run, so this is load + copy).
         Contender(

@@ -489,14 +489,18 @@ def test_recovery_refuses_journal_rows_naming_other_tables(db):
 
 
 # -- a live job aborted by a recovery run ---------------------------------------------------
-def test_a_live_job_aborted_by_recovery_fails_once_with_a_clear_error(spark, db):
+def test_a_live_job_aborted_by_recovery_fails_once_with_a_clear_error(spark, db, tmp_path):
     """`xasink recover --grace 0` from another process aborts a staged job while its tasks
     are still reading their input (and drops its staging table). The job must fail with
     JobAbortedError, once, without Spark retrying every task."""
-    table = seeded_table(db)
+    table, recovered = seeded_table(db), tmp_path / "recovered"
 
-    def slow(batches):
-        time.sleep(20)
+    def slow(batches):  # the input comes once the recovery run is over
+        import time as t
+
+        deadline = t.monotonic() + 120
+        while not recovered.exists() and t.monotonic() < deadline:
+            t.sleep(0.05)
         yield from batches
 
     df = spark.range(0, 300, numPartitions=2).selectExpr(
@@ -528,6 +532,7 @@ def test_a_live_job_aborted_by_recovery_fails_once_with_a_clear_error(spark, db)
         time.sleep(0.2)
     assert stage_tables(db), "the job never created its staging table"
     done = cli(db, "--grace", "0")
+    recovered.touch()
     assert done.returncode == 0, done.stdout + done.stderr
     thread.join(timeout=240)
     assert isinstance(outcome[0], JobAbortedError), outcome
