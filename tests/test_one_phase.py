@@ -334,15 +334,18 @@ def test_a_job_whose_id_an_operator_settled_first_writes_nothing(spark, db, monk
 
 
 def _until_a_session_waits_for_a_lock(db, thread) -> None:
-    """Until the server shows a session waiting for a lock (the fence on the job row's
-    key), while `thread` (which runs it) is still alive."""
+    """Until the server shows the fence waiting on the job row's key, while `thread` (which
+    runs it) is still alive: on PostgreSQL a lock not granted; on MySQL/MariaDB its INSERT
+    into the jobs table still executing (it cannot end while the row's insert is open).
+    MariaDB's INNODB_TRX was seen not to list such a waiting autocommit INSERT."""
     waiting = (
         "SELECT count(*) FROM pg_locks WHERE NOT granted"
         if db.kind == "postgres"
-        else "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+        else "SELECT count(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' "
+        "AND INFO LIKE 'INSERT INTO `xasink_jobs`%'"
     )
     deadline = time.monotonic() + 60
-    with db.admin_connect() as conn:  # MariaDB's INNODB_TRX needs PROCESS
+    with db.admin_connect() as conn:  # MariaDB shows other users' sessions to PROCESS
         cursor = conn.cursor()
         while True:
             cursor.execute(waiting)
