@@ -611,17 +611,17 @@ def _cpu_medians(timed: Sequence[Timing], contenders: Sequence[Contender]) -> di
     for contender in contenders:
         runs = [t for t in timed if t.contender == contender.name and t.seconds]
         spent = [t.detail.get("cpu_seconds") or {} for t in runs]
-
-        def median(values: list[float | None]) -> float | None:
-            known = [v for v in values if v is not None]
-            return statistics.median(known) if known else None
-
         medians[contender.name] = {
-            "wall": median([t.seconds for t in runs]),
-            "machine": median([c.get("machine") for c in spent]),
-            "server": median([c.get("server") for c in spent]),
+            "wall": _known_median([t.seconds for t in runs]),
+            "machine": _known_median([c.get("machine") for c in spent]),
+            "server": _known_median([c.get("server") for c in spent]),
         }
     return medians
+
+
+def _known_median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _cpu_markdown(report: dict[str, Any], columns: Sequence[tuple[str, str]]) -> list[str]:

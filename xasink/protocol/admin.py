@@ -167,16 +167,9 @@ def abandon(
     """
     if not valid_job_id(job_id):
         raise ConfigurationError(f"{job_id!r} is not an xasink job id (32 hex digits).")
-    record = journal.job(conn, job_id)
     if table is not None:
-        if record is None:
-            return settle_one_phase(ops, conn, journal, job_id, reason, table)
-        if record.state in (JobState.COMMITTED, JobState.ABORTED):  # settled already
-            return JobState(record.state), RecoveryReport(dry_run=False, journal=describe(journal))
-        raise ConfigurationError(
-            f"Job {job_id} is {record.state}: --table settles only a one-phase job whose "
-            "commit's outcome was unknown. Leave it out to abandon this job."
-        )
+        return settle_one_phase(ops, conn, journal, job_id, reason, table)
+    record = journal.job(conn, job_id)
     if record is None:
         raise ConfigurationError(
             f"No job {job_id} in this journal (`xasink jobs` lists them). A single-branch "
@@ -205,7 +198,8 @@ def settle_one_phase(
     (`Journal.fence_one_phase`) inserts the row as aborted, waiting on a COMMIT still in
     flight: a duplicate means it landed (COMMITTED, nothing changed), else the job is
     aborted for good and nothing of it is in `table`. It prepared nothing, so there is no
-    branch to resolve."""
+    branch to resolve. A job that has a row already is reported as it stands if it ended
+    committed or aborted, and refused otherwise (the fence's duplicate key changes nothing)."""
     what = _resolution("unknown (one-phase commit)", JobState.ABORTED, reason)
     try:
         state = journal.fence_one_phase(conn, job_id, table, _operator(ops), what)
@@ -216,8 +210,8 @@ def settle_one_phase(
         ) from None
     if state not in (JobState.COMMITTED, JobState.ABORTED):
         raise ConfigurationError(
-            f"Job {job_id} is {state}: a two-phase job registered under this id meanwhile. "
-            "Look with `xasink jobs`."
+            f"Job {job_id} is {state}: --table settles only a one-phase job whose commit's "
+            "outcome was unknown. Leave it out to abandon this job (`xasink jobs` shows it)."
         )
     return JobState(state), RecoveryReport(dry_run=False, journal=describe(journal))
 

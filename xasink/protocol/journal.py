@@ -407,9 +407,6 @@ class Journal(JournalReader):
         )
 
 
-__all__ = ["Journal"]
-
-
 def _sink_columns(sink: SinkBatch | None) -> dict[str, Any]:
     """A streaming job's sink, batch and query columns (all NULL for a batch job)."""
     return {
@@ -417,3 +414,6 @@ def _sink_columns(sink: SinkBatch | None) -> dict[str, Any]:
         "batch_id": sink.batch_id if sink else None,
         "query_id": sink.query_id if sink else None,
     }
+
+
+__all__ = ["Journal"]
