@@ -22,7 +22,11 @@ RATIOS = (
     ("write_xa", "arrow_floor"),
 )
 #: Stream ratios, of batches/s and of median batch latency: (contender, against).
-STREAM_RATIOS = (("write_xa", "spark_jdbc"), ("write_xa_format", "spark_jdbc"))
+STREAM_RATIOS = (
+    ("write_xa", "spark_jdbc"),
+    ("write_xa_format", "spark_jdbc"),
+    *((floor, "spark_jdbc") for floor in ("stream_collect", "python_noop", "spark_noop")),
+)
 RATIO_NAMES = {
     "write_xa_format": 'format("xasink")',
     "write_xa": "write_xa",
@@ -30,6 +34,9 @@ RATIO_NAMES = {
     "raw": "raw",
     "write_xa_per_partition": "write_xa 1 branch/partition",
     "arrow_floor": "floor",
+    "stream_collect": "collect only",
+    "python_noop": "no-op Python source",
+    "spark_noop": "Spark noop",
 }
 
 

@@ -165,6 +165,30 @@ def format_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataSt
     )
 
 
+def collect_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
+    """No write: foreachBatch collecting each batch into the driver as Arrow, as
+    `foreach_batch`'s driver-written batch does before its one transaction."""
+
+    def collect(batch: DataFrame, _batch_id: int) -> None:
+        batch._collect_as_arrow()
+
+    return stream.writeStream.foreachBatch(_timed(collect, calls))
+
+
+def spark_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
+    """No write: Spark's own `noop` sink (JVM), what any micro-batch costs before a sink."""
+    return stream.writeStream.format("noop")
+
+
+def python_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
+    """No write: a Python data source whose stream writer drops the rows
+    (benchmarks/noop_source.py), what `format("xasink")` pays before writing."""
+    from .noop_source import NAME, NoopDataSource
+
+    target.spark.dataSource.register(NoopDataSource)
+    return stream.writeStream.format(NAME)
+
+
 def recover_stream(target: StreamTarget) -> dict[str, Any]:
     """After a failed xasink query: resolve what it left in doubt on the table."""
     return recover_table(target.db, target.table)
@@ -179,6 +203,8 @@ class StreamContender:
     sink: Callable[[DataFrame, StreamTarget, Calls], DataStreamWriter]
     #: Runs after a failed measurement, before the next one; its result goes in the detail.
     cleanup: Callable[[StreamTarget], dict[str, Any]] | None = None
+    #: False for a floor that writes nothing: the table's row count is not checked.
+    writes: bool = True
 
 
 STREAM_CONTENDERS: dict[str, StreamContender] = {
@@ -188,6 +214,18 @@ STREAM_CONTENDERS: dict[str, StreamContender] = {
         StreamContender("write_xa", "xasink foreach_batch", write_xa_sink, recover_stream),
         StreamContender(
             "write_xa_format", 'writeStream.format("xasink")', format_sink, recover_stream
+        ),
+        StreamContender(
+            "stream_collect",
+            "collect as Arrow in foreachBatch (no write)",
+            collect_sink,
+            writes=False,
+        ),
+        StreamContender(
+            "python_noop", "no-op Python data source (no write)", python_noop_sink, writes=False
+        ),
+        StreamContender(
+            "spark_noop", "Spark's noop sink (no write)", spark_noop_sink, writes=False
         ),
     )
 }
@@ -307,7 +345,7 @@ def measure_stream_once(
             rows_per_batch=target.rows_per_batch,
         )
         expected = target.source.files * target.rows_per_batch
-        found = db.count(target.table)
+        found = db.count(target.table) if contender.writes else expected
         if found != expected:
             raise AssertionError(f"table holds {found} rows after the query, expected {expected}")
         timing.seconds = seconds

@@ -35,6 +35,22 @@ def test_jar_discovery_prefers_the_newest_version_numerically(tmp_path):
     assert find_driver_jar("mysql", [tmp_path]) == str(tmp_path / "mysql-connector-j-8.4.0.jar")
 
 
+def test_jar_discovery_sees_a_jar_added_or_removed_since_the_last_search(tmp_path):
+    """The search is cached by the folder's change time: a change of its jars shows."""
+    import os
+
+    touch(tmp_path, "postgresql-42.2.1.jar")
+    assert find_driver_jar("postgres", [tmp_path]) == str(tmp_path / "postgresql-42.2.1.jar")
+    stamp = tmp_path.stat().st_mtime_ns
+    touch(tmp_path, "postgresql-42.7.3.jar")
+    os.utime(tmp_path, ns=(stamp + 1_000_000, stamp + 1_000_000))  # a coarse clock's tick
+    assert find_driver_jar("postgres", [tmp_path]) == str(tmp_path / "postgresql-42.7.3.jar")
+    (tmp_path / "postgresql-42.7.3.jar").unlink()
+    (tmp_path / "postgresql-42.2.1.jar").unlink()
+    os.utime(tmp_path, ns=(stamp + 2_000_000, stamp + 2_000_000))
+    assert find_driver_jar("postgres", [tmp_path]) is None
+
+
 def test_jar_discovery_takes_the_first_folder_that_has_one(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -69,17 +70,30 @@ def _version_key(path: Path) -> tuple[int, ...]:
 def find_driver_jar(kind: str, folders: Sequence[Path] | None = None) -> str | None:
     """The newest jar for `kind` in the first folder that has one."""
     for folder in folders if folders is not None else search_dirs():
-        if not folder.is_dir():
+        try:
+            changed = folder.stat().st_mtime_ns if folder.is_dir() else None
+        except OSError:
+            changed = None
+        if changed is None:
             continue
-        found = {
-            p.resolve()
-            for pattern in DRIVER_JAR_PATTERNS[kind]
-            for p in folder.glob(pattern)
-            if visible(p)
-        }
+        hidden = os.environ.get(HIDDEN_ENV, "")
+        found = _jars_in(folder, DRIVER_JAR_PATTERNS[kind], changed, hidden)
         if found:
             return str(max(found, key=_version_key))
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _jars_in(
+    folder: Path, patterns: tuple[str, ...], changed_ns: int, hidden: str
+) -> frozenset[Path]:
+    """The visible jars in `folder` matching `patterns`. Cached by the folder's change
+    time (a jar added, removed or renamed changes it): a system folder holds hundreds of
+    jars, and every write resolves its driver."""
+    del changed_ns, hidden  # cache keys only
+    return frozenset(
+        p.resolve() for pattern in patterns for p in folder.glob(pattern) if visible(p)
+    )
 
 
 def resolve_classpath(kinds: Sequence[str], jars: Sequence[str] | None = None) -> list[str]:
