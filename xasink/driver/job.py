@@ -46,7 +46,7 @@ from .plan import apply_plan_for, load_target
 from .preflight import preflight, recover_table
 from .report import JobOutcome, JobTrace
 from .request import Begun, JobRequest, PhaseOne, Preflight, Skipped
-from .sinks import decided_already
+from .sinks import replayed
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -187,7 +187,9 @@ class Job:
                 if request.recover_first
                 else []
             )
-        done = request.sink and decided_already(self.ops, self.conn, self.journal, request.sink)
+        sink = request.sink
+        mark = self.journal.sink_mark(self.conn, sink.sink_id) if sink else None
+        done = sink and mark and replayed(self.ops, self.conn, self.journal, sink, mark)
         if done:
             self.trace.decided_by = done.job_id
             self.trace.done("preflight")
@@ -199,8 +201,8 @@ class Job:
             )
             if one_phase:
                 apply = apply and temporary_stage(apply, self.dialect)
-                if request.sink is not None:
-                    sinkmarks.register(self.journal, self.conn, request.sink.sink_id)
+                if sink is not None and mark is None:  # its first batch
+                    sinkmarks.register(self.journal, self.conn, sink.sink_id)
             else:
                 self.journal.begin_job(
                     self.conn,

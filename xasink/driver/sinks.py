@@ -113,8 +113,13 @@ def decided_already(
     (nothing to write); None if it is to be written. Raises SinkConflictError for a batch
     below the mark or a mark of another query."""
     mark = journal.sink_mark(conn, sink.sink_id)
-    if mark is None:
-        return None
+    return None if mark is None else replayed(ops, conn, journal, sink, mark)
+
+
+def replayed(
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, sink: SinkBatch, mark: SinkMark
+) -> SinkMark | None:
+    """`decided_already` for the sink's `mark` as just read."""
     refused = refusal(mark, sink)
     if refused is not None:
         raise refused
@@ -164,4 +169,4 @@ def decided_already(
     return mark
 
 
-__all__ = ["conflict_at_decision", "decided_already", "refusal", "sink_batch"]
+__all__ = ["conflict_at_decision", "decided_already", "refusal", "replayed", "sink_batch"]
