@@ -13,7 +13,7 @@ from typing import Any
 
 from .contenders import CONTENDERS
 from .measure import Summary, Timing
-from .streams import STREAM_CONTENDERS, StreamSummary
+from .streams import STREAM_CONTENDERS, STREAM_FLOORS, StreamSummary
 
 RATIOS = (
     ("write_xa", "spark_jdbc"),
@@ -25,7 +25,7 @@ RATIOS = (
 STREAM_RATIOS = (
     ("write_xa", "spark_jdbc"),
     ("write_xa_format", "spark_jdbc"),
-    *((floor, "spark_jdbc") for floor in ("stream_collect", "python_noop", "spark_noop")),
+    *((floor, "spark_jdbc") for floor in STREAM_FLOORS),
 )
 RATIO_NAMES = {
     "write_xa_format": 'format("xasink")',

@@ -29,10 +29,10 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_WORKLOADS = ("narrow-1m", "narrow-10m", "wide-1m", "wide-10m", "tiny", "small", "stream-1k")
 QUICK_WORKLOADS = ("narrow-100k", "tiny")
-#: Every contender runs on the workloads it applies to: the format sink only on streams,
-#: raw and one-branch-per-partition only on bulk writes.
+#: Every contender runs on the workloads it applies to: the format sink and the stream
+#: floors only on streams, raw and one-branch-per-partition only on bulk writes.
 ALL_CONTENDERS = list(dict.fromkeys([*CONTENDERS, *streams.STREAM_CONTENDERS]))
-DEFAULT = [*DEFAULT_CONTENDERS, "write_xa_format"]
+DEFAULT = [*DEFAULT_CONTENDERS, "write_xa_format", *streams.STREAM_FLOORS]
 
 
 def _csv(text: str) -> list[str]:

@@ -207,6 +207,9 @@ class StreamContender:
     writes: bool = True
 
 
+#: The stream contenders that write nothing: what a sink of each kind pays before writing.
+STREAM_FLOORS = ("stream_collect", "python_noop", "spark_noop")
+
 STREAM_CONTENDERS: dict[str, StreamContender] = {
     c.name: c
     for c in (
