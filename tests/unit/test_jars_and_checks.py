@@ -36,19 +36,43 @@ def test_jar_discovery_prefers_the_newest_version_numerically(tmp_path):
 
 
 def test_jar_discovery_sees_a_jar_added_or_removed_since_the_last_search(tmp_path):
-    """The search is cached by the folder's change time: a change of its jars shows."""
+    """The folder's listing is cached by its change time: a change of its jars shows."""
     import os
+    import time
+
+    def changed(seconds_ago: int) -> None:  # long enough ago for the listing to be cached
+        stamp = time.time_ns() - seconds_ago * 1_000_000_000
+        os.utime(tmp_path, ns=(stamp, stamp))
 
     touch(tmp_path, "postgresql-42.2.1.jar")
+    changed(30)
     assert find_driver_jar("postgres", [tmp_path]) == str(tmp_path / "postgresql-42.2.1.jar")
-    stamp = tmp_path.stat().st_mtime_ns
     touch(tmp_path, "postgresql-42.7.3.jar")
-    os.utime(tmp_path, ns=(stamp + 1_000_000, stamp + 1_000_000))  # a coarse clock's tick
+    changed(20)
     assert find_driver_jar("postgres", [tmp_path]) == str(tmp_path / "postgresql-42.7.3.jar")
     (tmp_path / "postgresql-42.7.3.jar").unlink()
     (tmp_path / "postgresql-42.2.1.jar").unlink()
-    os.utime(tmp_path, ns=(stamp + 2_000_000, stamp + 2_000_000))
+    changed(10)
     assert find_driver_jar("postgres", [tmp_path]) is None
+
+
+def test_jar_discovery_skips_a_link_whose_jar_is_gone_though_its_folder_is_unchanged(tmp_path):
+    """A cached listing's entries are checked on every call: a link into another folder
+    whose jar was removed there is skipped, with no change to the linking folder."""
+    import os
+    import time
+
+    elsewhere, linked = tmp_path / "elsewhere", tmp_path / "linked"
+    elsewhere.mkdir()
+    linked.mkdir()
+    touch(elsewhere, "postgresql-42.7.3.jar")
+    (linked / "postgresql.jar").symlink_to(elsewhere / "postgresql-42.7.3.jar")
+    stamp = time.time_ns() - 30_000_000_000
+    os.utime(linked, ns=(stamp, stamp))
+    assert find_driver_jar("postgres", [linked]) == str(elsewhere / "postgresql-42.7.3.jar")
+    (elsewhere / "postgresql-42.7.3.jar").unlink()
+    assert linked.stat().st_mtime_ns == stamp  # the linking folder did not change
+    assert find_driver_jar("postgres", [linked]) is None
 
 
 def test_jar_discovery_takes_the_first_folder_that_has_one(tmp_path):

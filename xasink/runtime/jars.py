@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,30 +72,39 @@ def _version_key(path: Path) -> tuple[int, ...]:
 def find_driver_jar(kind: str, folders: Sequence[Path] | None = None) -> str | None:
     """The newest jar for `kind` in the first folder that has one."""
     for folder in folders if folders is not None else search_dirs():
-        try:
-            changed = folder.stat().st_mtime_ns if folder.is_dir() else None
-        except OSError:
-            changed = None
-        if changed is None:
-            continue
-        hidden = os.environ.get(HIDDEN_ENV, "")
-        found = _jars_in(folder, DRIVER_JAR_PATTERNS[kind], changed, hidden)
+        found = {p.resolve() for p in _matches(folder, DRIVER_JAR_PATTERNS[kind]) if visible(p)}
         if found:
             return str(max(found, key=_version_key))
     return None
 
 
+#: A folder changed this recently is searched again on every call: a second change within
+#: the file system's timestamp resolution would not show in its change time.
+_SETTLED_NS = 2_000_000_000
+
+
+def _matches(folder: Path, patterns: tuple[str, ...]) -> tuple[Path, ...]:
+    """The entries of `folder` matching `patterns`, as listed (unresolved, unchecked). A
+    system folder holds hundreds of jars and every write resolves its driver, so the listing
+    is cached by which folder it is and its change time (a jar added, removed, renamed or
+    relinked in it changes that); the caller checks each match again on every call."""
+    try:
+        info = folder.stat()
+    except OSError:
+        return ()
+    if not stat.S_ISDIR(info.st_mode):
+        return ()
+    if time.time_ns() - info.st_mtime_ns < _SETTLED_NS:
+        return _listed.__wrapped__(folder, patterns, None)
+    return _listed(folder, patterns, (info.st_dev, info.st_ino, info.st_mtime_ns))
+
+
 @functools.lru_cache(maxsize=64)
-def _jars_in(
-    folder: Path, patterns: tuple[str, ...], changed_ns: int, hidden: str
-) -> frozenset[Path]:
-    """The visible jars in `folder` matching `patterns`. Cached by the folder's change
-    time (a jar added, removed or renamed changes it): a system folder holds hundreds of
-    jars, and every write resolves its driver."""
-    del changed_ns, hidden  # cache keys only
-    return frozenset(
-        p.resolve() for pattern in patterns for p in folder.glob(pattern) if visible(p)
-    )
+def _listed(
+    folder: Path, patterns: tuple[str, ...], identity: tuple[int, int, int] | None
+) -> tuple[Path, ...]:
+    del identity  # the cache key only
+    return tuple(p for pattern in patterns for p in folder.glob(pattern))
 
 
 def resolve_classpath(kinds: Sequence[str], jars: Sequence[str] | None = None) -> list[str]:
