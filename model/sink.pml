@@ -254,10 +254,11 @@ inline land(j) {
 proctype J1P(byte me) {
   byte seen, owner, st;
 
-  /* Job.begin: the startup recovery scan (R's), then decided_already */
+  /* Job.begin: the startup recovery scan (R's), then the mark's one read (replayed) */
   decided_already(me, 0);
   CRASH;
-  skip;                                              /* sinkmarks.register (autocommit) */
+  skip;                                              /* sinkmarks.register (autocommit),
+                                                        when that read found no mark row */
   CRASH;                                             /* rows load inside the transaction:
                                                         invisible, gone with a crash */
 #ifdef MUTANT_PLAIN_MARK
