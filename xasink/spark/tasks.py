@@ -67,6 +67,30 @@ def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
     return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran
 
 
+#: The collected batches are merged up to this size: each batch costs the loader a fixed
+#: share (an encoding pass, a crossing into Java), and a small frame arrives in as many
+#: batches as it has partitions, often of a few hundred rows each.
+MERGED_BATCH_BYTES = 1 << 20
+
+
 def collect_small_frame(df: DataFrame) -> list[pa.RecordBatch]:
-    """A small DataFrame's rows in the driver, as the batches a mapInArrow task would get."""
-    return df._collect_as_arrow()  # toArrow() less its cast
+    """A small DataFrame's rows in the driver, in partition order, in batches of up to
+    MERGED_BATCH_BYTES (one larger batch stays whole)."""
+    return merged(df._collect_as_arrow())  # toArrow() less its cast
+
+
+def merged(batches: list[pa.RecordBatch], limit: int = MERGED_BATCH_BYTES) -> list[pa.RecordBatch]:
+    """Consecutive `batches` joined into as few as fit `limit` bytes each, in order."""
+    groups: list[list[pa.RecordBatch]] = []
+    size = 0
+    for batch in batches:
+        if not groups or size + batch.nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(batch)
+        size += batch.nbytes
+    joined: list[pa.RecordBatch] = []
+    for group in groups:
+        whole = pa.Table.from_batches(group).combine_chunks() if len(group) > 1 else None
+        joined.extend(group if whole is None else whole.to_batches() or group[:1])
+    return joined
