@@ -29,7 +29,7 @@ def test_classic_dataframes_collect_as_arrow_batches() -> None:
 
 def test_classic_dataframes_expose_their_java_plan() -> None:
     # spark/session.py estimated_bytes: the optimizer's size estimate decides whether the
-    # driver writes a frame itself.
+    # driver writes a frame itself; partition_count: the plan's RDD's partition count.
     from pyspark.sql.classic.dataframe import DataFrame
 
     assert "_jdf" in inspect.getsource(DataFrame.__init__)
