@@ -203,7 +203,7 @@ class StreamContender:
     sink: Callable[[DataFrame, StreamTarget, Calls], DataStreamWriter]
     #: Runs after a failed measurement, before the next one; its result goes in the detail.
     cleanup: Callable[[StreamTarget], dict[str, Any]] | None = None
-    #: False for a floor that writes nothing: the table's row count is not checked.
+    #: False for a floor that writes nothing: the table must hold no row after its query.
     writes: bool = True
 
 

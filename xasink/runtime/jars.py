@@ -95,16 +95,20 @@ def _matches(folder: Path, patterns: tuple[str, ...]) -> tuple[Path, ...]:
     if not stat.S_ISDIR(info.st_mode):
         return ()
     if time.time_ns() - info.st_mtime_ns < _SETTLED_NS:
-        return _listed.__wrapped__(folder, patterns, None)
-    return _listed(folder, patterns, (info.st_dev, info.st_ino, info.st_mtime_ns))
+        return _listing(folder, patterns)
+    return _cached_listing(folder, patterns, (info.st_dev, info.st_ino, info.st_mtime_ns))
+
+
+def _listing(folder: Path, patterns: tuple[str, ...]) -> tuple[Path, ...]:
+    return tuple(p for pattern in patterns for p in folder.glob(pattern))
 
 
 @functools.lru_cache(maxsize=64)
-def _listed(
-    folder: Path, patterns: tuple[str, ...], identity: tuple[int, int, int] | None
+def _cached_listing(
+    folder: Path, patterns: tuple[str, ...], identity: tuple[int, int, int]
 ) -> tuple[Path, ...]:
-    del identity  # the cache key only
-    return tuple(p for pattern in patterns for p in folder.glob(pattern))
+    del identity  # the cache key only: which folder, as of which change
+    return _listing(folder, patterns)
 
 
 def resolve_classpath(kinds: Sequence[str], jars: Sequence[str] | None = None) -> list[str]:
