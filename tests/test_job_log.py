@@ -114,6 +114,27 @@ def test_a_failed_write_logs_one_failure_line(spark, db, jobs_log):
     assert db.password not in jobs_log.text
 
 
+def test_an_interrupt_after_a_local_commit_is_logged_as_committed(spark, db, jobs_log, monkeypatch):
+    """Ctrl-C that lands once a small frame's one local COMMIT has returned (while its
+    session is being put back) reaches the caller, but the job is committed and its line
+    must say so, not `aborted`."""
+    from xasink.executor import branch
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    table = new_table(db)
+    monkeypatch.setattr(branch.sessions, "park", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_xa(events_df(spark, 50, 1), table=table, **connection_args(db))
+    (record,) = lines_for(jobs_log, table)
+    line = fields_of(record)
+    assert (line["outcome"], line["rows"], line["writer"]) == ("committed", "50", "driver")
+    assert line["error"] == "KeyboardInterrupt"
+    assert job_states(db)[line["job"]] == "committed"
+    assert_exactly(db, table, range(50))
+
+
 def test_a_stream_logs_each_batch_and_a_replay_as_skipped(spark, db, jobs_log, tmp_path):
     table, sink = new_table(db), f"log-sink-{uuid.uuid4().hex[:8]}"
     stream_files(tmp_path / "in", batches=3, per_batch=20)

@@ -9,6 +9,7 @@ and the decision) run beside their MariaDB peers, marked ``mysql_ci``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -23,7 +24,9 @@ from support import (
     job_states,
     kill_driver_at,
     mode_case,
+    mode_rows,
     seeded_table,
+    stage_tables,
     xasink_cli,
     xasink_prepared,
 )
@@ -97,3 +100,27 @@ def test_a_user_with_only_the_listed_grants_logs_in_writes_and_recovers(spark, l
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     assert least.password not in recovered.stdout + recovered.stderr
     assert_exactly(least, killed, [])
+
+
+def test_a_small_staged_write_without_temporary_tables_commits_in_two_phases(spark, least, caplog):
+    """README's grants have no CREATE TEMPORARY TABLES, which a small frame's staged job needs
+    to stage inside its one transaction: it takes the two-phase path with a real staging
+    table instead, commits exactly, and the process says once why and what to grant."""
+    caplog.set_level(logging.WARNING, logger="xasink")
+    args = connection_args(least)
+    for _ in range(2):
+        table = seeded_table(least, prefix="kv_small")
+        rows, schema, options, want = mode_rows("upsert")
+        df = spark.createDataFrame(rows, schema).cache()  # cached: Spark knows its size
+        df.count()
+        done = write_xa(df, table=table, **options, **args)
+        assert (done.writer, done.branches) == ("driver", 1)
+        assert job_states(least)[done.job_id] == "committed"
+        assert contents(least, table) == want
+    warnings = [r.getMessage() for r in caplog.records if "temporary table" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert (
+        f"GRANT CREATE TEMPORARY TABLES ON `{least.database}`.* TO '{least.user}'" in (warnings[0])
+    )
+    assert least.password not in warnings[0]
+    assert stage_tables(least) == [] and xasink_prepared(least) == []

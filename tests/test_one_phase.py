@@ -8,6 +8,8 @@ and that nothing is left prepared and no staging table is left.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 import uuid
 
@@ -479,3 +481,32 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(20, 60)})
     assert db.prepared_transactions() == [] and stage_tables(db) == []
+
+
+def test_a_mariadb_login_without_temporary_tables_stages_small_writes_in_two_phases(
+    spark, mariadb, caplog
+):
+    """MariaDB has the CREATE TEMPORARY TABLES privilege too: a login without it writes a
+    small upsert through a real staging table in two phases, exactly, and says so once."""
+    name = f"xasink_notemp_{uuid.uuid4().hex[:6]}"
+    with mariadb.admin_connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+        cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (name, mariadb.password))
+        grants = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP"  # no CREATE TEMPORARY TABLES
+        cur.execute(f"GRANT {grants} ON `{name}`.* TO %s@'%%'", (name,))
+    db = dataclasses.replace(mariadb, user=name, database=name)
+    try:
+        caplog.set_level(logging.WARNING, logger="xasink")
+        table = seeded_table(db)
+        rows, schema, options, expected = mode_rows("upsert")
+        df = small_frame(spark, rows, schema)
+        result = write_xa(df, table=table, **options, **connection_args(db))
+        assert (result.writer, result.outcome) == ("driver", "committed")
+        assert contents(db, table) == expected
+        warned = [r.getMessage() for r in caplog.records if "temporary table" in r.getMessage()]
+        assert len(warned) == 1 and f"GRANT CREATE TEMPORARY TABLES ON `{name}`.*" in warned[0]
+        assert stage_tables(db) == [] and db.prepared_transactions() == []
+    finally:
+        with mariadb.admin_connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE `{name}`")
+            cur.execute("DROP USER %s@'%%'", (name,))

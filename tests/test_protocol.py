@@ -33,6 +33,7 @@ from support import (
     old_contents,
     seeded_table,
     stage_tables,
+    xasink_cli,
     xasink_prepared,
 )
 from test_exactly_once import failed_tasks
@@ -177,6 +178,24 @@ def test_a_driver_never_reports_success_for_a_job_another_process_ended(db):
     assert contents(db, table) == old_contents()
     assert cli(db, "--grace", "0").returncode == 0
     assert_clean(db)
+
+
+def test_a_driver_whose_append_job_was_abandoned_after_its_commits_says_its_rows_are_in(db):
+    """An append driver stalls after committing every winner; an operator abandons the job
+    meanwhile. When it resumes it must fail saying the rows ARE in (a re-run would duplicate
+    them), never that the table is unchanged."""
+    table = new_table(db)
+    driver = DriverProcess(db, table, "before_finish", action="pause")
+    driver.wait_for_point()
+    job_id = driver.job_id(db)
+    done = xasink_cli(db, "resolve", job_id, "--abandon", "--yes")
+    assert done.returncode == 0 and "state=abandoned" in done.stdout, done.stdout + done.stderr
+    final = driver.resume()
+    assert final.startswith("ERROR CommitError"), final
+    assert "unchanged" not in final, final
+    assert f"rows ARE in {table}" in final and "Do not run the write again" in final, final
+    assert job_states(db)[job_id] == "abandoned"
+    assert_exactly(db, table, range(ROWS))
 
 
 # -- B ----------------------------------------------------------------------------------

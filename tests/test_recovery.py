@@ -8,8 +8,10 @@ leave all or nothing, and never touch another application's prepared transaction
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
+import time
 import uuid
 
 import pytest
@@ -29,6 +31,7 @@ from support import (
 
 from xasink import FORMAT_ID, BranchId
 from xasink.protocol.branches import BranchOps, Outcome
+from xasink.protocol.xa import FailureKind, XaFailure
 
 
 def parsed_branches(db) -> list[BranchId]:
@@ -208,6 +211,42 @@ def test_a_branch_whose_preparing_session_is_still_open_is_finished(mysql_family
     expected = {"commit": (Outcome.COMMITTED, [7]), "rollback": (Outcome.ROLLED_BACK, [])}
     assert (outcome, ids_in(db, table)) == expected[operation]
     assert finished_while_open == (db.kind == "mysql")
+    assert db.prepared_transactions() == []
+
+
+def test_a_branch_attached_elsewhere_is_given_up_after_the_retries_patience(mariadb):
+    """A MariaDB branch whose preparing session stays connected (a hung executor) answers
+    XAER_NOTA while listed. Commit retries it for as long as its `retries` backoffs take
+    (here 0.5 + 1 s), not until the lock-wait deadline (here 30 s), since recovery and the
+    loser sweep settle branches one after another; then it names the branch and says what
+    to do, and the branch stays prepared for a later recovery."""
+    db = mariadb
+    table = new_table(db)
+    with journal_session(db) as (spec, session, journal):
+        journal = journal.ensure(session.connection, spec)
+    journal = dataclasses.replace(journal, lock_wait=30.0)
+    branch = BranchId(journal.tag, uuid.uuid4().hex, 0, 1)
+    xid = f"X'{branch.xid.gtrid.hex()}',X'{branch.xid.bqual.hex()}',{FORMAT_ID}"
+    writer = db.connect()
+    try:
+        cursor = writer.cursor()
+        for sql in (f"XA START {xid}", f"INSERT INTO {table} (id) VALUES (7)"):
+            cursor.execute(sql)
+        cursor.execute(f"XA END {xid}")
+        cursor.execute(f"XA PREPARE {xid}")
+        started = time.monotonic()
+        ops = BranchOps(spec, journal, retries=2, backoff=0.5)
+        with ops, pytest.raises(XaFailure) as failure:
+            ops.commit(branch)
+        took = time.monotonic() - started
+        assert failure.value.kind is FailureKind.TRANSIENT
+        assert "still attached" in str(failure.value) and "xasink recover" in str(failure.value)
+        assert 1.5 <= took < 10, f"gave up after {took:.1f}s"
+        assert len(xasink_prepared(db)) == 1
+        cursor.execute(f"XA ROLLBACK {xid}")
+    finally:
+        writer.close()
+    assert ids_in(db, table) == []
     assert db.prepared_transactions() == []
 
 

@@ -13,10 +13,12 @@ from .protocol import admin
 from .protocol.actions import RecoveryReport
 from .protocol.connecting import make_spec
 from .runtime.jdbc import redacting_java_errors
+from .runtime.shutdown import tracked
 from .spec import TableRef
 from .target.staging import STAGED_APPLY
 
 
+@tracked  # the interpreter's exit waits for it, as for a write (xasink.runtime.shutdown)
 @redacting_java_errors
 def recover(
     url: str,

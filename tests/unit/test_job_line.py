@@ -4,8 +4,11 @@ one line, which says how it was left."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import pickle
 import shlex
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +24,7 @@ from xasink.driver.report import (
     logfmt,
 )
 from xasink.driver.request import JobRequest
-from xasink.errors import WriteError
+from xasink.errors import JournalError, WriteError
 from xasink.masking import Redactor
 from xasink.protocol.sinkmarks import SinkBatch
 from xasink.spec import ConnectionSpec, TableRef
@@ -241,3 +244,49 @@ def test_spark_cancelling_a_running_job_logs_it_once_and_an_ended_one_not_again(
         again.cancel()
     (line,) = job_lines(caplog)
     assert parsed(line.getMessage())["outcome"] == "cancelled"
+
+
+def _unreachable(*args: object, **kwargs: object) -> contextlib.AbstractContextManager[Job]:
+    @contextlib.contextmanager
+    def journal() -> Iterator[Job]:
+        raise JournalError("the journal's server did not answer")
+        yield  # pragma: no cover
+
+    return journal()
+
+
+def test_a_format_commit_failing_before_it_ends_its_job_leaves_the_one_line_to_abort(
+    fakes, caplog, monkeypatch
+) -> None:
+    """format("xasink")'s commit() cannot reach the journal, so the job is still running;
+    Spark then calls abort() in another process, with its own copy of the trace, and abort()
+    ends the job. One line between them, the one that ended it."""
+    from xasink.spark import datasource
+
+    job, minted = fake_job(fakes)
+    sent = pickle.dumps(minted)  # the trace as commit() and abort() each receive it
+    monkeypatch.setattr(datasource.Job, "resumed", _unreachable)
+    caplog.set_level(logging.INFO, "xasink")
+    plan = SimpleNamespace(job_id=JOB)
+    with pytest.raises(JournalError):
+        datasource.conclude(plan, job.request, [], pickle.loads(sent))  # type: ignore[arg-type]
+    job.trace = pickle.loads(sent)
+    assert job.cancel() == "aborted"  # Spark's abort(), the journal answering again
+    (line,) = job_lines(caplog)
+    assert parsed(line.getMessage())["outcome"] == "cancelled"
+
+
+def test_a_stream_commit_rebuilds_the_trace_from_the_stopwatch_its_tasks_carry() -> None:
+    """Tasks ship only the job's stopwatch, not its trace (which holds the redactor's
+    secrets); commit() continues the phases from it."""
+    from xasink.spark.datasource import BranchMessage, _trace
+
+    minted = JobTrace.of(request(), spark_worker=True)
+    minted.done("preflight")
+    message = BranchMessage(SimpleNamespace(partition=0), None, "3", "q", minted.clock)  # type: ignore[arg-type]
+    assert SECRET not in str(pickle.dumps(message))
+    trace = _trace([message], request())
+    assert (trace.clock.started, trace.running) == (minted.clock.started, 1)
+    trace.job_id = JOB
+    ended = trace.end(JobOutcome.ABORTED)
+    assert ended.seconds.preflight == minted.clock.seconds["preflight"]

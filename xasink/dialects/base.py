@@ -118,6 +118,13 @@ class Dialect:
     def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         """Raise PreflightError when the server cannot hold `branches` prepared branches."""
 
+    def temporary_stage_refusal(
+        self, conn: JdbcConnection, schema: str | None, user: str | None
+    ) -> tuple[str, str] | None:
+        """(why, what would let it) when this login cannot create a temporary table in
+        `schema` inside a transaction, as a single-branch staged job does; None: it can."""
+        return None
+
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
         """A query of (name, full SQL type, nullable, has default) per column; None: unknown."""
         return None, ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
@@ -34,6 +35,17 @@ def version_problem(version: str) -> str | None:
         f"so exactly-once cannot be guaranteed. Upgrade to {product} "
         f"{'.'.join(map(str, needed))} or later."
     )
+
+
+#: ER_GTID_UNSAFE_CREATE_DROP_TEMPORARY_TABLE_IN_TRANSACTION (MySQL < 8.0.13 with GTIDs).
+_GTID_UNSAFE = 1787
+#: What a login that may not create a temporary table there gets: no CREATE TEMPORARY
+#: TABLES on the database (1044), on the table (1142), or the GTID rule.
+_TEMPORARY_REFUSED = (1044, 1142, _GTID_UNSAFE)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
 def _mariadb_connection_class() -> Any:
@@ -118,6 +130,34 @@ class MySQLDialect(Dialect):
                     f"branches. Grant it: GRANT XA_RECOVER_ADMIN ON *.* TO {who}; (MySQL 8)."
                 ) from None
             raise
+
+    def temporary_stage_refusal(
+        self, conn: JdbcConnection, schema: str | None, user: str | None
+    ) -> tuple[str, str] | None:
+        # Tried, not read from the grants: roles, wildcard grants and MySQL < 8.0.13's GTID
+        # rule (no CREATE TEMPORARY TABLE inside a transaction) all show only by trying.
+        probe = self.qualified(TableRef(f"xasink_probe_{uuid.uuid4().hex}", schema))
+        conn.setAutoCommit(False)
+        try:
+            conn.createStatement().execute(f"CREATE TEMPORARY TABLE {probe} (i INT)")
+            conn.createStatement().execute(f"{self.drop_temporary} {probe}")
+        except Exception as exc:
+            code = sql_error_code(exc)
+            if code not in _TEMPORARY_REFUSED:
+                raise
+            where = self.quote(schema or str(query(conn, "SELECT DATABASE()")[0][0]))
+            who = f"'{user}'" if user else "this user"
+            fix = (
+                "upgrade to MySQL 8.0.13 or later (GTID consistency refuses temporary "
+                "tables inside transactions before it)"
+                if code == _GTID_UNSAFE
+                else f"GRANT CREATE TEMPORARY TABLES ON {where}.* TO {who}"
+            )
+            return f"error {code}: {_first_line(exc)}", fix
+        finally:
+            conn.rollback()
+            conn.setAutoCommit(True)
+        return None
 
     def ascii_id_type(self, length: int) -> str:
         # The default collations ignore case: 'A' and 'a' would be one sink. (Binary ones

@@ -43,7 +43,7 @@ from .check_cache import UNCACHED, CheckCache
 from .decision import decide, fence, select_winners
 from .phase_two import commit_all, roll_back_others
 from .plan import apply_plan_for, load_target
-from .preflight import preflight, recover_table
+from .preflight import can_stage_temporarily, preflight, recover_table
 from .report import JobOutcome, JobTrace
 from .request import Begun, JobRequest, PhaseOne, Preflight, Skipped
 from .sinks import replayed
@@ -159,6 +159,10 @@ class Job:
         pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
         self.journal = pre.journal
         return pre
+
+    def can_stage_temporarily(self) -> bool:
+        """Whether a one-phase staged job may stage here (`preflight.can_stage_temporarily`)."""
+        return can_stage_temporarily(self.conn, self.journal, self.spec, self._checks)
 
     def begin(
         self,

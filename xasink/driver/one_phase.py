@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..errors import CommitError, DecisionUnknownError, JobAbortedError, XasinkError
-from ..executor.branch import ONE_PHASE_TAKEN, LocalCommitUnknown
+from ..executor.branch import ONE_PHASE_TAKEN, InterruptedAfterCommit, LocalCommitUnknown
 from ..executor.contract import BranchReport, WritePlan
 from ..protocol.applying import JobOrderError
 from ..protocol.connecting import open_journal
@@ -41,6 +41,7 @@ def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> Ph
     plan = job.plan
     assert plan is not None and plan.one_phase and job.job_id is not None
     trace = job.trace
+    interrupted: BaseException | None = None
     try:
         report = _written(job, plan, write)
         if report.problem == ONE_PHASE_TAKEN:
@@ -50,6 +51,8 @@ def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> Ph
     except LocalCommitUnknown as exc:
         settle(job, exc.reason)
         report = exc.report
+    except InterruptedAfterCommit as exc:  # committed: recorded as such, then passed on
+        report, interrupted = exc.report, exc.interrupt
     except BaseException as exc:
         if isinstance(exc, XasinkError):
             exc.job_id = job.job_id
@@ -69,6 +72,8 @@ def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> Ph
     trace.state = JobState.COMMITTED
     trace.done("decide")
     trace.done("commit")
+    if interrupted is not None:
+        raise interrupted
     return phase_one
 
 

@@ -166,10 +166,25 @@ def _finish(
     if state == JobState.COMMITTED:
         log.info("xasink job %s: another process (a recovery run) finished it", plan.job_id)
         return
-    raise CommitError(
-        f"Job {plan.job_id} was ended by another process after its commit decision (state "
-        f"{state}): nothing was applied and {plan.target} is unchanged. `xasink jobs` "
-        "shows who resolved it; run the write again if it was aborted."
+    raise CommitError(_ended_elsewhere(plan, state, len(winners)))
+
+
+def _ended_elsewhere(plan: WritePlan, state: JobState | None, winners: int) -> str:
+    """What is in the target when another process (`xasink resolve --abandon`, a recovery)
+    ended the job after every winner committed: a staged job's apply never ran, while an
+    append job's committed winners are its rows, whatever the job's final state."""
+    ended = (
+        f"Job {plan.job_id} was ended by another process after its commit decision (state {state})"
+    )
+    if plan.apply is not None:
+        return (
+            f"{ended}: nothing was applied and {plan.target} is unchanged. `xasink jobs` shows "
+            "who resolved it; run the write again if it was aborted."
+        )
+    return (
+        f"{ended}, but all {winners} of its winning branch(es) had committed: its rows ARE in "
+        f"{plan.target}. Do not run the write again (it would duplicate them); `xasink jobs` "
+        "shows who ended it."
     )
 
 

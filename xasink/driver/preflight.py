@@ -15,6 +15,7 @@ from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
+from ..spec import ConnectionSpec
 from ..target.catalog import check_fit, ensure_table
 from ..xid import FORMAT_ID
 from .check_cache import UNCACHED, CheckCache
@@ -58,6 +59,39 @@ def preflight(
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
     return Preflight(journal, targets, created)
+
+
+#: (connection, schema) pairs whose temporary-stage refusal this process has warned about.
+_WARNED: set[tuple[object, str | None]] = set()
+
+
+def can_stage_temporarily(
+    conn: JdbcConnection, journal: Journal, spec: ConnectionSpec, checks: CheckCache = UNCACHED
+) -> bool:
+    """Whether a single-branch staged job may stage in a temporary table inside its one
+    transaction (tried once per `checks` period). Where the login may not, such a job takes
+    the two-phase path large frames take, with a real staging table, and the process says
+    once why and what would restore the faster path."""
+    dialect = get_dialect(spec.dialect)
+    if not dialect.temporary_tables:
+        return False
+    key = ("temporary stage", journal.schema)
+    known = checks.get(spec, key)
+    if isinstance(known, bool):
+        return known
+    with step("temporary stage check"):
+        refusal = dialect.temporary_stage_refusal(conn, journal.schema, spec.user)
+    if refusal is not None and (spec, journal.schema) not in _WARNED:
+        _WARNED.add((spec, journal.schema))
+        log.warning(
+            "xasink: this login may not create a temporary table inside a transaction (%s), "
+            "so small staged writes stage in a real table and commit in two phases, as large "
+            "ones do (slower). To let them commit in one transaction: %s",
+            spec.redact(refusal[0]),
+            refusal[1],
+        )
+    checks.put(spec, key, refusal is None)
+    return refusal is None
 
 
 def recover_table(

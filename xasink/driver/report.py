@@ -269,14 +269,28 @@ class JobTrace:
         return JobOutcome.IN_DOUBT
 
     @contextlib.contextmanager
-    def ending(self) -> Iterator[JobTrace]:
-        """Any exception raised inside ends the job (unless it has ended already)."""
+    def ending(self, aborted_next: bool = False) -> Iterator[JobTrace]:
+        """Any exception raised inside ends the job (unless it has ended already).
+
+        `aborted_next`: a format("xasink") commit(), after whose failure Spark calls abort()
+        in another process, with its own copy of the trace. A failure that left the job
+        running (undecided, not aborted: e.g. its journal unreachable) did not end it:
+        abort() ends it and logs its one line."""
         try:
             yield self
         except BaseException as exc:
-            if self.ended is None:
+            if self.ended is None and not (aborted_next and self.state == JobState.RUNNING):
                 self.failed(exc)
             raise
+
+    @classmethod
+    def continued(cls, request: JobRequest, clock: Stopwatch) -> JobTrace:
+        """A format("xasink") stream job's trace in commit()/abort(), from the stopwatch
+        its tasks carried (the phases so far); the job's id, state and sink come from its
+        plan (`Job.resumed`)."""
+        trace = cls.of(request, clock, spark_worker=True)
+        trace.running = max((PHASES.index(p) + 1 for p in clock.seconds), default=0)
+        return trace
 
 
 __all__ = ["JOBS", "PHASES", "JobEnd", "JobOutcome", "JobTrace", "PhaseSeconds", "logfmt"]

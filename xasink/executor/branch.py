@@ -210,6 +210,16 @@ class LocalCommitUnknown(Exception):
         self.reason, self.report = reason, report
 
 
+class InterruptedAfterCommit(BaseException):
+    """An interrupt (KeyboardInterrupt, SystemExit) that landed once a single-branch job's
+    local COMMIT had returned: the job is committed, and the driver must say so before it
+    passes `interrupt` on. A BaseException, as the interrupt is: nothing may swallow it."""
+
+    def __init__(self, report: BranchReport, interrupt: BaseException) -> None:
+        super().__init__(type(interrupt).__name__)
+        self.report, self.interrupt = report, interrupt
+
+
 def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
     """A single-branch job in one local transaction, committed in one phase: the rows, and
     with them the job's row born committed, a streaming batch's sink mark, a staged mode's
@@ -288,6 +298,9 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         sessions.park(plan.spec, BRANCH_ROLE, session)
     except Exception:
         session.close()
+    except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: committed all the same
+        session.close()
+        raise InterruptedAfterCommit(report, interrupt) from interrupt
     return report
 
 

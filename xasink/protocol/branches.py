@@ -142,8 +142,7 @@ class BranchOps:
                 self._retry(operation, call)
                 return
             except XaFailure as failure:
-                waited = failure.kind in (FailureKind.NOT_FOUND, FailureKind.BUSY)
-                if not waited:
+                if failure.kind not in (FailureKind.NOT_FOUND, FailureKind.BUSY):
                     raise
                 if not self._is_prepared(branch):
                     if failure.kind is FailureKind.BUSY:

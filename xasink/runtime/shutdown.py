@@ -5,10 +5,10 @@ during finalization is ended on the spot. A thread with JPype's C++ frames on it
 then unwound through them, which aborts the process ("FATAL: exception not rethrown", exit
 code -6). Three kinds of thread can be in that position:
 
-- a write on another thread, e.g. a foreachBatch call on one of py4j's callback threads
-  still running after `query.stop()` (which interrupts Spark's side of the batch, not the
-  Python call). The exit waits a bounded time for it to end as it would anyway: committed,
-  or failed and rolled back;
+- a write (or an `xasink.recover()` call) on another thread, e.g. a foreachBatch call on
+  one of py4j's callback threads still running after `query.stop()` (which interrupts
+  Spark's side of the batch, not the Python call). The exit waits a bounded time for it to
+  end as it would anyway: committed, or failed and rolled back;
 - xasink's own background work (the heartbeat thread, idle sessions). It registers a
   callback with `call_at_exit`, run after the writes ended: stop the thread, close the
   sessions, on the exiting thread;

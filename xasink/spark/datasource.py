@@ -16,8 +16,10 @@ key may sit in different branches, which the apply transaction's whole-table key
 handles; array/map/struct columns need write_xa (their conversion runs as Spark expressions).
 
 The job's end is logged (`xasink.jobs`) by the step that ends it: writer() when it fails,
-commit(), or abort() when Spark gives up on a job still running. Its `JobTrace` travels with
-the plan, so its phases add up across the processes.
+commit(), or abort() when Spark gives up on a job still running (a commit() that failed
+before ending the job leaves the line to abort()). Its `JobTrace` travels with the pickled
+writer, and for a stream only its stopwatch with the tasks' messages, so its phases add up
+across the processes.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from ..protocol.recovery import resolve_in_doubt
 from ..protocol.sinkmarks import SinkBatch
 from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
+from ..runtime.timing import Stopwatch
 from ..target.staging import STAGED_APPLY
 from ..target.types import needs_spark_conversion
 from .options import FormatRequest, parse
@@ -72,8 +75,9 @@ class BranchMessage(WriterCommitMessage):
     batch_id: str | None = None
     #: Streaming: the query id the task read from Spark (names the sink by default).
     query_id: str | None = None
-    #: Streaming: the job's trace so far (its phases before commit()).
-    trace: JobTrace | None = None
+    #: Streaming: the job's stopwatch so far (its phases before commit()); the rest of
+    #: its trace commit() rebuilds from the plan, so no task ships it.
+    clock: Stopwatch | None = None
 
 
 class XasinkDataSource(DataSource):
@@ -179,7 +183,7 @@ def conclude(
 ) -> None:
     """Decide and commit a job from its tasks' reports (phase 2, apply, stage release)."""
     trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
-    with trace.ending(), Job.resumed(plan, request, trace, reuse=True) as job:
+    with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
         finish(job, reports)
 
 
@@ -275,7 +279,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         query_id = task_property(QUERY_ID_PROPERTY)
         report = write_task(self.minted.plan, _rows(self.minted, iterator))
         minted = self.minted
-        return BranchMessage(report, minted.plan, batch, query_id, minted.trace)
+        return BranchMessage(report, minted.plan, batch, query_id, minted.trace.clock)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId)
@@ -285,7 +289,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         request, trace = self.fmt.request, _trace(messages, self.fmt.request)
         # One journal session for the whole commit, kept for the next batch's: this
         # worker commits batch after batch.
-        with trace.ending(), Job.resumed(plan, request, trace, reuse=True) as job:
+        with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
             assert plan.sink is not None
             try:
                 mark = decided_already(job.ops, job.conn, job.journal, plan.sink)
@@ -338,9 +342,9 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _trace(messages: Sequence[WriterCommitMessage | None], request: JobRequest) -> JobTrace:
-    """The job's trace as its tasks carry it (a new one if none did)."""
-    sent = [m.trace for m in messages if isinstance(m, BranchMessage) and m.trace is not None]
-    return sent[0] if sent else JobTrace.of(request, spark_worker=True)
+    """The job's trace from the stopwatch its tasks carry (a new one if none did)."""
+    sent = [m.clock for m in messages if isinstance(m, BranchMessage) and m.clock is not None]
+    return JobTrace.continued(request, sent[0]) if sent else JobTrace.of(request, spark_worker=True)
 
 
 def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[BranchReport]:

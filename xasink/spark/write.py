@@ -222,8 +222,8 @@ def _write(
                     log.info("xasink: one branch into %s, which has no unique key", request.target)
                     branches = 1
         lease = defaults.LEASE_INTERVALS * heartbeat_interval
-        # One branch needs no second phase, where the dialect can stage inside it.
-        one_phase = on_driver and (not request.options.staged or job.dialect.temporary_tables)
+        # One branch needs no second phase, where the login can stage inside it.
+        one_phase = on_driver and (not request.options.staged or job.can_stage_temporarily())
         begun = job.begin(pre, df.columns, lease, one_phase=one_phase)
         if isinstance(begun, Skipped):
             return _result(trace.end(JobOutcome.SKIPPED), begun.recovered)
