@@ -25,6 +25,7 @@ from ..errors import JobAbortedError
 from ..runtime.jdbc import (
     JdbcConnection,
     execute,
+    execute_many,
     local_transaction,
     network_timeout_lifted,
     sql_state,
@@ -372,16 +373,7 @@ class Journal(JournalReader):
         self, conn: JdbcConnection, sql: str, job_id: str, branches: Iterable[tuple[int, ...]]
     ) -> None:
         """Run `sql` once per (job, partition, attempt, ...), as one JDBC batch."""
-        statement = conn.prepareStatement(sql)
-        try:
-            for numbers in branches:
-                statement.setString(1, job_id)
-                for index, number in enumerate(numbers, start=2):
-                    statement.setLong(index, number)
-                statement.addBatch()
-            statement.executeBatch()
-        finally:
-            statement.close()
+        execute_many(conn, sql, [(job_id, *numbers) for numbers in branches])
 
     # -- streaming sinks -----------------------------------------------------------------
     def sink_mark(

@@ -1,13 +1,15 @@
-"""Small JDBC helpers for bookkeeping SQL (never the row path)."""
+"""Bookkeeping SQL through DB-API cursors (jaydebeapi) on a Java connection; never the row
+path, which stays on the Java helpers. Java errors keep their SQLSTATE and leave redacted."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 
+import jaydebeapi
 import jpype
 
 from ..errors import XasinkError
@@ -19,66 +21,151 @@ Param = int | float | str | bytes | bool | None
 #: check, so this is Any to a type checker; the name says what a parameter holds.
 JdbcConnection: TypeAlias = Any
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
-def _bind(statement: Any, params: Sequence[Param]) -> None:
-    types = jpype.JClass("java.sql.Types")
-    for index, value in enumerate(params, start=1):
-        if value is None:
-            statement.setNull(index, types.NULL)  # untyped: the server infers it
-        elif isinstance(value, bool):
-            statement.setBoolean(index, value)
-        elif isinstance(value, int):
-            statement.setLong(index, value)
-        elif isinstance(value, float):
-            statement.setDouble(index, value)
-        elif isinstance(value, bytes):
-            statement.setBytes(index, jpype.JArray(jpype.JByte)(value))
-        else:
-            statement.setString(index, str(value))
+
+# -- values: Python -> Java (bound with setObject by jaydebeapi) ------------------------
+def _java_param(value: Param) -> Any:
+    """What setObject gets: JPype boxes bool, int, float and str as Boolean, Long, Double and
+    String; bytes would become a String, so they go as byte[]; anything else as its text."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, bytes):
+        return jpype.JArray(jpype.JByte)(value)
+    return str(value)
+
+
+# -- values: Java -> Python (jaydebeapi's converters, one per JDBC column type) ---------
+# Its defaults return timestamps as text without their zone and boxed Java numbers, so
+# every column type the journal or a server query uses has its own reader here.
+def _timestamp(value: Any) -> dt.datetime:
+    """An aware UTC datetime, to the microsecond (getTime counts whole seconds plus the
+    milliseconds of getNanos, which alone holds the fraction)."""
+    seconds = int(value.getTime()) // 1000
+    return _EPOCH + dt.timedelta(seconds=seconds, microseconds=int(value.getNanos()) // 1000)
 
 
 def _to_python(value: Any) -> Any:
+    """Any value getObject returns, as Python: what a column type without a reader gets."""
     if value is None:
         return None
     if isinstance(value, jpype.JString):
         return str(value)
     if isinstance(value, jpype.JClass("java.sql.Timestamp")):
-        epoch_ms = int(value.getTime())
-        return dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.timezone.utc)
+        return _timestamp(value)
     if isinstance(value, jpype.JClass("java.lang.Number")):
         text = str(value.toString())
         return float(text) if any(c in text for c in ".eE") else int(text)
     if isinstance(value, jpype.JClass("java.lang.Boolean")):
         return bool(value.booleanValue())
+    if isinstance(value, jpype.JArray):
+        return bytes(value)
     return str(value.toString())
+
+
+def _read_object(results: Any, column: int) -> Any:
+    return _to_python(results.getObject(column))
+
+
+def _read_text(results: Any, column: int) -> str | None:
+    value = results.getString(column)
+    return None if value is None else str(value)
+
+
+@functools.cache
+def _boxed_whole() -> frozenset[Any]:
+    return frozenset(jpype.JClass(f"java.lang.{n}") for n in ("Long", "Integer", "Short", "Byte"))
+
+
+def _read_whole(results: Any, column: int) -> Any:
+    value = results.getObject(column)
+    if type(value) in _boxed_whole():
+        return int(value)
+    return _to_python(value)  # NULL, a BigInteger (unsigned BIGINT), a Boolean (TINYINT(1))
+
+
+def _read_timestamp(results: Any, column: int) -> dt.datetime | None:
+    value = results.getTimestamp(column)
+    return None if value is None else _timestamp(value)
+
+
+def _read_bytes(results: Any, column: int) -> bytes | None:
+    value = results.getBytes(column)
+    return None if value is None else bytes(value)
+
+
+_READERS: dict[str, Callable[[Any, int], Any]] = {
+    **dict.fromkeys(
+        ("CHAR", "VARCHAR", "LONGVARCHAR", "NCHAR", "NVARCHAR", "LONGNVARCHAR"), _read_text
+    ),
+    **dict.fromkeys(("BIGINT", "INTEGER", "SMALLINT", "TINYINT"), _read_whole),
+    **dict.fromkeys(("TIMESTAMP", "TIMESTAMP_WITH_TIMEZONE"), _read_timestamp),
+    **dict.fromkeys(("BINARY", "VARBINARY", "LONGVARBINARY", "BLOB"), _read_bytes),
+}
+
+
+class _Converters(dict[int, Callable[[Any, int], Any]]):
+    """jaydebeapi looks a column's java.sql.Types code up with `.get(code, default)`, whose
+    default returns the raw Java object: every other type reads through `_to_python`."""
+
+    def get(self, key: int, default: Any = None) -> Callable[[Any, int], Any]:
+        return dict.get(self, key, _read_object)
+
+
+@functools.cache
+def _converters() -> _Converters:
+    types = jpype.JClass("java.sql.Types")  # the JVM exists by the first statement
+    return _Converters({int(getattr(types, name)): read for name, read in _READERS.items()})
+
+
+# -- statements ------------------------------------------------------------------------
+def _cursor(conn: JdbcConnection) -> jaydebeapi.Cursor:
+    """A cursor on `conn` itself. The jaydebeapi Connection is a thin wrapper, made per
+    statement and never closed (its close() would close `conn`); it never touches
+    autocommit, so `conn`'s own mode (or XA branch) holds."""
+    return jaydebeapi.Connection(conn, _converters()).cursor()
+
+
+def _java_failure(exc: jaydebeapi.Error) -> BaseException:
+    """The SQLException jaydebeapi wrapped (or the error itself): callers sort failures by
+    SQLSTATE and vendor code and redact Java messages, as for any other Java call."""
+    cause = exc.args[0] if exc.args else None
+    return cause if isinstance(cause, jpype.JException) else exc
 
 
 def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int:
     """Run one statement; returns the update count."""
-    statement = conn.prepareStatement(sql)
+    cursor = _cursor(conn)
     try:
-        _bind(statement, params)
-        return int(statement.executeUpdate())
+        cursor.execute(sql, [_java_param(p) for p in params])
+        return int(cursor.rowcount)
+    except jaydebeapi.Error as exc:
+        failure = _java_failure(exc)
     finally:
-        statement.close()
+        cursor.close()
+    raise failure  # outside the handler: the Java exception alone, as a direct call raises it
+
+
+def execute_many(conn: JdbcConnection, sql: str, rows: Iterable[Sequence[Param]]) -> None:
+    """Run `sql` once per row of parameters, as one JDBC batch (one round trip)."""
+    cursor = _cursor(conn)
+    try:
+        cursor.executemany(sql, [[_java_param(p) for p in row] for row in rows])
+    finally:
+        cursor.close()
 
 
 def query(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, ...]]:
     """Run a query; returns all rows as Python tuples (bookkeeping results are small)."""
-    statement = conn.prepareStatement(sql)
+    cursor = _cursor(conn)
     try:
-        _bind(statement, params)
-        results = statement.executeQuery()
-        try:
-            width = int(results.getMetaData().getColumnCount())
-            rows = []
-            while results.next():
-                rows.append(tuple(_to_python(results.getObject(i)) for i in range(1, width + 1)))
-            return rows
-        finally:
-            results.close()
+        cursor.execute(sql, [_java_param(p) for p in params])
+        return cursor.fetchall()
+    except jaydebeapi.Error as exc:
+        failure = _java_failure(exc)
     finally:
-        statement.close()
+        cursor.close()
+    raise failure
 
 
 def set_network_timeout(conn: JdbcConnection, seconds: float) -> None:
@@ -123,7 +210,7 @@ def local_transaction(conn: JdbcConnection) -> Iterator[Any]:
 def _sql_exceptions(exc: BaseException) -> Iterator[Any]:
     """The exception and its Java causes, outermost first."""
     seen = 0
-    current: Any = exc
+    current: Any = _java_failure(exc) if isinstance(exc, jaydebeapi.Error) else exc
     while current is not None and seen < 10:
         yield current
         seen += 1
@@ -174,7 +261,7 @@ def redacting_java_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except jpype.JException as exc:
+        except (jpype.JException, jaydebeapi.Error) as exc:
             properties = kwargs.get("properties") or {}
             secrets = [kwargs.get("password")] + [
                 str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
