@@ -10,11 +10,6 @@ exactly when its branch commits, which is the only evidence that turns XAER_NOTA
 "already committed". `finish` deletes the winners' markers in the transaction that makes the
 job `committed`, so from then on the job's state is that evidence.
 
-Every transaction here runs at READ COMMITTED (the dialects' `session_sql`): several read,
-then wait for a lock (the apply lock, a job's or a sink mark's row), then write rows that may
-have changed meanwhile (another job's apply, a heartbeat). Each statement must act on the
-latest committed rows, where a snapshot would fail it (40001, MariaDB's 1020).
-
 `Journal` writes every row of the journal; its tables' layout is `schema`'s, a streaming
 sink's mark `sinkmarks`', and how a staged job is applied the caller's (`applying`).
 """
@@ -283,9 +278,8 @@ class Journal(JournalReader):
         held: list[StagedPlan] = []
         try:
             with local_transaction(conn):
-                # The apply lock before the job's row, as a one-phase job takes them. The
-                # plain read before the wait is safe at READ COMMITTED only (see above): a
-                # heartbeat or another apply may change rows this transaction then writes.
+                # The apply lock before the job's row, as a one-phase job takes them. Read,
+                # wait, write: correct at READ COMMITTED only (see Dialect.session_sql).
                 plan = applying.stored_plan(self, conn, job_id, self.staged)
                 if plan is not None:
                     applying.lock_apply(self, conn, plan)
