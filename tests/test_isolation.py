@@ -287,3 +287,36 @@ def test_a_statement_format_binary_log_is_refused_before_anything_is_written(spa
             conn.cursor().execute(f"SET GLOBAL binlog_format = '{previous}'")
     assert_exactly(mysql, table, [])
     assert mysql.prepared_transactions() == []
+
+
+def test_a_staged_write_behind_a_decided_job_that_failed_to_finish_says_to_retry(spark, db):
+    """A decided staged job whose finish failed on a passing cause (its apply-lock wait
+    timed out) stays decided. The next staged write on the table fails its preflight with
+    the reason and says to run it again, not to abandon the job; once the cause is gone,
+    the next write finishes that job first, then applies its own rows."""
+    from xasink.errors import CommitError
+
+    table = seeded_table(db)
+    args = connection_args(db) | {"driver_write_bytes": 0, "lock_wait_timeout": 1}
+    with journal_session(db) as (spec, session, journal):  # the journal (its tag) exists
+        key = advisory_key(f"{journal.ensure(session.connection, spec).tag}:{table}")
+    schema = "id long, name string, v double"
+    first, second = (
+        small_frame(spark, [(i, name, 1.0) for i in ids], schema) for name, ids in _INPUTS
+    )
+    holder, unlock = _hold_apply_lock(db, key)
+    try:
+        with pytest.raises(CommitError, match="xasink recover"):
+            write_xa(first, table=table, mode="overwrite", **args)
+        assert table_states(db, table) == ["committing"]
+        with pytest.raises(PreflightError, match="Run the write again") as refused:
+            write_xa(second, table=table, mode="overwrite", **args)
+        assert "finishing it failed just now" in str(refused.value)
+        assert contents(db, table) == old_contents()
+        holder.cursor().execute(unlock)
+    finally:
+        holder.close()
+    write_xa(second, table=table, mode="overwrite", **args)
+    assert contents(db, table) == {i: ("b", 1.0) for i in range(20, 60)}
+    assert table_states(db, table) == ["committed"] * 2
+    assert db.prepared_transactions() == [] and stage_tables(db) == []
