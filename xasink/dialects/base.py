@@ -102,7 +102,14 @@ class Dialect:
         return ()
 
     def session_sql(self) -> list[str]:
-        """Statements run on every new connection, before any branch starts."""
+        """Statements run on every new connection, before any branch starts.
+
+        PostgreSQL and MySQL/MariaDB sessions also fix READ COMMITTED: the protocol's
+        transactions read, then wait for a lock (the apply lock, a job or mark row), then
+        write rows that may have changed meanwhile (another apply, a heartbeat). At
+        READ COMMITTED each statement reads the latest committed rows; under a snapshot
+        (PostgreSQL's REPEATABLE READ, MariaDB's innodb_snapshot_isolation, ON by default
+        from 11.6.2) that write fails, and the transaction with it (40001, 1020)."""
         return []
 
     def login_hint(self, message: str) -> str | None:

@@ -48,6 +48,28 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
+def binlog_problem(conn: JdbcConnection) -> str | None:
+    """Why this session's writes would be refused at READ COMMITTED (xasink's isolation,
+    see `MySQLDialect.session_sql`), or None: InnoDB logs them by row only, and a binary
+    log in STATEMENT format refuses them (error 1665)."""
+    try:
+        on, binlog_format = query(conn, "SELECT @@log_bin, @@SESSION.binlog_format")[0]
+    except Exception as exc:
+        if sql_error_code(exc) == 1193:  # a server without binlog_format logs by row
+            return None
+        raise
+    if str(on) in ("0", "OFF") or str(binlog_format).upper() != "STATEMENT":
+        return None
+    return (
+        "The server writes its binary log in STATEMENT format (binlog_format=STATEMENT), in "
+        "which InnoDB refuses every write at READ COMMITTED, the isolation level xasink's "
+        "sessions run at (so that a transaction that waited for a lock acts on the latest "
+        "rows). Nothing was written. Switch the server to row-based or mixed logging: SET "
+        "GLOBAL binlog_format = 'MIXED' (or 'ROW'), and the same in its configuration file; "
+        "new sessions use it."
+    )
+
+
 def _mariadb_connection_class() -> Any:
     return jclass("org.mariadb.jdbc.MariaDbConnection")
 
@@ -114,11 +136,16 @@ class MySQLDialect(Dialect):
         return None
 
     def session_sql(self) -> list[str]:
-        return ["SET time_zone = '+00:00'"]
+        # READ COMMITTED: see Dialect.session_sql. (InnoDB logs such writes by row only, so
+        # a binlog_format=STATEMENT server refuses them: check_server says so first.)
+        return [
+            "SET time_zone = '+00:00'",
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        ]
 
     def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         problem = version_problem(str(query(conn, "SELECT VERSION()")[0][0]))
-        if problem:
+        if problem or (problem := binlog_problem(conn)):
             raise PreflightError(problem)
         try:
             query(conn, "XA RECOVER")

@@ -38,7 +38,12 @@ class PostgresDialect(Dialect):
         return spec.url + sep + urlencode(props)
 
     def session_sql(self) -> list[str]:
-        return ["SET TIME ZONE 'UTC'"]
+        # PostgreSQL's own default, fixed so that a server or role default of REPEATABLE
+        # READ or SERIALIZABLE cannot fail a wait-then-write (see Dialect.session_sql).
+        return [
+            "SET TIME ZONE 'UTC'",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        ]
 
     def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         limit = int(query(conn, "SELECT current_setting('max_prepared_transactions')")[0][0])

@@ -115,11 +115,17 @@ def recover_table(
             if r.staged and r.table == table and r.job_id in stuck
         ]
         if pending:
+            job = pending[0].job_id
+            why = next(a.line() for a in actions if a.job_id == job and a.unresolved)
+            # Most such failures pass (a lock wait, a lost connection): the job is healthy,
+            # and abandoning it drops its rows for good.
             raise PreflightError(
-                f"Job {pending[0].job_id} on {table} is decided but cannot be finished, and "
-                "staged writes to one table are applied in decision order. Nothing was "
-                "written. `xasink jobs` shows what blocks it; if it can never finish, "
-                f"`xasink resolve {pending[0].job_id} --abandon` ends it."
+                f"Job {job} on {table} is decided, but finishing it failed just now ({why}). "
+                "Staged writes to one table are applied in decision order, so this write "
+                "waits for it; nothing was written. Run the write again (or `xasink "
+                "recover`) once the cause is gone: that finishes the job first. Only a job "
+                f"that can never finish is for `xasink resolve {job} --abandon`, which drops "
+                "its rows."
             )
     return actions
 

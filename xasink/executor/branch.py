@@ -252,7 +252,7 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         load = _Load(plan, conn, column_types)
         rows, path = load.run(batches, 0, 0)
         problem = plan.apply and branch_problem(conn, dialect, plan.apply)
-        if not problem:
+        if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             decision = plan.journal.commit_in_branch(
                 conn, plan.job_id, plan.target, rows, plan.sink, plan.apply
             )

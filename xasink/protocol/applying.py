@@ -73,7 +73,12 @@ class StagedApply(Protocol[Plan]):
 def stored_plan(
     journal: JournalLayout, conn: JdbcConnection, job_id: str, staged: StagedApply[Plan] | None
 ) -> Plan | None:
-    """The job's plan, from its row (None: not a staged job)."""
+    """The job's plan, from its row (None: not a staged job).
+
+    A plain read before the apply lock's wait, after which the transaction writes rows a
+    heartbeat or another apply may have changed meanwhile: correct because every journal
+    transaction runs at READ COMMITTED (`Dialect.session_sql`), where a snapshot taken
+    here would fail those writes (40001; MariaDB's 1020 under innodb_snapshot_isolation)."""
     rows = query(
         conn, f"SELECT apply_plan, target_table FROM {journal.jobs} WHERE job_id = ?", (job_id,)
     )

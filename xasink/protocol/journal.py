@@ -279,7 +279,8 @@ class Journal(JournalReader):
         held: list[StagedPlan] = []
         try:
             with local_transaction(conn):
-                # The apply lock before the job's row, as a one-phase job takes them.
+                # The apply lock before the job's row, as a one-phase job takes them. Read,
+                # wait, write: correct at READ COMMITTED only (see Dialect.session_sql).
                 plan = applying.stored_plan(self, conn, job_id, self.staged)
                 if plan is not None:
                     applying.lock_apply(self, conn, plan)

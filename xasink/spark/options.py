@@ -30,7 +30,8 @@ _REFUSED = {
     "createtablecolumntypes": "create the table yourself, or let xasink create it from the "
     "DataFrame's schema (xasink.create=if_missing)",
     "truncate": "overwrite replaces the rows in one transaction; the table is never dropped",
-    "isolationlevel": "each branch is one XA transaction at the server's isolation level",
+    "isolationlevel": "every xasink session runs at READ COMMITTED, which its commit "
+    "protocol needs",
     "query": "write into a table (dbtable)",
 }
 _OWN = (
