@@ -57,10 +57,10 @@ sink-1p-operator | -DONE_PHASE -DOPERATOR -DMUTANT_OPERATOR_READ | one-phase: th
 streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
 streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
 streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped
-apply-name | -DMUTANT_NAME_KEY | the apply lock and the apply order keyed by the table's spelling, not its identity
+apply-name | -DMUTANT_NAME_KEY | the apply lock and the apply order keyed by how the caller spelled the table, not by its identity
 apply-order | -DMUTANT_NO_ORDER | a one-phase staged job applies without lock_apply_order
 apply-help | -DMUTANT_NO_HELP -DPROGRESS | after JobOrderError, the same job id retried without finishing the blocker
-apply-register | -DSINK -DPROGRESS -DMUTANT_NO_REGISTER | a one-phase job does not register its sink's first mark row
+apply-register | -DSINK -DPROGRESS -DMUTANT_NO_REGISTER | a one-phase job does not register the mark row of its sink (first batch)
 apply-snapshot | -DSNAPSHOT -DPROGRESS | sessions at REPEATABLE READ with snapshot isolation: a writer that waited for a lock fails
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
