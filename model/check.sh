@@ -28,10 +28,15 @@ sink-1p-format | -DONE_PHASE -DCHECK_AFTER_BEGIN
 sink-1p-operator | -DONE_PHASE -DOPERATOR
 streams     | 
 streams-noid | -DNO_QUERY_ID
+apply       | -DPROGRESS
+apply-sink  | -DSINK -DRESET -DPROGRESS
+apply-snapshot | -DSNAPSHOT
+apply-snapshot-sink | -DSNAPSHOT -DSINK -DRESET
 liveness    | '
 
 # each mutant of xasink.pml runs in the "append" configuration (plus its own switches);
-# sink-*, streams-* and live-* mutants in sink.pml, streams.pml and liveness.pml
+# sink-*, streams-*, apply-* and live-* mutants in sink.pml, streams.pml, apply.pml and
+# liveness.pml
 MUTANTS='A | -DMUTANT_A | recovery lists XA RECOVER before reading the job row
 B | -DMUTANT_B | NOTA + not listed + no marker = LOST, without reading the job state
 C | -DMUTANT_C | a failed journal existence check presumes abort at once
@@ -52,6 +57,11 @@ sink-1p-operator | -DONE_PHASE -DOPERATOR -DMUTANT_OPERATOR_READ | one-phase: th
 streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
 streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
 streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped
+apply-name | -DMUTANT_NAME_KEY | the apply lock and the apply order keyed by how the caller spelled the table, not by its identity
+apply-order | -DMUTANT_NO_ORDER | a one-phase staged job applies without lock_apply_order
+apply-help | -DMUTANT_NO_HELP -DPROGRESS | after JobOrderError, the same job id retried without finishing the blocker
+apply-register | -DSINK -DPROGRESS -DMUTANT_NO_REGISTER | a one-phase job does not register the mark row of its sink (first batch)
+apply-snapshot | -DSNAPSHOT -DPROGRESS | sessions at REPEATABLE READ with snapshot isolation: a writer that waited for a lock fails
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 
@@ -60,6 +70,7 @@ model_of() {
   case "$1" in
     sink*|mutant-sink*) echo "$here/sink.pml" ;;
     streams*|mutant-streams*) echo "$here/streams.pml" ;;
+    apply*|mutant-apply*) echo "$here/apply.pml" ;;
     live*|mutant-live*) echo "$here/liveness.pml" ;;
     *) echo "$here/xasink.pml" ;;
   esac

@@ -265,9 +265,12 @@ proctype J1P(byte me) {
   seen = mark;                                       /* SELECT without FOR UPDATE */
   CRASH;
 #endif
-  /* commit_in_branch, then COMMIT: the job row INSERT, the mark's SELECT ... FOR UPDATE
-     (waits for a holder), its conditional UPDATE, a staged apply. The lock is held from
-     the mark's read to the commit, so these are one step for everyone else. */
+  /* commit_in_branch, then COMMIT, in the code's order: a staged job's apply lock, the job
+     row INSERT, lock_apply_order, the mark's SELECT ... FOR UPDATE (waits for a holder)
+     and its conditional UPDATE, the winner row, a staged check and apply, the temporary
+     stage's DROP. Every lock is held to the commit and a wait ends in proceeding on the
+     latest committed state, so these are one step for everyone else; apply.pml runs them
+     step by step, with the apply order and lock waits that fail. */
   atomic {
     pend == NOBODY;
     if
