@@ -17,6 +17,7 @@ which the job's one end line and WriteResult come (xasink.driver.report).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
@@ -158,6 +159,8 @@ class Job:
         `opened`); nothing is written."""
         pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
         self.journal = pre.journal
+        # From here on the job names its table as the server resolved it.
+        self.request = dataclasses.replace(self.request, target=pre.table)
         return pre
 
     def begin(

@@ -21,6 +21,7 @@ from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..spec import ConnectionSpec
+from ..target.retyping import ChangedTypesError
 from ..target.staging import refused
 from ..xid import BranchId
 from .request import PhaseOne
@@ -158,6 +159,12 @@ def _finish(
             f"Job {plan.job_id} is committed in its branches, but finishing it failed "
             f"({reason}). Run `xasink recover` to finish it; do not run the write again."
         ) from None
+    if isinstance(refusal, ChangedTypesError):
+        raise ChangedTypesError(
+            f"Job {plan.job_id} is committed in its branches, but {refusal}: the job is "
+            f"aborted, its staging table dropped and {plan.target} is unchanged. Run the "
+            "write again: it reads the table's column types as they are now."
+        )
     if refusal is not None and plan.apply is not None:
         raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
     if finished:
