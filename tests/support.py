@@ -167,6 +167,18 @@ def new_table(server: DbServer, prefix: str = "ev") -> str:
     return name
 
 
+def journaled(server: DbServer, table: str) -> str:
+    """How the journal's `target_table` names an unqualified test table: as the server
+    resolves it (PostgreSQL: schema public; MySQL family: the test database)."""
+    return f"{'public' if server.kind == 'postgres' else server.database}.{table}"
+
+
+def apply_lock_name(server: DbServer, table: str) -> str:
+    """The name xasink's apply lock on an unqualified test table is keyed by."""
+    schema = "public" if server.kind == "postgres" else server.database
+    return f"apply:{schema}\x00{table}"
+
+
 def ids_in(server: DbServer, table: str) -> list[int]:
     """Every id in the table, duplicates included, sorted (read with psycopg/pymysql)."""
     quote = '"' if server.kind == "postgres" else "`"

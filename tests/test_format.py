@@ -15,6 +15,7 @@ from support import (
     events_df,
     failing_once,
     file_stream,
+    journaled,
     new_table,
     old_contents,
     run_script,
@@ -49,7 +50,8 @@ def latest_jobs(db, table: str) -> list[str]:
     with db.connect() as conn:
         cursor = conn.cursor()
         cursor.execute(
-            "SELECT state FROM xasink_jobs WHERE target_table = %s ORDER BY created_at", (table,)
+            "SELECT state FROM xasink_jobs WHERE target_table = %s ORDER BY created_at",
+            (journaled(db, table),),
         )
         return [str(row[0]) for row in cursor.fetchall()]
 
@@ -206,7 +208,7 @@ def sink_of(db, table: str) -> str:
         cursor.execute(
             "SELECT DISTINCT sink_id FROM xasink_jobs WHERE target_table = %s "
             "AND sink_id IS NOT NULL",
-            (table,),
+            (journaled(db, table),),
         )
         sinks = [str(row[0]) for row in cursor.fetchall()]
     assert len(sinks) == 1, sinks

@@ -16,12 +16,14 @@ import uuid
 import pytest
 from support import (
     ROWS,
+    apply_lock_name,
     assert_exactly,
     connection_args,
     contents,
     events_df,
     in_background,
     journal_session,
+    journaled,
     kill_driver_at,
     mode_case,
     mode_rows,
@@ -390,7 +392,10 @@ def test_an_older_decided_staged_job_is_finished_first(spark, db):
 def _states_on(db, table: str) -> dict[str, str]:
     with db.connect() as conn:
         cursor = conn.cursor()
-        cursor.execute("SELECT job_id, state FROM xasink_jobs WHERE target_table = %s", (table,))
+        cursor.execute(
+            "SELECT job_id, state FROM xasink_jobs WHERE target_table = %s",
+            (journaled(db, table),),
+        )
         return {str(j): str(s) for j, s in cursor.fetchall()}
 
 
@@ -413,8 +418,7 @@ def test_a_writer_session_is_kept_between_one_phase_jobs(spark, db):
     assert bool(conn.getAutoCommit())
     from xasink.dialects.base import advisory_key
 
-    with journal_session(db) as (_, _, journal):
-        key = advisory_key(f"{journal.tag}:{table}")
+    key = advisory_key(apply_lock_name(db, table))
     if db.kind == "postgres":
         stage = f'pg_temp."xasink_stage_{first.job_id}"'
         low = key & 0xFFFFFFFF
@@ -448,8 +452,7 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
         small_frame(spark, [(i, name, 1.0) for i in ids], "id long, name string, v double")
         for name, ids in (("a", range(0, 30)), ("b", range(20, 60)))
     ]
-    with journal_session(db) as (_, _, journal):
-        key = f"{journal.tag}:{table}"
+    key = apply_lock_name(db, table)
     holder = db.connect()
     try:
         cursor = holder.cursor()

@@ -23,6 +23,7 @@ from support import (
     events_df,
     in_background,
     job_states,
+    journaled,
     new_table,
     xasink_prepared,
 )
@@ -157,7 +158,7 @@ def _journal_row(db, table: str) -> tuple[str, int, int] | None:
         try:
             cursor.execute(
                 "SELECT state, beats, lease_seconds FROM xasink_jobs WHERE target_table = %s",
-                (table,),
+                (journaled(db, table),),
             )
         except Exception as exc:
             if "xasink_jobs" in str(exc):  # no journal yet

@@ -15,6 +15,7 @@ from support import (
     cli,
     connection_args,
     events_df,
+    journaled,
     new_table,
     sink_mark,
     start_foreach_stream,
@@ -185,7 +186,8 @@ def _age_jobs(db, table: str, days: int) -> None:
         if db.kind == "postgres"
         else f"finished_at - INTERVAL {days} DAY"
     )
-    admin_sql(db, f"UPDATE xasink_jobs SET finished_at = {shift} WHERE target_table = '{table}'")
+    named = journaled(db, table)
+    admin_sql(db, f"UPDATE xasink_jobs SET finished_at = {shift} WHERE target_table = '{named}'")
 
 
 def test_prune_keeps_what_a_replay_needs(spark, db, tmp_path):

@@ -185,11 +185,18 @@ def test_apply_plan_json_is_stable_and_round_trips():
         "ordered": True,
         "stage": {"name": f"xasink_stage_{JOB}", "schema": "app"},
         "target": {"name": "events", "schema": "app"},
+        "types": [],
     }
     assert list(json.loads(text)) == sorted(json.loads(text))
     assert ApplyPlan.from_json(text) == MERGE
-    overwrite = _plan("overwrite")
+    overwrite = _plan("overwrite", types=("bigint", "text", "integer"))
     assert ApplyPlan.from_json(overwrite.to_json()) == overwrite
+
+
+def test_a_plan_written_before_types_were_recorded_still_reads():
+    raw = json.loads(_plan("overwrite").to_json())
+    del raw["types"]
+    assert ApplyPlan.from_json(json.dumps(raw)) == _plan("overwrite")
 
 
 def test_an_apply_plan_row_missing_fields_is_an_error_not_a_guess():

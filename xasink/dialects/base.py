@@ -147,6 +147,18 @@ class Dialect:
         """Statements that bound, then restore, how long this session waits for a lock."""
         return None, None
 
+    def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
+        """The table `table` names, as the server resolves it (schema and name as the
+        catalog spells them): one table has one identity however it is spelled, which
+        keys its apply lock and the journal's `target_table`. None: not found or unknown."""
+        return None
+
+    def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
+        """The table's columns as they are now (name → full SQL type, lowercased as
+        `describe_columns_sql` gives it), read inside the caller's transaction under a lock
+        that keeps them so until it ends. None: this dialect cannot tell."""
+        return None
+
     def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
         """Take the lock that serialises staged applies into one table (`key` names it),
         until the transaction ends (`unlock_apply` where the lock is the session's)."""

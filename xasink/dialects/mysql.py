@@ -238,19 +238,27 @@ class MySQLDialect(Dialect):
         return f"ON DUPLICATE KEY UPDATE {updates}"
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
-        return (
-            # COLUMN_TYPE omits the character set: a staging column must not fall back to
-            # the schema's default (latin1 would refuse 4-byte characters).
-            "SELECT COLUMN_NAME, CONCAT(COLUMN_TYPE, IF(CHARACTER_SET_NAME IS NULL, '', "
-            "CONCAT(' CHARACTER SET ', CHARACTER_SET_NAME, ' COLLATE ', COLLATION_NAME))), "
-            "IS_NULLABLE = 'YES', "
-            # MariaDB spells "no default" on a nullable column as the string 'NULL'.
-            "(COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') OR EXTRA <> '' "
-            "FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? "
-            "ORDER BY ORDINAL_POSITION",
+        return _describe_sql(""), (table.schema, table.name)  # type: ignore[return-value]
+
+    def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
+        # information_schema compares names by the server's case rules
+        # (lower_case_table_names) and returns the stored spelling.
+        rows = query(
+            conn,
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             (table.schema, table.name),  # type: ignore[arg-type]
         )
+        return TableRef(str(rows[0][1]), str(rows[0][0])) if len(rows) == 1 else None
+
+    def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
+        # The subquery opens the table, so the statement takes its shared metadata lock
+        # before reading the catalog; the transaction keeps it until it ends, and an ALTER
+        # waits for it.
+        touch = f"AND NOT EXISTS (SELECT 1 FROM {self.qualified(table)} WHERE 1 = 0) "
+        touched = _describe_sql(touch)
+        rows = query(conn, touched, (table.schema, table.name))  # type: ignore[arg-type]
+        return {str(r[0]): str(r[1]).lower() for r in rows}
 
     def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
         return (
@@ -258,3 +266,20 @@ class MySQLDialect(Dialect):
             "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0",
             (table.schema, table.name),  # type: ignore[arg-type]
         )
+
+
+def _describe_sql(extra: str) -> str:
+    """(name, full SQL type, nullable, has default) per column of one table; `extra` is
+    more of the WHERE clause."""
+    return (
+        # COLUMN_TYPE omits the character set: a staging column must not fall back to
+        # the schema's default (latin1 would refuse 4-byte characters).
+        "SELECT COLUMN_NAME, CONCAT(COLUMN_TYPE, IF(CHARACTER_SET_NAME IS NULL, '', "
+        "CONCAT(' CHARACTER SET ', CHARACTER_SET_NAME, ' COLLATE ', COLLATION_NAME))), "
+        "IS_NULLABLE = 'YES', "
+        # MariaDB spells "no default" on a nullable column as the string 'NULL'.
+        "(COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') OR EXTRA <> '' "
+        "FROM information_schema.COLUMNS "
+        f"WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? {extra}"
+        "ORDER BY ORDINAL_POSITION"
+    )

@@ -7,7 +7,7 @@ from typing import ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..runtime.jdbc import JdbcConnection, query
+from ..runtime.jdbc import JdbcConnection, execute, query
 from ..spec import ConnectionSpec, TableRef
 from .base import Dialect, advisory_key
 
@@ -91,8 +91,25 @@ class PostgresDialect(Dialect):
         return f"SET lock_timeout = '{int(seconds)}s'", "SET lock_timeout = DEFAULT"
 
     def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
-        # A transaction-level advisory lock: lock_timeout bounds the wait.
+        # A transaction-level advisory lock: lock_timeout bounds the wait. Advisory locks
+        # are scoped to the current database by the server.
         query(conn, "SELECT pg_advisory_xact_lock(?)", (advisory_key(key),))
+
+    def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
+        rows = query(
+            conn,
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(?)",
+            (self.qualified(table),),
+        )
+        return TableRef(str(rows[0][1]), str(rows[0][0])) if rows else None
+
+    def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
+        # ROW EXCLUSIVE (the apply's own DML lock, taken first) conflicts with the ACCESS
+        # EXCLUSIVE an ALTER ... TYPE needs: the types read after it hold until commit.
+        execute(conn, f"LOCK TABLE {self.qualified(table)} IN ROW EXCLUSIVE MODE")
+        sql, params = self.describe_columns_sql(table)
+        return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}  # type: ignore[arg-type]
 
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         target = ", ".join(self.quote(k) for k in key)

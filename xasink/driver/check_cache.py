@@ -1,5 +1,6 @@
-"""A short per-process memory of write_xa's preflight checks that passed, so that many
-small calls do not repeat the same server, table and journal round trips.
+"""A short per-process memory of the preflight checks that passed (write_xa's, and
+format("xasink")'s planner's), so that many small calls do not repeat the same server,
+table and journal round trips.
 
 Why skipping them for a while is safe:
 
@@ -11,16 +12,23 @@ Why skipping them for a while is safe:
   So nothing that decides how values are encoded trusts a description: the one load whose
   bytes depend on the column types (PostgreSQL's binary COPY) reads them again inside its
   branch, under a lock that holds them until the branch ends (loaders/pg_copy.py); every
-  other load is typed by the server. Constraints and limits are enforced by the database
-  when the rows arrive, inside the branch, so such a change fails the job before its
-  decision (rolled back).
+  other load is typed by the server. A staging table is typed from the description, so a
+  staged apply reads the target's column types again in its own transaction, under a lock
+  held until it commits, and refuses a change that could alter a value
+  (target/retyping.py). Constraints and limits are enforced by the database when the rows
+  arrive, so such a change fails the job (rolled back, or a staged job aborted).
+* The table's identity (the name the server resolves the spelling to) is remembered with
+  its description: the job then names that table explicitly, so its apply lock, its
+  journal row and the table it writes always agree.
 * Every failed call forgets all entries of its connection, and the next call checks
   again, with preflight's own message for what is wrong.
 * The journal entry is keyed by the journal's stored tag: a journal dropped and made
   again (a new tag) is checked again at once.
 
-Only `write_xa` uses it: the format("xasink") writer fails in other processes, which
-could not forget the entries.
+format("xasink") uses it too, in the planner that serves batch after batch; its tasks and
+`commit()` fail in other processes, which cannot make it forget the entries, so there a
+stale entry lives its full `ttl`: safe for the reasons above, but a write refused because
+the table changed may be refused again until the entry expires.
 """
 
 from __future__ import annotations
@@ -96,7 +104,7 @@ class CheckCache:
             raise
 
 
-#: The process's cache, used by write_xa.
+#: The process's cache, used by write_xa and format("xasink")'s planner.
 CHECKS = CheckCache()
-#: Remembers nothing: every check runs (the format("xasink") writer).
+#: Remembers nothing: every check runs (the default, e.g. for `xasink` commands and tests).
 UNCACHED = CheckCache(ttl=0)

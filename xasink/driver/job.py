@@ -17,6 +17,7 @@ which the job's one end line and WriteResult come (xasink.driver.report).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
@@ -40,8 +41,8 @@ from ..runtime.timing import step
 from ..target.columns import TableColumn
 from ..target.staging import STAGED_APPLY, ApplyPlan, temporary_stage
 from .check_cache import UNCACHED, CheckCache
-from .decision import decide, fence, select_winners
-from .phase_two import commit_all, roll_back_others
+from .decision import decide, select_winners
+from .phase_two import abort_job, commit_all
 from .plan import apply_plan_for, load_target
 from .preflight import can_stage_temporarily, preflight, recover_table
 from .report import JobOutcome, JobTrace
@@ -158,6 +159,8 @@ class Job:
         `opened`); nothing is written."""
         pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
         self.journal = pre.journal
+        # From here on the job names its table as the server resolved it.
+        self.request = dataclasses.replace(self.request, target=pre.table)
         return pre
 
     def can_stage_temporarily(self) -> bool:
@@ -329,34 +332,10 @@ class Job:
     # -- ending it otherwise ----------------------------------------------------------
 
     def abort(self) -> None:
-        """Presumed abort, made explicit: mark the job aborted, then roll back its branches.
-
-        Branches are rolled back only once the journal says `aborted`; if that cannot be
-        established, they stay prepared for `xasink recover`, which decides from the
-        journal. Never raises: the failure that led here is the one to report."""
+        """Presumed abort, made explicit (`phase_two.abort_job`). Never raises: the failure
+        that led here is the one to report."""
         assert self.job_id is not None
-        try:
-            try:
-                self.journal.abort(self.conn, self.job_id)
-                state = self.journal.state(self.conn, self.job_id)
-            except Exception:  # the journal connection broke: the fence uses a fresh one
-                state = fence(self.spec, self.journal, self.job_id)
-            self.trace.state = state
-            if state != JobState.ABORTED:
-                log.error(
-                    "xasink job %s is %s, not aborted: leaving its branches to `xasink recover`",
-                    self.job_id,
-                    state or "in an unknown state",
-                )
-                return
-            roll_back_others(self.spec, self.job_id, self.ops, keep=set())
-        except Exception as exc:
-            log.error(
-                "xasink job %s is aborted, but rolling back its branches is incomplete (%s); "
-                "`xasink recover` rolls back the rest",
-                self.job_id,
-                self.spec.redact(exc),
-            )
+        self.trace.state = abort_job(self.spec, self.journal, self.conn, self.ops, self.job_id)
 
     def cancel(
         self, outcome: JobOutcome = JobOutcome.CANCELLED, error: BaseException | None = None

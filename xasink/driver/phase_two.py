@@ -16,13 +16,16 @@ from ..executor.contract import WritePlan
 from ..protocol.applying import JobOrderError
 from ..protocol.branches import BranchOps, commit_group
 from ..protocol.connecting import open_journal
+from ..protocol.journal import Journal
 from ..protocol.recovery import blocked_detail, resolve_in_doubt
 from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..spec import ConnectionSpec
+from ..target.retyping import ChangedTypesError
 from ..target.staging import refused
 from ..xid import BranchId
+from .decision import fence
 from .request import PhaseOne
 
 log = logging.getLogger("xasink")
@@ -158,6 +161,12 @@ def _finish(
             f"Job {plan.job_id} is committed in its branches, but finishing it failed "
             f"({reason}). Run `xasink recover` to finish it; do not run the write again."
         ) from None
+    if isinstance(refusal, ChangedTypesError):
+        raise ChangedTypesError(
+            f"Job {plan.job_id} is committed in its branches, but {refusal}: the job is "
+            f"aborted, its staging table dropped and {plan.target} is unchanged. Run the "
+            "write again: it reads the table's column types as they are now."
+        )
     if refusal is not None and plan.apply is not None:
         raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
     if finished:
@@ -211,3 +220,36 @@ def roll_back_others(
                 spec.redact(exc),
             )
     return done
+
+
+def abort_job(
+    spec: ConnectionSpec, journal: Journal, conn: JdbcConnection, ops: BranchOps, job_id: str
+) -> str | None:
+    """Mark the job aborted, then roll back its branches; returns its state then.
+
+    Branches are rolled back only once the journal says `aborted`; if that cannot be
+    established, they stay prepared for `xasink recover`, which decides from the journal.
+    Never raises."""
+    state: str | None = None
+    try:
+        try:
+            journal.abort(conn, job_id)
+            state = journal.state(conn, job_id)
+        except Exception:  # the journal connection broke: the fence uses a fresh one
+            state = fence(spec, journal, job_id)
+        if state != JobState.ABORTED:
+            log.error(
+                "xasink job %s is %s, not aborted: leaving its branches to `xasink recover`",
+                job_id,
+                state or "in an unknown state",
+            )
+            return state
+        roll_back_others(spec, job_id, ops, keep=set())
+    except Exception as exc:
+        log.error(
+            "xasink job %s is aborted, but rolling back its branches is incomplete (%s); "
+            "`xasink recover` rolls back the rest",
+            job_id,
+            spec.redact(exc),
+        )
+    return state

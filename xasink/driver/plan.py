@@ -56,6 +56,7 @@ def apply_plan_for(
         op_values=options.op_values,
         op_fold=options.op_fold,
         op_skip=options.op_skip,
+        types=tuple(c.sql_type for c in targets),
     )
 
 

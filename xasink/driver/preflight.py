@@ -15,7 +15,7 @@ from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
-from ..spec import ConnectionSpec
+from ..spec import ConnectionSpec, TableRef
 from ..target.catalog import check_fit, ensure_table
 from ..xid import FORMAT_ID
 from .check_cache import UNCACHED, CheckCache
@@ -54,11 +54,16 @@ def preflight(
             )
             checks.put(spec, ("table", target), tuple(existing))
         targets = check_fit(conn, dialect, target, schema, options, existing)
+    with step("table identity"):
+        table = checks.get(spec, ("identity", target))
+        if not isinstance(table, TableRef):
+            table = dialect.table_identity(conn, target) or target
+            checks.put(spec, ("identity", target), table)
     with step("journal DDL checks"):
         if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
-    return Preflight(journal, targets, created)
+    return Preflight(journal, targets, created, table)
 
 
 #: (connection, schema) pairs whose temporary-stage refusal this process has warned about.

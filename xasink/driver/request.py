@@ -54,11 +54,14 @@ class JobRequest:
 @dataclass(frozen=True)
 class Preflight:
     """What the checks before a job found: the journal (with its tag), the target's
-    columns for the written ones, and whether the table was created."""
+    columns for the written ones, whether the table was created, and its identity."""
 
     journal: Journal
     targets: list[TableColumn]
     created: bool
+    #: The target as the server resolves it (`Dialect.table_identity`): the job writes,
+    #: locks and journals this, so that two spellings of one table are one table.
+    table: TableRef
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
 from ..target.catalog import table_columns
 from ..target.modes import OP_COLUMN
+from ..target.retyping import ChangedTypesError
 from ..target.staging import ApplyPlan, branch_problem, is_data_error, refused
 from ..xid import BranchId, Xid
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
@@ -276,6 +277,11 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
         passed = (KeyboardInterrupt, SystemExit, LocalCommitUnknown, JobOrderError, JobAbortedError)
         if isinstance(exc, passed):
             raise
+        if isinstance(exc, ChangedTypesError):
+            raise ChangedTypesError(
+                f"{exc}: job {plan.job_id} was rolled back and nothing of it was written. Run "
+                "the write again: it reads the table's column types as they are now."
+            ) from None
         if plan.apply is not None and is_data_error(exc):
             raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None
         raise WriteError(

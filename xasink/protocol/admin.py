@@ -15,7 +15,7 @@ from typing import Any
 from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT
 from ..errors import ConfigurationError, JournalError
 from ..runtime.jdbc import JdbcConnection, query
-from ..spec import ConnectionSpec
+from ..spec import ConnectionSpec, TableRef
 from ..xid import BranchId, valid_job_id
 from .actions import RecoveryReport
 from .applying import StagedApply
@@ -62,9 +62,9 @@ def list_jobs(
     if states:
         where.append(f"j.state IN ({', '.join('?' for _ in states)})")
         params.extend(states)
-    if table is not None:
-        where.append("j.target_table = ?")
-        params.append(table)
+    if table is not None:  # rows written before tables were resolved hold the spelling
+        where.append("j.target_table IN (?, ?)")
+        params.extend((table, table_named(conn, journal, table)))
     rows = query(
         conn,
         f"SELECT j.job_id, j.state, j.target_table, "
@@ -201,6 +201,7 @@ def settle_one_phase(
     branch to resolve. A job that has a row already is reported as it stands if it ended
     committed or aborted, and refused otherwise (the fence's duplicate key changes nothing)."""
     what = _resolution("unknown (one-phase commit)", JobState.ABORTED, reason)
+    table = table_named(conn, journal, table)
     try:
         state = journal.fence_one_phase(conn, job_id, table, _operator(ops), what)
     except Exception as exc:
@@ -338,10 +339,23 @@ def _recover(
         journal.check_complete(conn)
     else:
         journal = journal.ensure(conn, spec)  # checks it whole
+    if table is not None:
+        table = table_named(conn, journal, table)
     with BranchOps(spec, journal) as ops:
         return resolve_in_doubt(
             ops, conn, journal, table=table, job=job, grace=grace, dry_run=dry_run
         )
+
+
+def table_named(conn: JdbcConnection, journal: Journal, table: str) -> str:
+    """The table an operator's `--table` spelling names, as jobs record it: resolved by
+    the server (`Dialect.table_identity`), or the spelling when it finds no such table."""
+    try:
+        ref = TableRef.parse(table)
+    except ConfigurationError:
+        return table
+    found = journal.dialect.table_identity(conn, ref)
+    return str(found) if found is not None else table
 
 
 __all__ = ["JobInfo", "abandon", "list_jobs", "operate", "prune", "recover"]

@@ -161,7 +161,12 @@ def release_apply_lock(journal: JournalLayout, conn: JdbcConnection, plan: Stage
 
 
 def _apply_key(journal: JournalLayout, plan: StagedPlan) -> str:
-    return f"{journal.tag}:{plan.target}"
+    """The table itself, not a journal's or a caller's name for it: a plan's target is the
+    table as the server resolved it (`Dialect.table_identity`), so two spellings, or two
+    journals, writing one table take one lock. PostgreSQL's advisory locks are per
+    database; MySQL's named locks are server-wide, and the schema there is the database."""
+    target = plan.target
+    return f"apply:{target.schema or ''}\x00{target.name}"
 
 
 def lock_apply_order(

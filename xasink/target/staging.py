@@ -25,6 +25,7 @@ from ..errors import InputDataError, JournalError
 from ..runtime.jdbc import JdbcConnection, Param, execute, query, sql_error_code, sql_state
 from ..spec import TableRef
 from .modes import OP_COLUMN, ORDER_COLUMN, OVERWRITE, UPSERT
+from .retyping import ChangedTypesError, check_types
 
 _ROW_NUMBER = "xasink_rn"
 #: How many offending keys or values an error names.
@@ -48,6 +49,10 @@ class ApplyPlan:
     op_fold: bool = False
     #: Op values whose rows are dropped before the staging table (e.g. update_preimage).
     op_skip: tuple[str, ...] = ()
+    #: The target's column types (per `columns`) the staging table was built with; the
+    #: apply refuses a target whose types changed since (`retyping.check_types`).
+    #: Empty in plans written before it was recorded: not checked.
+    types: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -77,6 +82,7 @@ class ApplyPlan:
             op_values=tuple((str(v), bool(d)) for v, d in raw["op_values"]),
             op_fold=bool(raw["op_fold"]),
             op_skip=tuple(str(v) for v in raw["op_skip"]),
+            types=tuple(str(t) for t in raw.get("types", ())),
         )
 
     @property
@@ -205,7 +211,10 @@ def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str 
 
 
 def check_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
-    """The whole staging table's keys are unambiguous (run in the apply transaction)."""
+    """In the apply transaction, under its apply lock: the target still has the column
+    types the staging table was built for (and keeps them until commit), and the whole
+    staging table's keys are unambiguous."""
+    check_types(conn, dialect, plan.target, plan.columns, plan.types)
     problem = plan.key and _duplicates(conn, dialect, plan)
     if problem:
         raise StagedRowsError(problem)
@@ -278,7 +287,7 @@ _REFUSED_ROW_STATES = ("21000", "P0001", "45000")
 
 def is_data_error(exc: BaseException) -> bool:
     """The rows themselves were refused: retrying the same apply cannot help."""
-    if isinstance(exc, InputDataError):
+    if isinstance(exc, (InputDataError, ChangedTypesError)):
         return True
     state = sql_state(exc) or ""
     return (
