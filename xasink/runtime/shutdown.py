@@ -44,6 +44,7 @@ import jpype
 import jpype.config
 
 from .jvm import started_here
+from .signals import restore_jvm_handlers
 
 log = logging.getLogger("xasink")
 
@@ -136,7 +137,11 @@ def stop_java_callbacks() -> None:
 
 
 def at_exit() -> None:
-    """The exit hook: wait for writes, then end xasink's and JPype's Java-calling threads."""
+    """The exit hook: give the JVM its fault handlers back, wait for writes, then end
+    xasink's and JPype's Java-calling threads."""
+    lost = restore_jvm_handlers()
+    if lost:
+        log.debug("xasink: the JVM's handlers of signals %s were replaced; restored", lost)
     wait_for_writes()
     with _changed:
         callbacks = list(_callbacks)
