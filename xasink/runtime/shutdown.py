@@ -21,6 +21,10 @@ code -6). Three kinds of thread can be in that position:
   handler would stop it again, which waits 10 s for a thread that is gone, so it is told not
   to run: the JVM ends with the process, every connection already closed.
 
+First of all, the hook gives the JVM back its fault handlers if anything replaced them
+(xasink.runtime.signals): the JVM runs on through finalization, and its safepoints in
+compiled code fault on purpose, which without its SIGSEGV handler kills the process.
+
 All of it runs in one of threading's own exit hooks: before any atexit handler (pyspark's,
 JPype's), and before concurrent.futures refuses new work (a MariaDB load's background
 thread). The hook is registered when xasink is imported, never lazily: a registration made
