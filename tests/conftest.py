@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,27 +97,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         gone = set(dropped)
         items[:] = [item for item in items if item not in gone]
-
-
-_exit_status: list[int] = []
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _exit_status.append(int(exitstatus))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the test process with pytest's own status, skipping the interpreter's teardown.
-
-    This process has held a JPype JVM, a stopped Spark and many threads; its finalization
-    crashed (SIGSEGV) twice in about ten runs after every test had passed. A user's driver
-    exits through xasink's exit hook instead, which tests/test_streaming.py checks in
-    processes of their own (test_a_driver_exits_cleanly_after_a_write)."""
-    if _exit_status:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_exit_status[-1])
 
 
 def _mysql_case(item: pytest.Item) -> bool:

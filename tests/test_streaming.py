@@ -345,3 +345,50 @@ def test_a_driver_exits_cleanly_after_a_write(db, where, written_by):
     if where == "other thread":
         assert "write(s) in progress before exit" in done.stderr
     assert_exactly(db, table, range(2000))
+
+
+FAULTHANDLER_SCRIPT = """
+import faulthandler, sys, threading
+faulthandler.enable()  # as pytest's faulthandler plugin does, before anything starts a JVM
+import jpype
+from support import events_df, spark_builder
+from xasink import write_xa
+url, user, password, table = sys.argv[1:5]
+spark = spark_builder("xasink-exit-signals").getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+write_xa(events_df(spark, 2000, 2), url, table, user=user, password=password,
+         driver_write_bytes=64 << 20)  # the driver writes: its JVM holds the rows
+spark.stop()
+faulthandler.disable()  # as pytest does at unconfigure, and Python as it finalizes
+print("WRITTEN", flush=True)
+# Threads in compiled Java code while the JVM brings every thread to a safepoint, as the
+# JVM's own threads and a session being closed may be while the interpreter exits.
+Arrays, System = jpype.JClass("java.util.Arrays"), jpype.JClass("java.lang.System")
+data = jpype.JArray(jpype.JInt)(list(range(300_000, 0, -1)))
+def sort():
+    for _ in range(60):
+        Arrays.sort(Arrays.copyOf(data, len(data)))
+sorters = [threading.Thread(target=sort) for _ in range(2)]
+for thread in sorters:
+    thread.start()
+while any(thread.is_alive() for thread in sorters):
+    System.gc()
+    sorters[0].join(0.05)
+for thread in sorters:
+    thread.join()
+print("JAVA RAN", flush=True)
+"""
+
+
+def test_a_driver_exits_cleanly_after_faulthandler_was_disabled(postgres):
+    """Python's faulthandler, enabled before the JVM started (pytest's plugin, `python -X
+    faulthandler`), puts back the handlers that preceded it when disabled. The JVM keeps
+    its own SIGSEGV handler through that, which its safepoints in compiled code need: the
+    process goes on running Java and ends with its own exit code, the rows committed."""
+    table = new_table(postgres)
+    done = run_script(
+        FAULTHANDLER_SCRIPT, postgres.jdbc_url, postgres.user, postgres.password, table
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
+    assert "WRITTEN" in done.stdout and "JAVA RAN" in done.stdout, done.stdout
+    assert_exactly(postgres, table, range(2000))

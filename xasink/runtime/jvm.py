@@ -17,6 +17,7 @@ import jpype.config
 
 from ..xid import Xid
 from .javahelpers import helper_class
+from .signals import jvm_starting
 
 JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
 DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")
@@ -39,9 +40,10 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
                 # never ends (a py4j callback thread running a foreachBatch function).
                 jpype.config.destroy_jvm = False
             options = list(DEFAULT_JVM_OPTIONS) + os.environ.get(JVM_OPTIONS_ENV, "").split()
-            jpype.startJVM(
-                *options, classpath=list(classpath), convertStrings=False, interrupt=False
-            )
+            with jvm_starting():  # its fault handlers outlive faulthandler (.signals)
+                jpype.startJVM(
+                    *options, classpath=list(classpath), convertStrings=False, interrupt=False
+                )
             global _started_here
             _started_here = True
             _loaded_jars.extend(classpath)

@@ -21,6 +21,10 @@ code -6). Three kinds of thread can be in that position:
   handler would stop it again, which waits 10 s for a thread that is gone, so it is told not
   to run: the JVM ends with the process, every connection already closed.
 
+First of all, the hook gives the JVM back its fault handlers if anything replaced them
+(xasink.runtime.signals): the JVM runs on through finalization, and its safepoints in
+compiled code fault on purpose, which without its SIGSEGV handler kills the process.
+
 All of it runs in one of threading's own exit hooks: before any atexit handler (pyspark's,
 JPype's), and before concurrent.futures refuses new work (a MariaDB load's background
 thread). The hook is registered when xasink is imported, never lazily: a registration made
@@ -44,6 +48,7 @@ import jpype
 import jpype.config
 
 from .jvm import started_here
+from .signals import restore_jvm_handlers
 
 log = logging.getLogger("xasink")
 
@@ -136,7 +141,11 @@ def stop_java_callbacks() -> None:
 
 
 def at_exit() -> None:
-    """The exit hook: wait for writes, then end xasink's and JPype's Java-calling threads."""
+    """The exit hook: give the JVM its fault handlers back, wait for writes, then end
+    xasink's and JPype's Java-calling threads."""
+    lost = restore_jvm_handlers()
+    if lost:
+        log.debug("xasink: the JVM's handlers of signals %s were replaced; restored", lost)
     wait_for_writes()
     with _changed:
         callbacks = list(_callbacks)
