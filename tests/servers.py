@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     DbConnection = psycopg.Connection[Any] | pymysql.connections.Connection
 
 Kind = Literal["postgres", "mariadb", "mariadb11", "mysql"]
+MARIADB_KINDS: tuple[Kind, ...] = ("mariadb", "mariadb11")
 #: The kinds whose binaries come from a Debian unstable root (``provision_sid.sh``).
 SID_KINDS: tuple[Kind, ...] = ("mariadb11", "mysql")
 Settings = Mapping[str, object]
@@ -130,7 +131,7 @@ class DbServer:
     @property
     def is_mariadb(self) -> bool:
         """Either MariaDB (10.11 or 11.8): what differs from MySQL in the same dialect."""
-        return self.kind in ("mariadb", "mariadb11")
+        return self.kind in MARIADB_KINDS
 
     @property
     def dialect(self) -> Literal["postgres", "mysql"]:

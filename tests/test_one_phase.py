@@ -171,6 +171,7 @@ def _waiting_on_apply_lock(db) -> int:
         return int(cursor.fetchone()[0])
 
 
+@pytest.mark.mariadb11_ci
 def test_two_writers_racing_for_one_batch_commit_it_once(spark, db):
     """Two writers of one batch reach the sink's mark at the same time (the test holds the
     mark's row lock until both wait on it): one commits the batch, the other rolls back
@@ -435,6 +436,7 @@ def test_a_writer_session_is_kept_between_one_phase_jobs(spark, db):
     assert again == kept, "the next job opened another session"
 
 
+@pytest.mark.mariadb11_ci
 def test_one_phase_applies_into_one_table_never_interleave(spark, db):
     """Two small overwrites of one table reach the apply at the same time (the test holds
     the table's apply lock until both wait for it): one applies after the other, so the
