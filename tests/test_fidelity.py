@@ -220,7 +220,6 @@ def test_edge_values_round_trip(spark, db, layout, fidelity_table):
     check_round_trip(spark, db, fidelity_table, rows, bulk=True, layout=layout)
 
 
-@pytest.mark.mariadb11_ci
 @pytest.mark.mysql_ci
 @pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "batched"])
 def test_mysql_cannot_hold_nan_so_nothing_is_written(spark, mysql_family, bulk):

@@ -441,6 +441,20 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
     """Two small overwrites of one table reach the apply at the same time (the test holds
     the table's apply lock until both wait for it): one applies after the other, so the
     table holds exactly one of the two inputs, never their union."""
+    _overwrites_racing_for_the_apply(spark, db)
+
+
+@pytest.mark.mariadb11_ci
+def test_staged_jobs_of_task_branches_apply_into_one_table_never_interleave(spark, db):
+    """The same race between two overwrites whose rows tasks wrote through two XA branches
+    each: the second applies after the first committed, never their union."""
+    results = _overwrites_racing_for_the_apply(spark, db, partitions=2, driver_write_bytes=0)
+    assert [r.partitions for r in results] == [2, 2]
+
+
+def _overwrites_racing_for_the_apply(spark, db, partitions: int = 1, **write_args) -> list:
+    """Two overwrites of one table, released together once both wait for its apply lock
+    (held here); asserts the table holds one input whole, and returns both results."""
     from xasink.dialects.base import advisory_key
 
     table = seeded_table(db)
@@ -448,8 +462,11 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
         small_frame(spark, [(i, name, 1.0) for i in ids], "id long, name string, v double")
         for name, ids in (("a", range(0, 30)), ("b", range(20, 60)))
     ]
-    with journal_session(db) as (_, _, journal):
-        key = f"{journal.tag}:{table}"
+    if partitions > 1:
+        inputs = [df.repartition(partitions) for df in inputs]
+    with journal_session(db) as (spec, session, journal):
+        # The journal's tag exists once the journal does: a first test of the run makes it.
+        key = f"{journal.ensure(session.connection, spec).tag}:{table}"
     holder = db.connect()
     try:
         cursor = holder.cursor()
@@ -459,7 +476,9 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
             cursor.execute("SELECT GET_LOCK(%s, 10)", (f"xasink-apply-{advisory_key(key):x}",))
         writers = [
             in_background(
-                lambda df=df: write_xa(df, table=table, mode="overwrite", **connection_args(db))
+                lambda df=df: write_xa(
+                    df, table=table, mode="overwrite", **write_args, **connection_args(db)
+                )
             )
             for df in inputs
         ]
@@ -481,3 +500,4 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(20, 60)})
     assert db.prepared_transactions() == [] and stage_tables(db) == []
+    return outcomes
