@@ -7,15 +7,16 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint unit test test-full test-mysql test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
 	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
 	@echo "make unit     the fast tests alone: no database, no Spark, no JVM"
-	@echo "make test     lint and run the test suite against throwaway PostgreSQL, MariaDB and MySQL"
+	@echo "make test     lint and run the test suite against throwaway PostgreSQL, MariaDB 10.11 and 11.8, and MySQL"
 	@echo "make test-full  every case on every database (make test runs a long test's MariaDB case only here)"
 	@echo "make test-mysql  every MySQL case of the suite (make test runs those marked mysql_ci)"
+	@echo "make test-mariadb11  every MariaDB 11.8 case of the suite (make test runs those marked mariadb11_ci)"
 	@echo "make test-install  the wheel in a fresh venv (classic and Connect), and an editable install"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, and a stream of 1k-row micro-batches"
@@ -55,17 +56,21 @@ test: install lint
 test-install: install
 	XASINK_TEST_INSTALL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q tests/test_install.py
 
-# Everything make test leaves out: every case on every database (MySQL included), both
+# Everything make test leaves out: every case on every database (MySQL, MariaDB 11.8 included), both
 # pytest processes. Over an hour on 2 cores.
 test-full: install lint
 	@start=$$(date +%s); status=0; \
-	XASINK_TEST_FULL=1 XASINK_TEST_MYSQL=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15 || status=1; \
-	XASINK_TEST_FULL=1 XASINK_TEST_MYSQL=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client || status=1; \
+	XASINK_TEST_FULL=1 XASINK_TEST_MYSQL=all XASINK_TEST_MARIADB11=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15 || status=1; \
+	XASINK_TEST_FULL=1 XASINK_TEST_MYSQL=all XASINK_TEST_MARIADB11=all XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m connect_client || status=1; \
 	$(PYTHON) -m tests.servers_report $$start; exit $$status
 
 # Every MySQL case of the suite (CI runs those marked mysql_ci); builds the MySQL root once.
 test-mysql: install
 	XASINK_TEST_MYSQL=only XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15
+
+# Every MariaDB 11.8 case of the suite (CI runs those marked mariadb11_ci); builds its root once.
+test-mariadb11: install
+	XASINK_TEST_MARIADB11=only XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15
 
 # The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.
 chaos: install

@@ -2,15 +2,17 @@
 
 Servers start lazily, once per test session, on the first test that asks for
 them. When no source can provide a server the dependent tests are skipped,
-unless ``XASINK_TEST_REQUIRE_SERVERS=1`` (e.g. in CI), where they fail. MySQL is
-the exception: it comes from a Debian unstable root the harness builds once per
-machine, and when that build itself fails its tests are skipped with one loud
-line in the summary, whatever the setting.
+unless ``XASINK_TEST_REQUIRE_SERVERS=1`` (e.g. in CI), where they fail. MySQL and
+MariaDB 11.8 (``mariadb11``) are the exception: each comes from a Debian unstable
+root the harness builds once per machine, and when that build itself fails its
+tests are skipped with one loud line in the summary, whatever the setting.
 
-The ``db`` fixture runs a test on PostgreSQL, MariaDB and MySQL. The MySQL case
-runs only for tests marked ``mysql_ci`` (what proves MySQL's own behaviour),
-unless ``XASINK_TEST_MYSQL=all`` runs every one, or ``XASINK_TEST_MYSQL=only``
-(``make test-mysql``) every MySQL case and nothing else.
+The ``db`` fixture runs a test on PostgreSQL, MariaDB 10.11, MariaDB 11.8 and
+MySQL. The MySQL case runs only for tests marked ``mysql_ci`` (what proves
+MySQL's own behaviour), unless ``XASINK_TEST_MYSQL=all`` runs every one, or
+``XASINK_TEST_MYSQL=only`` (``make test-mysql``) every MySQL case and nothing
+else. MariaDB 11.8 likewise: ``mariadb11_ci``, ``XASINK_TEST_MARIADB11=all|only``
+(``make test-mariadb11``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 
 try:  # tests/ on sys.path (default rootdir-relative import mode)
     from servers import (
+        SID_KINDS,
         DbServer,
         Kind,
         ServerUnavailable,
@@ -34,6 +37,7 @@ try:  # tests/ on sys.path (default rootdir-relative import mode)
     )
 except ImportError:  # tests/ imported as a package
     from tests.servers import (
+        SID_KINDS,
         DbServer,
         Kind,
         ServerUnavailable,
@@ -47,6 +51,13 @@ except ImportError:  # tests/ imported as a package
 #: a Connect client cannot share a process with the classic session the other tests use.
 CONNECT_CLIENT = "connect_client"
 MYSQL_CI = "mysql_ci"
+MARIADB11_CI = "mariadb11_ci"
+#: The kinds a run tests only where a test is marked for them, unless their variable says
+#: ``all`` (every case) or ``only`` (their cases and nothing else): kind -> (variable, marker).
+OPT_IN: dict[str, tuple[str, str]] = {
+    "mysql": ("XASINK_TEST_MYSQL", MYSQL_CI),
+    "mariadb11": ("XASINK_TEST_MARIADB11", MARIADB11_CI),
+}
 CI_POSTGRES = "ci_postgres"
 #: Where each pytest process records the servers it tested, for `python -m tests.servers_report`.
 SERVERS_RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
@@ -66,6 +77,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        f"{MARIADB11_CI}: runs on MariaDB 11.8 in every run (the rest of its cases: "
+        "make test-mariadb11)",
+    )
+    config.addinivalue_line(
+        "markers",
         f"{CI_POSTGRES}: in make test, only the PostgreSQL case (a long test whose MariaDB "
         "case repeats the same code path; make test-full and make chaos run every database)",
     )
@@ -80,14 +96,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = f"Spark Connect client tests need their own process: pytest -m {CONNECT_CLIENT}"
         for item in clients:
             item.add_marker(pytest.mark.skip(reason=reason))
-    scope = os.environ.get("XASINK_TEST_MYSQL", "").strip()
-    if scope == "only":
-        dropped = [item for item in items if not _mysql_case(item)]
-    elif scope != "all":
-        dropped = [item for item in items if _mysql_case(item) and not _mysql_ci(item)]
+    scopes = {kind: os.environ.get(var, "").strip() for kind, (var, _) in OPT_IN.items()}
+    only = {kind for kind, scope in scopes.items() if scope == "only"}
+    if only:
+        dropped = [item for item in items if _opt_in_case(item) not in only]
     else:
-        dropped = []
-    if scope != "only" and not os.environ.get("XASINK_TEST_FULL"):
+        dropped = [
+            item
+            for item in items
+            if (kind := _opt_in_case(item)) is not None
+            and scopes[kind] != "all"
+            and item.get_closest_marker(OPT_IN[kind][1]) is None
+        ]
+    if not only and not os.environ.get("XASINK_TEST_FULL"):
         dropped += [
             item
             for item in items
@@ -99,19 +120,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in gone]
 
 
-def _mysql_case(item: pytest.Item) -> bool:
+def _opt_in_case(item: pytest.Item) -> str | None:
+    """The kind of :data:`OPT_IN` a test case runs against: its ``db`` (``mysql_family``,
+    ``any_mariadb``, ``restartable``) parameter, or that kind's fixture it asks for by name."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return any(params.get(name) == "mysql" for name in ("db", "mysql_family", "restartable"))
+    for name in ("db", "mysql_family", "any_mariadb", "restartable"):
+        if params.get(name) in OPT_IN:
+            return str(params[name])
+    names = set(getattr(item, "fixturenames", ())) - set(params)  # not a parametrize argument
+    return next((kind for kind in OPT_IN if kind in names), None)
 
 
 def _database(item: pytest.Item) -> str | None:
     """The server kind a parametrized case runs against (None: not parametrized so)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     return params.get("db")
-
-
-def _mysql_ci(item: pytest.Item) -> bool:
-    return item.get_closest_marker(MYSQL_CI) is not None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -132,9 +155,9 @@ def _server(kind: Kind, **settings: object) -> DbServer:
     try:
         return shared_server(kind, **settings)
     except ServerUnavailable as exc:
-        if kind == "mysql":  # only its provisioning raises this: skip, loudly
+        if kind in SID_KINDS:  # only its root's provisioning raises this: skip, loudly
             _unavailable[kind] = str(exc)
-            pytest.skip(f"MySQL tests skipped: {exc}")
+            pytest.skip(f"{kind} tests skipped: {exc}")
         if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
             pytest.fail(f"{kind} server required but unavailable: {exc}")
         pytest.skip(f"no {kind} server available: {exc}")
@@ -155,8 +178,15 @@ def postgres(_db_servers: None) -> DbServer:
 
 @pytest.fixture(scope="session")
 def mariadb(_db_servers: None) -> DbServer:
-    """MariaDB 10.11+, as the app user."""
+    """MariaDB 10.11 (as installed), as the app user."""
     return _server("mariadb")
+
+
+@pytest.fixture(scope="session")
+def mariadb11(_db_servers: None) -> DbServer:
+    """MariaDB 11.8 LTS with its defaults (innodb_snapshot_isolation ON; from a Debian
+    unstable root built once per machine), as the app user."""
+    return _server("mariadb11")
 
 
 @pytest.fixture(scope="session")
@@ -178,16 +208,23 @@ def pg_sync_standby(_db_servers: None) -> DbServer:
     return _server("postgres", synchronous_standby_names="nobody")
 
 
-@pytest.fixture(params=["postgres", "mariadb", "mysql"])
+@pytest.fixture(params=["postgres", "mariadb", "mariadb11", "mysql"])
 def db(request: pytest.FixtureRequest) -> DbServer:
-    """Each supported server kind in turn (MySQL: see the module's docstring)."""
+    """Each supported server kind in turn (MySQL, MariaDB 11.8: see the module's docstring)."""
     server: DbServer = request.getfixturevalue(request.param)
     return server
 
 
-@pytest.fixture(params=["mariadb", "mysql"])
+@pytest.fixture(params=["mariadb", "mariadb11", "mysql"])
 def mysql_family(request: pytest.FixtureRequest) -> DbServer:
     """Each MySQL-protocol server in turn, for what only that family has."""
+    server: DbServer = request.getfixturevalue(request.param)
+    return server
+
+
+@pytest.fixture(params=["mariadb", "mariadb11"])
+def any_mariadb(request: pytest.FixtureRequest) -> DbServer:
+    """Each MariaDB in turn (10.11, 11.8), for what MariaDB does and MySQL does not."""
     server: DbServer = request.getfixturevalue(request.param)
     return server
 

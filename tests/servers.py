@@ -1,17 +1,20 @@
-"""Throwaway PostgreSQL and MariaDB servers for the integration tests.
+"""Throwaway PostgreSQL, MariaDB and MySQL servers for the integration tests.
 
 The XA sink is only meaningful against real servers that can hold prepared
 (two-phase) transactions, so every test database comes from one of these
 sources, tried in order for each kind:
 
 1. an existing server named by ``XASINK_TEST_POSTGRES_URL`` /
-   ``XASINK_TEST_MARIADB_URL`` (``postgresql://user:pw@host:port/db`` /
+   ``XASINK_TEST_MARIADB_URL`` / ``XASINK_TEST_MARIADB11_URL`` /
+   ``XASINK_TEST_MYSQL_URL`` (``postgresql://user:pw@host:port/db`` /
    ``mysql://user:pw@host:port/db``; that user must be able to create users,
    databases and tables and is used as the admin),
 2. testcontainers, when a Docker engine answers (disable with
-   ``XASINK_TEST_DOCKER=0``),
-3. private servers started from the locally installed binaries, in a fresh
-   temporary directory on a free 127.0.0.1 port, removed afterwards.
+   ``XASINK_TEST_DOCKER=0``; no MySQL image),
+3. private servers started from local binaries, in a fresh temporary
+   directory on a free 127.0.0.1 port, removed afterwards: PostgreSQL and
+   MariaDB 10.11 as installed; MariaDB 11.8 (``mariadb11``) and MySQL 9 from
+   Debian unstable roots built once per machine (``provision_sid.sh``).
 
 Every source is provisioned the same way: an unprivileged application user
 :data:`APP_USER` (password :data:`APP_PASSWORD`, which deliberately needs
@@ -31,6 +34,7 @@ import os
 import pwd
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -52,7 +56,10 @@ if TYPE_CHECKING:
 
     DbConnection = psycopg.Connection[Any] | pymysql.connections.Connection
 
-Kind = Literal["postgres", "mariadb", "mysql"]
+Kind = Literal["postgres", "mariadb", "mariadb11", "mysql"]
+MARIADB_KINDS: tuple[Kind, ...] = ("mariadb", "mariadb11")
+#: The kinds whose binaries come from a Debian unstable root (``provision_sid.sh``).
+SID_KINDS: tuple[Kind, ...] = ("mariadb11", "mysql")
 Settings = Mapping[str, object]
 
 APP_USER = "xasink_app"
@@ -62,11 +69,13 @@ APP_DATABASE = "xasink_test"
 ENV_URL = {
     "postgres": "XASINK_TEST_POSTGRES_URL",
     "mariadb": "XASINK_TEST_MARIADB_URL",
+    "mariadb11": "XASINK_TEST_MARIADB11_URL",
     "mysql": "XASINK_TEST_MYSQL_URL",
 }
 ENV_DOCKER = "XASINK_TEST_DOCKER"
 POSTGRES_IMAGE = os.environ.get("XASINK_TEST_POSTGRES_IMAGE", "postgres:15")
 MARIADB_IMAGE = os.environ.get("XASINK_TEST_MARIADB_IMAGE", "mariadb:10.11")
+MARIADB11_IMAGE = os.environ.get("XASINK_TEST_MARIADB11_IMAGE", "mariadb:11.8")
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -120,6 +129,11 @@ class DbServer:
     url_query: str = ""
 
     @property
+    def is_mariadb(self) -> bool:
+        """Either MariaDB (10.11 or 11.8): what differs from MySQL in the same dialect."""
+        return self.kind in MARIADB_KINDS
+
+    @property
     def dialect(self) -> Literal["postgres", "mysql"]:
         """The SQL family: MariaDB and MySQL speak one dialect (xasink's ``mysql``)."""
         return "postgres" if self.kind == "postgres" else "mysql"
@@ -127,7 +141,9 @@ class DbServer:
     @property
     def jdbc_url(self) -> str:
         """JDBC URL without credentials (they go in connection properties)."""
-        scheme = {"postgres": "postgresql", "mariadb": "mariadb"}.get(self.kind, "mysql")
+        scheme = (
+            "postgresql" if self.kind == "postgres" else "mariadb" if self.is_mariadb else "mysql"
+        )
         query = f"?{self.url_query}" if self.url_query else ""
         return f"jdbc:{scheme}://{self.host}:{self.port}/{self.database}{query}"
 
@@ -476,12 +492,15 @@ def _start_docker(
         except ImportError:  # testcontainers < 4.10
             from testcontainers.mysql import MySqlContainer
 
-        opts = {**_MARIADB_FAST, **settings}
+        image, fast = MARIADB11_IMAGE, _MARIADB11_FAST
+        if kind == "mariadb":
+            image, fast = MARIADB_IMAGE, _MARIADB_FAST
+        opts = {**fast, **settings}
         command = [
             f"--{_guc_name(k).replace('_', '-')}={_setting_str(v)}" for k, v in opts.items()
         ] + ["--skip-log-bin"]
         container = MySqlContainer(
-            MARIADB_IMAGE, username="root", password=admin_password, dbname=APP_DATABASE
+            image, username="root", password=admin_password, dbname=APP_DATABASE
         ).with_command(command)
         admin_user, maintenance_db, inner_port = "root", "mysql", 3306
     stack.enter_context(container)
@@ -519,6 +538,18 @@ _MARIADB_FAST: dict[str, object] = {
     "local_infile": 1,
     "character_set_server": "utf8mb4",
     "collation_server": "utf8mb4_general_ci",
+}
+
+# MariaDB 11.8 keeps its own defaults too (innodb_snapshot_isolation ON, utf8mb4 with
+# utf8mb4_uca1400_ai_ci), so the tests meet what its users meet: the throwaway-data speedups
+# and local_infile (ON, as the fast path needs) are all that differ.
+_MARIADB11_FAST: dict[str, object] = {
+    "innodb_buffer_pool_size": "32M",
+    "innodb_log_file_size": "16M",
+    "innodb_flush_log_at_trx_commit": 2,
+    "innodb_doublewrite": 0,
+    "max_connections": 200,
+    "local_infile": 1,
 }
 
 # MySQL keeps its own defaults where a user's server would (the binary log, utf8mb4_0900_ai_ci,
@@ -930,7 +961,7 @@ class _MysqlFamily:
     needs_file_folder: bool = False
 
 
-def _mariadb_family() -> _MysqlFamily:
+def _mariadb_family(_tmp: Path) -> _MysqlFamily:
     binaries = find_mariadb_binaries()
     if binaries is None:
         raise ServerUnavailable("no MariaDB binaries (mariadbd + mariadb-install-db)")
@@ -940,24 +971,58 @@ def _mariadb_family() -> _MysqlFamily:
         server=[str(mariadbd)],
         paths=[],
         initialise=[str(install_db)],
-        init_flags=["--auth-root-authentication-method=normal", "--skip-test-db"],
+        init_flags=_MARIADB_INIT_FLAGS,
         fast=_MARIADB_FAST,
     )
 
 
-def _mysql_family() -> _MysqlFamily:
-    """mysqld of the cached Debian unstable root, run through that root's own loader and
-    libraries (its C library is newer than the host's): data, socket and port stay host paths."""
-    root = mysql_root()
+_MARIADB_INIT_FLAGS = ["--auth-root-authentication-method=normal", "--skip-test-db"]
+
+
+def _through_loader(root: Path) -> list[str]:
+    """The root's own dynamic loader and libraries, to run one of its binaries on this host
+    (its C library is newer than the host's)."""
     loaders = sorted(root.glob("usr/lib/*-linux-gnu/ld-linux*.so.*"))
     if not loaders:
-        raise ServerUnavailable(f"no dynamic loader in the MySQL root {root}")
-    server = [
-        str(loaders[0]),
-        "--library-path",
-        str(loaders[0].parent),
-        str(root / "usr/sbin/mysqld"),
-    ]
+        raise ServerUnavailable(f"no dynamic loader in the Debian unstable root {root}")
+    return [str(loaders[0]), "--library-path", str(loaders[0].parent)]
+
+
+def _mariadb11_family(tmp: Path) -> _MysqlFamily:
+    """mariadbd 11.8 of its cached Debian unstable root, run through that root's loader.
+
+    Its mariadb-install-db (a shell script) runs the tools it finds under ``--basedir``, so
+    it gets a base folder in ``tmp`` whose tools are small wrappers calling the root's
+    binaries through the loader, and whose ``share`` is the root's."""
+    root = sid_root("mariadb11")
+    loader = _through_loader(root)
+    base = tmp / "base"
+    for tool in ("bin/my_print_defaults", "bin/resolveip", "sbin/mariadbd"):
+        wrapper = base / tool
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        command = " ".join(shlex.quote(arg) for arg in [*loader, str(root / "usr" / tool)])
+        wrapper.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
+        wrapper.chmod(0o755)
+    (base / "share").symlink_to(root / "usr/share")
+    return _MysqlFamily(
+        what="mariadbd",
+        server=[*loader, str(root / "usr/sbin/mariadbd")],
+        paths=[
+            f"--basedir={base}",
+            f"--lc-messages-dir={root / 'usr/share/mariadb'}",
+            f"--character-sets-dir={root / 'usr/share/mariadb/charsets'}",
+        ],
+        initialise=["sh", str(root / "usr/bin/mariadb-install-db")],
+        init_flags=_MARIADB_INIT_FLAGS,
+        fast=_MARIADB11_FAST,
+    )
+
+
+def _mysql_family(_tmp: Path) -> _MysqlFamily:
+    """mysqld of the cached Debian unstable root, run through that root's own loader and
+    libraries: data, socket and port stay host paths."""
+    root = sid_root("mysql")
+    server = [*_through_loader(root), str(root / "usr/sbin/mysqld")]
     return _MysqlFamily(
         what="mysqld",
         server=server,
@@ -974,32 +1039,40 @@ def _mysql_family() -> _MysqlFamily:
     )
 
 
-_PROVISION_SCRIPT = Path(__file__).with_name("provision_mysql.sh")
-_mysql_root_lock = threading.Lock()
-_mysql_root: Path | ServerUnavailable | None = None
+_PROVISION_SCRIPT = Path(__file__).with_name("provision_sid.sh")
+_SID_NAMES = {"mariadb11": "MariaDB 11.8", "mysql": "MySQL"}
+_sid_roots_lock = threading.Lock()
+_sid_roots: dict[str, Path | ServerUnavailable] = {}
 
 
-def mysql_root() -> Path:
-    """The Debian unstable root holding MySQL, built once per machine (``provision_mysql.sh``).
+def sid_root(kind: Kind) -> Path:
+    """The Debian unstable root holding ``kind``'s server (one of :data:`SID_KINDS`), built
+    once per machine by ``provision_sid.sh``.
 
     Raises :class:`ServerUnavailable` with the script's own reason when it cannot be built;
     the outcome is remembered for the process, so a failure costs one attempt."""
-    global _mysql_root
-    with _mysql_root_lock:
-        if _mysql_root is None:
+    with _sid_roots_lock:
+        if kind not in _sid_roots:
+            name = _SID_NAMES[kind]
             try:
-                done = _run_group(["bash", str(_PROVISION_SCRIPT)], timeout=1200)
+                done = _run_group(["bash", str(_PROVISION_SCRIPT), kind], timeout=1200)
             except (OSError, subprocess.SubprocessError) as exc:
-                _mysql_root = ServerUnavailable(f"provisioning MySQL failed: {exc}")
+                _sid_roots[kind] = ServerUnavailable(f"provisioning {name} failed: {exc}")
             else:
                 if done.returncode == 0 and done.stdout.strip():
-                    _mysql_root = Path(done.stdout.strip().splitlines()[-1])
+                    _sid_roots[kind] = Path(done.stdout.strip().splitlines()[-1])
                 else:
                     why = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-                    _mysql_root = ServerUnavailable(f"provisioning MySQL failed: {why}")
-        if isinstance(_mysql_root, ServerUnavailable):
-            raise _mysql_root
-        return _mysql_root
+                    _sid_roots[kind] = ServerUnavailable(f"provisioning {name} failed: {why}")
+        found = _sid_roots[kind]
+        if isinstance(found, ServerUnavailable):
+            raise found
+        return found
+
+
+def mysql_root() -> Path:
+    """The Debian unstable root holding MySQL (see :func:`sid_root`)."""
+    return sid_root("mysql")
 
 
 def _run_group(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -1027,26 +1100,34 @@ def _start_local_mariadb(
     stack: contextlib.ExitStack, settings: Settings, timeout: float
 ) -> tuple[DbServer, str]:
     """mariadb-install-db + mariadbd in a temp dir, with a real grant system."""
-    return _start_local_mysql_family(stack, "mariadb", _mariadb_family(), settings, timeout)
+    return _start_local_mysql_family(stack, "mariadb", _mariadb_family, settings, timeout)
+
+
+def _start_local_mariadb11(
+    stack: contextlib.ExitStack, settings: Settings, timeout: float
+) -> tuple[DbServer, str]:
+    """MariaDB 11.8's mariadb-install-db + mariadbd (its Debian unstable root) in a temp dir."""
+    return _start_local_mysql_family(stack, "mariadb11", _mariadb11_family, settings, timeout)
 
 
 def _start_local_mysql(
     stack: contextlib.ExitStack, settings: Settings, timeout: float
 ) -> tuple[DbServer, str]:
     """mysqld --initialize-insecure + mysqld in a temp dir, with a real grant system."""
-    return _start_local_mysql_family(stack, "mysql", _mysql_family(), settings, timeout)
+    return _start_local_mysql_family(stack, "mysql", _mysql_family, settings, timeout)
 
 
 def _start_local_mysql_family(
     stack: contextlib.ExitStack,
     kind: Kind,
-    family: _MysqlFamily,
+    make_family: Callable[[Path], _MysqlFamily],
     settings: Settings,
     timeout: float,
 ) -> tuple[DbServer, str]:
     """Initialise a data directory in a temp dir, start the server on a free port, and make
     a TCP admin account through root's password-less socket login."""
     tmp = _make_tmpdir(stack, "xasink-my-", None)
+    family = make_family(tmp)
     data = tmp / "data"
     sock = tmp / "mysqld.sock"
     log = tmp / f"{family.what}.log"
@@ -1153,6 +1234,7 @@ def _start(kind: Kind, settings: Settings, timeout: float) -> Iterator[DbServer]
             starter = {
                 "postgres": _start_local_postgres,
                 "mariadb": _start_local_mariadb,
+                "mariadb11": _start_local_mariadb11,
                 "mysql": _start_local_mysql,
             }[kind]
             found = starter(stack, settings, timeout)
@@ -1186,6 +1268,19 @@ def start_mariadb(*, timeout: float = DEFAULT_TIMEOUT, **settings: object) -> It
 
 
 @contextlib.contextmanager
+def start_mariadb11(*, timeout: float = DEFAULT_TIMEOUT, **settings: object) -> Iterator[DbServer]:
+    """A MariaDB 11.8 LTS (from its cached Debian unstable root, or the ``mariadb:11.8`` image)
+    for the duration of the ``with`` block, with the server's own defaults
+    (``innodb_snapshot_isolation`` ON).
+
+    ``settings`` are extra server options (``mariadbd --name=value``). Raises
+    :class:`ServerUnavailable` when the root cannot be provisioned.
+    """
+    with _start("mariadb11", settings, timeout) as server:
+        yield server
+
+
+@contextlib.contextmanager
 def start_mysql(*, timeout: float = DEFAULT_TIMEOUT, **settings: object) -> Iterator[DbServer]:
     """A MySQL 9 (from the cached Debian unstable root) for the duration of the ``with`` block.
 
@@ -1212,7 +1307,11 @@ def shared_server(kind: Kind, **settings: object) -> DbServer:
     with _shared_lock:
         if key not in _shared:
             starter: Callable[..., contextlib.AbstractContextManager[DbServer]]
-            starter = {"postgres": start_postgres, "mariadb": start_mariadb}.get(kind, start_mysql)
+            starter = {
+                "postgres": start_postgres,
+                "mariadb": start_mariadb,
+                "mariadb11": start_mariadb11,
+            }.get(kind, start_mysql)
             _shared[key] = _shared_stack.enter_context(starter(**settings))
             _versions[kind] = server_version(_shared[key])
         return _shared[key]

@@ -1,8 +1,9 @@
 """Say which database servers the last `make test` tested: `python -m tests.servers_report`.
 
 Each pytest process of the run appends what it tested to the record (tests/conftest.py);
-this prints one line from the records since SINCE (a Unix time, e.g. the run's start), and
-clears them so the next run starts afresh.
+this prints one line from the records since SINCE (a Unix time, e.g. the run's start), naming
+every server kind with the version tested or NOT TESTED and why, and clears the records so
+the next run starts afresh.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+#: Every kind a full run tests; the line names each, with its version or why it was not tested.
+KINDS = ("mariadb", "mariadb11", "mysql", "postgres")
 RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
 
 
@@ -25,11 +28,13 @@ def main(argv: list[str]) -> int:
                 tested.update(row["tested"])
                 missing.update(row["not"])
         RECORD.unlink()
-    for kind in tested:
-        missing.pop(kind, None)
-    words = [f"{kind} {version}" for kind, version in sorted(tested.items())]
-    words += [f"{kind} NOT TESTED: {why}" for kind, why in sorted(missing.items())]
-    print("servers tested: " + ("; ".join(words) or "none"))
+    words = []
+    for kind in sorted({*KINDS, *tested, *missing}):
+        if kind in tested:
+            words.append(f"{kind} {tested[kind]}")
+        else:
+            words.append(f"{kind} NOT TESTED: {missing.get(kind, 'no test of this run used it')}")
+    print("servers: " + "; ".join(words))
     return 0
 
 

@@ -179,6 +179,35 @@ def apply_lock_name(server: DbServer, table: str) -> str:
     return f"apply:{schema}\x00{table}"
 
 
+def hold_apply_lock(server: DbServer, table: str) -> tuple[Any, str]:
+    """Take xasink's apply lock of an unqualified test table on a connection of its own, as
+    xasink names it; returns (the connection, the SQL that releases it)."""
+    from xasink.dialects.base import advisory_key
+
+    key = advisory_key(apply_lock_name(server, table))
+    holder = server.connect()
+    if server.kind == "postgres":
+        holder.cursor().execute("SELECT pg_advisory_lock(%s)", (key,))
+        return holder, f"SELECT pg_advisory_unlock({key})"
+    holder.cursor().execute("SELECT GET_LOCK(%s, 10)", (f"xasink-apply-{key:x}",))
+    return holder, f"SELECT RELEASE_LOCK('xasink-apply-{key:x}')"
+
+
+def waiting_on_apply_lock(server: DbServer) -> int:
+    """Sessions waiting for xasink's apply lock (an advisory or named lock) now."""
+    with server.admin_connect() as conn:
+        cursor = conn.cursor()
+        if server.kind == "postgres":
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.processlist WHERE state = 'User lock'"
+            )
+        return int(cursor.fetchone()[0])
+
+
 def ids_in(server: DbServer, table: str) -> list[int]:
     """Every id in the table, duplicates included, sorted (read with psycopg/pymysql)."""
     quote = '"' if server.kind == "postgres" else "`"

@@ -39,7 +39,15 @@ from chaos_support import (
     record,
     rng,
 )
-from servers import ServerUnavailable, restart_server, start_mariadb, start_mysql, start_postgres
+from servers import (
+    SID_KINDS,
+    ServerUnavailable,
+    restart_server,
+    start_mariadb,
+    start_mariadb11,
+    start_mysql,
+    start_postgres,
+)
 from support import (
     KEYED_DDL,
     PARTITIONS,
@@ -255,10 +263,15 @@ def test_recovery_races_live_jobs(spark, db):
 # -- 3. database restarts -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["postgres", "mariadb", "mysql"])
+@pytest.fixture(scope="module", params=["postgres", "mariadb", "mariadb11", "mysql"])
 def restartable(request) -> Iterator[Any]:
     """A dedicated throwaway server (never the shared one): these tests crash it."""
-    starter = {"postgres": start_postgres, "mariadb": start_mariadb, "mysql": start_mysql}
+    starter = {
+        "postgres": start_postgres,
+        "mariadb": start_mariadb,
+        "mariadb11": start_mariadb11,
+        "mysql": start_mysql,
+    }
     try:
         with starter[request.param]() as server:
             if server.source != "local":
@@ -266,7 +279,7 @@ def restartable(request) -> Iterator[Any]:
             yield server
     except ServerUnavailable as exc:
         required = os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0")
-        if required and request.param != "mysql":  # MySQL: only its provisioning raises this
+        if required and request.param not in SID_KINDS:  # only their roots' provisioning can
             pytest.fail(f"{request.param} server required but unavailable: {exc}")
         pytest.skip(f"no {request.param} server: {exc}")
 
@@ -281,8 +294,9 @@ RESTARTS = [
     ("after_first_commit", "continues", "append"),
 ]
 
-#: The case each server runs in CI: MySQL's is a SIGKILL between PREPARE and the decision.
-CI_RESTART = {"postgres": 0, "mariadb": 1, "mysql": 0}
+#: The case each server runs in CI (MariaDB 11.8: in make test-mariadb11): MySQL's is a SIGKILL
+#: between PREPARE and the decision.
+CI_RESTART = {"postgres": 0, "mariadb": 1, "mariadb11": 1, "mysql": 0}
 
 
 @pytest.mark.mysql_ci

@@ -146,6 +146,7 @@ def test_a_frame_estimated_above_the_limit_is_written_by_tasks(spark, db):
     assert db.prepared_transactions() == []
 
 
+@pytest.mark.mariadb11_ci
 def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
     """Concurrent LOAD DATA streams into an InnoDB table without a unique key contend, so
     write_xa appends to one through a single branch; a keyed table (and any PostgreSQL

@@ -22,17 +22,18 @@ from support import (
     connection_args,
     contents,
     events_df,
+    hold_apply_lock,
     in_background,
-    journal_session,
+    journaled,
     new_table,
     old_contents,
     seeded_table,
     stage_tables,
+    waiting_on_apply_lock,
 )
 
 import xasink.protocol.applying as applying
 from xasink import write_xa
-from xasink.dialects.base import advisory_key
 from xasink.errors import PreflightError
 from xasink.protocol import sessions
 
@@ -79,7 +80,9 @@ def table_states(db, table: str) -> list[str]:
     """The states of the jobs that wrote `table`, read independently."""
     with db.connect() as conn:
         cursor = conn.cursor()
-        cursor.execute("SELECT state FROM xasink_jobs WHERE target_table = %s", (table,))
+        cursor.execute(
+            "SELECT state FROM xasink_jobs WHERE target_table = %s", (journaled(db, table),)
+        )
         return sorted(str(state) for (state,) in cursor.fetchall())
 
 
@@ -88,32 +91,6 @@ def small_frame(spark, rows: list, schema: str):
     df = spark.createDataFrame(rows, schema).cache()
     df.count()
     return df
-
-
-def _waiting_on_apply_lock(db) -> int:
-    """Sessions waiting for xasink's apply lock (an advisory or named lock) now."""
-    with db.admin_connect() as conn:
-        cursor = conn.cursor()
-        if db.kind == "postgres":
-            cursor.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            )
-        else:
-            cursor.execute(
-                "SELECT count(*) FROM information_schema.processlist WHERE state = 'User lock'"
-            )
-        return int(cursor.fetchone()[0])
-
-
-def _hold_apply_lock(db, key: int) -> tuple[object, str]:
-    """Take the table's apply lock as xasink names it; returns (connection, unlock SQL)."""
-    holder = db.connect()
-    cursor = holder.cursor()
-    if db.kind == "postgres":
-        cursor.execute("SELECT pg_advisory_lock(%s)", (key,))
-        return holder, f"SELECT pg_advisory_unlock({key})"
-    cursor.execute("SELECT GET_LOCK(%s, 10)", (f"xasink-apply-{key:x}",))
-    return holder, f"SELECT RELEASE_LOCK('xasink-apply-{key:x}')"
 
 
 #: The inputs of the two staged writes: (name, ids).
@@ -144,16 +121,14 @@ def test_one_phase_upserts_into_one_table_take_turns_under_snapshot_reads(spark,
         for name, ids in _INPUTS
     ]
     args = connection_args(db)
-    with journal_session(db) as (spec, session, journal):  # the journal (its tag) exists
-        key = advisory_key(f"{journal.ensure(session.connection, spec).tag}:{table}")
-    holder, unlock = _hold_apply_lock(db, key)
+    holder, unlock = hold_apply_lock(db, table)
     try:
         writers = [
             in_background(lambda df=df: write_xa(df, table=table, mode="upsert", key="id", **args))
             for df in inputs
         ]
         deadline = time.monotonic() + 120
-        while _waiting_on_apply_lock(db) < 2:
+        while waiting_on_apply_lock(db) < 2:
             assert time.monotonic() < deadline, "the writers never reached the apply lock"
             assert all(t.is_alive() for t, _ in writers), [o for _, o in writers]
             time.sleep(0.05)
@@ -173,7 +148,9 @@ def _beats(db, table: str) -> int:
     """The heartbeats of the job writing `table` (it has one), read independently."""
     with db.connect() as conn:
         cursor = conn.cursor()
-        cursor.execute("SELECT beats FROM xasink_jobs WHERE target_table = %s", (table,))
+        cursor.execute(
+            "SELECT beats FROM xasink_jobs WHERE target_table = %s", (journaled(db, table),)
+        )
         return int(cursor.fetchone()[0])
 
 
@@ -186,16 +163,14 @@ def test_a_heartbeat_while_finish_waits_for_the_apply_lock_does_not_fail_it(spar
     db = snapshot_reads
     table = seeded_table(db)
     args = connection_args(db) | {"driver_write_bytes": 0}
-    with journal_session(db) as (spec, session, journal):  # the journal (its tag) exists
-        key = advisory_key(f"{journal.ensure(session.connection, spec).tag}:{table}")
     frame = small_frame(spark, [(i, "a", 1.0) for i in range(30)], "id long, name string, v double")
-    holder, unlock = _hold_apply_lock(db, key)
+    holder, unlock = hold_apply_lock(db, table)
     try:
         writer, outcome = in_background(
             lambda: write_xa(frame, table=table, mode="overwrite", heartbeat_interval=0.2, **args)
         )
         deadline = time.monotonic() + 120
-        while _waiting_on_apply_lock(db) < 1:
+        while waiting_on_apply_lock(db) < 1:
             assert time.monotonic() < deadline, "the writer never reached the apply lock"
             assert writer.is_alive(), outcome
             time.sleep(0.05)
@@ -298,13 +273,11 @@ def test_a_staged_write_behind_a_decided_job_that_failed_to_finish_says_to_retry
 
     table = seeded_table(db)
     args = connection_args(db) | {"driver_write_bytes": 0, "lock_wait_timeout": 1}
-    with journal_session(db) as (spec, session, journal):  # the journal (its tag) exists
-        key = advisory_key(f"{journal.ensure(session.connection, spec).tag}:{table}")
     schema = "id long, name string, v double"
     first, second = (
         small_frame(spark, [(i, name, 1.0) for i in ids], schema) for name, ids in _INPUTS
     )
-    holder, unlock = _hold_apply_lock(db, key)
+    holder, unlock = hold_apply_lock(db, table)
     try:
         with pytest.raises(CommitError, match="xasink recover"):
             write_xa(first, table=table, mode="overwrite", **args)

@@ -222,9 +222,11 @@ def test_schema_mismatch_names_the_column(spark, db, ddl_change, frame, pattern)
     assert_clean(db)
 
 
-def test_staging_keeps_the_target_columns_character_set(spark, mariadb):
+@pytest.mark.mariadb11_ci
+def test_staging_keeps_the_target_columns_character_set(spark, any_mariadb):
     """A latin1-default database with a utf8mb4 column: the staging column must be utf8mb4
     too, or 4-byte characters would be refused on the way through."""
+    mariadb = any_mariadb
     db_name = mariadb.database
     table = f"cs_{uuid.uuid4().hex[:8]}"
     with mariadb.connect() as conn:

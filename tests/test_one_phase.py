@@ -21,6 +21,7 @@ from support import (
     connection_args,
     contents,
     events_df,
+    hold_apply_lock,
     in_background,
     journal_session,
     journaled,
@@ -32,6 +33,7 @@ from support import (
     seeded_table,
     sink_mark,
     stage_tables,
+    waiting_on_apply_lock,
     xasink_cli,
 )
 
@@ -160,21 +162,7 @@ def _waiting_on_locks(db, statement: str) -> int:
         return int(cursor.fetchone()[0])
 
 
-def _waiting_on_apply_lock(db) -> int:
-    """Sessions waiting for xasink's apply lock (an advisory or named lock) now."""
-    with db.admin_connect() as conn:
-        cursor = conn.cursor()
-        if db.kind == "postgres":
-            cursor.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            )
-        else:
-            cursor.execute(
-                "SELECT count(*) FROM information_schema.processlist WHERE state = 'User lock'"
-            )
-        return int(cursor.fetchone()[0])
-
-
+@pytest.mark.mariadb11_ci
 def test_two_writers_racing_for_one_batch_commit_it_once(spark, db):
     """Two writers of one batch reach the sink's mark at the same time (the test holds the
     mark's row lock until both wait on it): one commits the batch, the other rolls back
@@ -441,40 +429,49 @@ def test_a_writer_session_is_kept_between_one_phase_jobs(spark, db):
     assert again == kept, "the next job opened another session"
 
 
+@pytest.mark.mariadb11_ci
 def test_one_phase_applies_into_one_table_never_interleave(spark, db):
     """Two small overwrites of one table reach the apply at the same time (the test holds
     the table's apply lock until both wait for it): one applies after the other, so the
     table holds exactly one of the two inputs, never their union."""
-    from xasink.dialects.base import advisory_key
+    _overwrites_racing_for_the_apply(spark, db)
+
+
+@pytest.mark.mariadb11_ci
+def test_staged_jobs_of_task_branches_apply_into_one_table_never_interleave(spark, db):
+    """The same race between two overwrites whose rows tasks wrote through two XA branches
+    each: the second applies after the first committed, never their union."""
+    results = _overwrites_racing_for_the_apply(spark, db, partitions=2, driver_write_bytes=0)
+    assert [r.partitions for r in results] == [2, 2]
+
+
+def _overwrites_racing_for_the_apply(spark, db, partitions: int = 1, **write_args) -> list:
+    """Two overwrites of one table, released together once both wait for its apply lock
+    (held here); asserts the table holds one input whole, and returns both results."""
 
     table = seeded_table(db)
     inputs = [
         small_frame(spark, [(i, name, 1.0) for i in ids], "id long, name string, v double")
         for name, ids in (("a", range(0, 30)), ("b", range(20, 60)))
     ]
-    key = apply_lock_name(db, table)
-    holder = db.connect()
+    if partitions > 1:
+        inputs = [df.repartition(partitions) for df in inputs]
+    holder, unlock = hold_apply_lock(db, table)
     try:
-        cursor = holder.cursor()
-        if db.kind == "postgres":
-            cursor.execute("SELECT pg_advisory_lock(%s)", (advisory_key(key),))
-        else:
-            cursor.execute("SELECT GET_LOCK(%s, 10)", (f"xasink-apply-{advisory_key(key):x}",))
         writers = [
             in_background(
-                lambda df=df: write_xa(df, table=table, mode="overwrite", **connection_args(db))
+                lambda df=df: write_xa(
+                    df, table=table, mode="overwrite", **write_args, **connection_args(db)
+                )
             )
             for df in inputs
         ]
         deadline = time.monotonic() + 120
-        while _waiting_on_apply_lock(db) < 2:
+        while waiting_on_apply_lock(db) < 2:
             assert time.monotonic() < deadline, "the writers never reached the apply lock"
             assert all(t.is_alive() for t, _ in writers), [o for _, o in writers]
             time.sleep(0.1)
-        if db.kind == "postgres":
-            cursor.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(key),))
-        else:
-            cursor.execute("SELECT RELEASE_LOCK(%s)", (f"xasink-apply-{advisory_key(key):x}",))
+        holder.cursor().execute(unlock)
     finally:
         holder.close()
     for thread, _ in writers:
@@ -484,6 +481,7 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(20, 60)})
     assert db.prepared_transactions() == [] and stage_tables(db) == []
+    return outcomes
 
 
 def test_a_mariadb_login_without_temporary_tables_stages_small_writes_in_two_phases(

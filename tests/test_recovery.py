@@ -153,6 +153,7 @@ def _foreign_mariadb(db) -> list[str]:
     return xids
 
 
+@pytest.mark.mariadb11_ci
 @pytest.mark.mysql_ci
 def test_foreign_prepared_transactions_are_never_touched(db):
     before = sorted(db.prepared_transactions())
@@ -175,6 +176,7 @@ def test_foreign_prepared_transactions_are_never_touched(db):
     assert db.prepared_transactions() == before
 
 
+@pytest.mark.mariadb11_ci
 @pytest.mark.mysql_ci
 @pytest.mark.parametrize("operation", ["commit", "rollback"])
 def test_a_branch_whose_preparing_session_is_still_open_is_finished(mysql_family, operation):

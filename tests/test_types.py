@@ -32,7 +32,7 @@ from xasink.target.columns import TableColumn
 from xasink.target.types import column_ddl_type, compatibility_problem
 
 UTC = dt.timezone.utc
-DIALECT = {"postgres": "postgres", "mariadb": "mysql", "mysql": "mysql"}
+DIALECT = {"postgres": "postgres", "mariadb": "mysql", "mariadb11": "mysql", "mysql": "mysql"}
 NASTY = 'q"uote b\\ack, {x,y} \\N NULL\t\n 😀𝄞'
 BIG = Decimal("9999999999999999999999999999.9999999999")
 #: Not -BIG: unary minus rounds to the context's 28 digits.

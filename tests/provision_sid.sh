@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
-# Provision MySQL for the tests: Debian stable packages no MySQL, and unstable's MySQL 9.x needs a
-# newer C library than stable has, so it lives in a minimal Debian unstable root of its own
-# (about 1 GB, a minute or two). The tests run its mysqld through that root's own dynamic loader,
-# so the server's data directory, socket and port are ordinary host paths; no chroot at run time.
+# Provision a server that Debian stable lacks, in a minimal Debian unstable root of its own:
+# stable packages no MySQL (unstable's MySQL 9.x needs a newer C library than stable has), and
+# stable's MariaDB is older than the 11.8 LTS. Each kind gets its own root (about 1 GB, a minute
+# or two), since MariaDB's packages replace MySQL's mysqld. The tests run the root's server
+# through that root's own dynamic loader, so the server's data directory, socket and port are
+# ordinary host paths; no chroot at run time.
 #
-# Usage: provision_mysql.sh            prints the root's path, building it first when missing
-# The root is cached per machine in $XASINK_MYSQL_ROOT (default: ~/.cache/xasink/mysql-sid).
+# Usage: provision_sid.sh [mysql|mariadb11]
+#   prints the root's path, building it first when missing (default kind: mysql).
+# The root is cached per machine in $XASINK_MYSQL_ROOT (default: ~/.cache/xasink/mysql-sid) or
+# $XASINK_MARIADB11_ROOT (default: ~/.cache/xasink/mariadb-sid).
 # Needs root (or sudo) the first time: debootstrap and apt-get inside the new root.
 set -euo pipefail
 
-root="${XASINK_MYSQL_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/xasink/mysql-sid}"
+kind="${1:-mysql}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/xasink"
+case "$kind" in
+mysql)
+  name="MySQL"
+  root="${XASINK_MYSQL_ROOT:-$cache/mysql-sid}"
+  packages=(mysql-server-core mysql-client-core)
+  server=usr/sbin/mysqld
+  ;;
+mariadb11)
+  name="MariaDB 11.8"
+  root="${XASINK_MARIADB11_ROOT:-$cache/mariadb-sid}"
+  packages=(mariadb-server-core mariadb-client-core)
+  server=usr/sbin/mariadbd
+  ;;
+*)
+  echo "unknown server kind '$kind' (expected mysql or mariadb11)" >&2
+  exit 2
+  ;;
+esac
+
 ready="$root/.xasink-ready"
 if [ -e "$ready" ]; then
   echo "$root"
@@ -21,7 +45,7 @@ if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
     sudo="sudo -n"
   else
-    echo "provisioning MySQL needs root or password-less sudo (debootstrap)" >&2
+    echo "provisioning $name needs root or password-less sudo (debootstrap)" >&2
     exit 3
   fi
 fi
@@ -29,7 +53,7 @@ fi
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
 if ! flock -w 1500 9; then
-  echo "another process has been building the MySQL root for 25 minutes; giving up" >&2
+  echo "another process has been building the $name root for 25 minutes; giving up" >&2
   exit 1
 fi
 if [ -e "$ready" ]; then # another process built it while we waited
@@ -44,7 +68,7 @@ mirror="$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' \
 mirror="${mirror:-http://deb.debian.org/debian}"
 host="$(echo "$mirror" | sed -E 's#^https?://([^/:]+).*#\1#')"
 if ! timeout 15 bash -c ": >/dev/tcp/$host/80" 2>/dev/null; then
-  echo "cannot reach the Debian mirror $host to build the MySQL root" >&2
+  echo "cannot reach the Debian mirror $host to build the $name root" >&2
   exit 1
 fi
 
@@ -57,18 +81,18 @@ fi
 tmp="$root.tmp"
 log="$root.log"
 $sudo rm -rf "$tmp"
-echo "building a Debian unstable root for MySQL in $root (log: $log)" >&2
+echo "building a Debian unstable root for $name in $root (log: $log)" >&2
 # One chain: `set -e` does not hold inside a group whose failure is handled.
 {
   $sudo debootstrap --variant=minbase sid "$tmp" "$mirror" &&
     $sudo cp /etc/resolv.conf "$tmp/etc/resolv.conf" &&
     $sudo chroot "$tmp" apt-get -o Acquire::Check-Valid-Until=false update -qq &&
     $sudo chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends mysql-server-core mysql-client-core &&
+      --no-install-recommends "${packages[@]}" &&
     $sudo chroot "$tmp" apt-get clean &&
-    [ -x "$tmp/usr/sbin/mysqld" ]
+    [ -x "$tmp/$server" ]
 } >"$log" 2>&1 || {
-  echo "building the MySQL root failed; last lines of $log:" >&2
+  echo "building the $name root failed; last lines of $log:" >&2
   tail -n 5 "$log" >&2
   exit 1
 }
