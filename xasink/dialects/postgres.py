@@ -94,6 +94,14 @@ class PostgresDialect(Dialect):
         # A transaction-level advisory lock: lock_timeout bounds the wait.
         query(conn, "SELECT pg_advisory_xact_lock(?)", (advisory_key(key),))
 
+    def lock_session(self, conn: JdbcConnection, name: str, seconds: int) -> bool:
+        # A session-level advisory lock; lock_timeout bounds the wait (an error once spent).
+        query(conn, "SELECT pg_advisory_lock(?)", (advisory_key(name),))
+        return True
+
+    def unlock_session(self, conn: JdbcConnection, name: str) -> None:
+        query(conn, "SELECT pg_advisory_unlock(?)", (advisory_key(name),))
+
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         target = ", ".join(self.quote(k) for k in key)
         if not others:
