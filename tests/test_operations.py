@@ -25,6 +25,7 @@ from support import (
     job_states,
     journaled,
     new_table,
+    spec_for,
     xasink_prepared,
 )
 from test_format import latest_jobs, writer
@@ -33,7 +34,9 @@ from test_protocol import admin_sql, q
 from xasink import write_xa
 from xasink.driver.check_cache import CHECKS
 from xasink.errors import JournalError
+from xasink.protocol.connecting import open_journal
 from xasink.protocol.heartbeat import close_idle_sessions
+from xasink.protocol.journal import Journal
 
 
 def _values(db, table: str) -> dict[int, float]:
@@ -427,3 +430,75 @@ def test_the_journal_indexes_what_every_call_reads(spark, db):
         cursor.execute(sql)
         indexed = {str(columns) for _, columns in cursor.fetchall()}
     assert {"state", "target_table,state", "sink_id,batch_id"} <= indexed, indexed
+
+
+def test_two_first_writers_create_one_journal(db):
+    """Two writers starting at the same moment on a database without a journal (two streams,
+    or a stream and a backfill) both create it: neither fails, and they share one tag."""
+    spec, sessions = spec_for(db), []
+    for _ in range(2):
+        sessions.append(open_journal(spec, None)[0])
+    barrier = threading.Barrier(2, timeout=30)
+    for iteration in range(12 if db.kind == "postgres" else 6):
+        schema = f"j_{uuid.uuid4().hex[:8]}"
+        if db.kind == "postgres":
+            admin_sql(db, f"CREATE SCHEMA {schema} AUTHORIZATION {db.user}")
+        else:
+            admin_sql(
+                db, f"CREATE DATABASE {schema}", f"GRANT ALL ON {schema}.* TO '{db.user}'@'%'"
+            )
+
+        def first_writer(conn, schema=schema):
+            journal = Journal.locate(conn, spec, schema)
+            barrier.wait()
+            return journal.ensure(conn, spec).tag
+
+        runs = [in_background(lambda s=s: first_writer(s.connection)) for s in sessions]
+        for thread, _ in runs:
+            thread.join(60)
+        tags = [outcome[0] if outcome else "hung" for _, outcome in runs]
+        assert not any(isinstance(t, BaseException) for t in tags), (iteration, tags)
+        assert tags[0] == tags[1] and _rows(db, f"SELECT tag FROM {schema}.xasink_meta") == [
+            (tags[0],)
+        ]
+        _rows(db, f"SELECT * FROM {schema}.xasink_jobs WHERE 1 = 0")
+        admin_sql(
+            db,
+            f"DROP SCHEMA {schema} CASCADE" if db.kind == "postgres" else f"DROP DATABASE {schema}",
+        )
+    for session in sessions:
+        session.close()
+    assert xasink_prepared(db) == []
+
+
+def test_a_journal_creation_held_up_too_long_says_so(db):
+    """A first writer waits for another one's journal creation only as long as its lock
+    bound, then says what held it up; the lock it never got leaves nothing behind."""
+    from xasink.dialects.base import advisory_key
+
+    key = advisory_key("journal creation")
+    if db.kind == "postgres":
+        take, held = f"SELECT pg_advisory_lock({key})", f"SELECT pg_advisory_unlock({key})"
+    else:
+        take, held = (
+            f"SELECT GET_LOCK('xasink-{key:x}', 5)",
+            f"SELECT RELEASE_LOCK('xasink-{key:x}')",
+        )
+    spec, schema = spec_for(db), f"j_{uuid.uuid4().hex[:8]}"
+    if db.kind == "postgres":
+        admin_sql(db, f"CREATE SCHEMA {schema} AUTHORIZATION {db.user}")
+    else:
+        admin_sql(db, f"CREATE DATABASE {schema}", f"GRANT ALL ON {schema}.* TO '{db.user}'@'%'")
+    with db.admin_connect() as holder:
+        holder.cursor().execute(take)
+        session, journal = open_journal(spec, schema, lock_wait=1)
+        with session, pytest.raises(JournalError, match="creating the journal"):
+            journal.ensure(session.connection, spec)
+        holder.cursor().execute(held)
+    session, journal = open_journal(spec, schema, lock_wait=1)
+    with session:
+        assert journal.ensure(session.connection, spec).tag
+    assert len(_rows(db, f"SELECT tag FROM {schema}.xasink_meta")) == 1
+    admin_sql(
+        db, f"DROP SCHEMA {schema} CASCADE" if db.kind == "postgres" else f"DROP DATABASE {schema}"
+    )

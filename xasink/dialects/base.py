@@ -166,6 +166,14 @@ class Dialect:
     def unlock_apply(self, conn: JdbcConnection, key: str) -> None:
         """Release `lock_apply`'s lock if it outlives the transaction."""
 
+    def lock_session(self, conn: JdbcConnection, name: str, seconds: int) -> bool:
+        """Take the session's lock `name` (held through commits, until `unlock_session`);
+        False: another session held it for `seconds`. Without such locks: True at once."""
+        return True
+
+    def unlock_session(self, conn: JdbcConnection, name: str) -> None:
+        """Release `lock_session`'s lock."""
+
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         """What follows `INSERT ... SELECT` so that a row for an existing key updates it."""
         raise ConfigurationError(

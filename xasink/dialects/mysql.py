@@ -220,6 +220,13 @@ class MySQLDialect(Dialect):
     def unlock_apply(self, conn: JdbcConnection, key: str) -> None:
         query(conn, "SELECT RELEASE_LOCK(?)", (f"xasink-apply-{advisory_key(key):x}",))
 
+    def lock_session(self, conn: JdbcConnection, name: str, seconds: int) -> bool:
+        got = query(conn, "SELECT GET_LOCK(?, ?)", (f"xasink-{advisory_key(name):x}", seconds))
+        return bool(got) and got[0][0] is not None and int(got[0][0]) == 1
+
+    def unlock_session(self, conn: JdbcConnection, name: str) -> None:
+        query(conn, "SELECT RELEASE_LOCK(?)", (f"xasink-{advisory_key(name):x}",))
+
     def lock_wait_sql(self, seconds: int) -> tuple[str | None, str | None]:
         # lock_wait_timeout bounds metadata locks (DDL), innodb_lock_wait_timeout row locks.
         return (

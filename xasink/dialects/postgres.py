@@ -111,6 +111,14 @@ class PostgresDialect(Dialect):
         sql, params = self.describe_columns_sql(table)
         return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}  # type: ignore[arg-type]
 
+    def lock_session(self, conn: JdbcConnection, name: str, seconds: int) -> bool:
+        # A session-level advisory lock; lock_timeout bounds the wait (an error once spent).
+        query(conn, "SELECT pg_advisory_lock(?)", (advisory_key(name),))
+        return True
+
+    def unlock_session(self, conn: JdbcConnection, name: str) -> None:
+        query(conn, "SELECT pg_advisory_unlock(?)", (advisory_key(name),))
+
     def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
         target = ", ".join(self.quote(k) for k in key)
         if not others:

@@ -9,8 +9,9 @@ stand-in.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -163,12 +164,10 @@ class JournalLayout:
         )
 
     def _check_not_half_gone(self, conn: JdbcConnection) -> None:
-        """No jobs table, yet the journal's tag is there: the jobs table was lost (or a
-        first writer is creating the journal right now, which ends within moments)."""
-        for wait in (0.2, 0.5, 1.0, 2.0, 0.0):
-            if self._stored_tag(conn) is None or self.exists(conn):
-                return
-            time.sleep(wait)
+        """No jobs table, yet the journal's tag is there: under the creation lock no first
+        writer is creating it, so the jobs table was lost."""
+        if self._stored_tag(conn) is None:
+            return
         raise JournalError(
             f"The journal is incomplete: {self.jobs} is missing although {self.meta} holds "
             f"its tag. xasink will not recreate it ({_LOSS_IF_RECREATED}) and touches "
@@ -179,32 +178,56 @@ class JournalLayout:
     def ensure(self: L, conn: JdbcConnection, spec: ConnectionSpec | None = None) -> L:
         """Create the journal if this schema has none (DDL, before any branch opens), or
         check that the existing one is whole; returns the journal with its tag."""
-        if self.exists(conn):
-            self.check_complete(conn)
-            return replace(self, tag=str(self._stored_tag(conn)))
-        self._check_not_half_gone(conn)
-        if self.exists(conn):  # another first writer finished creating it meanwhile
-            self.check_complete(conn)
-            return replace(self, tag=str(self._stored_tag(conn)))
+        if not self.exists(conn):  # only a first writer pays for the creation lock
+            with self._creation_lock(conn):
+                if not self.exists(conn):  # else another first writer created it meanwhile
+                    self._check_not_half_gone(conn)
+                    self._create(conn)
+        self.check_complete(conn)
+        return replace(self, tag=str(self._stored_tag(conn)))
+
+    @contextlib.contextmanager
+    def _creation_lock(self, conn: JdbcConnection) -> Iterator[None]:
+        """One first writer at a time creates a journal: PostgreSQL's CREATE TABLE and CREATE
+        INDEX IF NOT EXISTS fail (a duplicate key in its catalog) when another session
+        creates the same table at the same moment. One lock for every journal of the
+        database (the server's, on MySQL): however a writer spells the schema, or leaves it
+        to the connection's default, it takes the same lock; creations are rare and short."""
+        d, name = self.dialect, "journal creation"
+        seconds = max(1, int(self.lock_wait))
+        try:
+            got = d.lock_session(conn, name, seconds)
+        except Exception as exc:
+            if not d.is_lock_timeout(exc):
+                raise
+            got = False
+        if not got:
+            raise JournalError(
+                f"Another writer has been creating the journal {self.jobs} for {seconds}s "
+                "(xasink's creation lock); try again once it has finished."
+            )
+        try:
+            yield
+        finally:  # never hides the outcome: a session that cannot unlock is broken, and
+            with contextlib.suppress(Exception):  # a broken session drops its locks anyway
+                d.unlock_session(conn, name)
+
+    def _create(self, conn: JdbcConnection) -> None:
+        """The tables and the tag (under the creation lock). The meta row first and the jobs
+        table last: whoever sees the jobs table (the sign that a journal exists) finds every
+        other table and the tag already there."""
         d = self.dialect
-        # The meta row first and the jobs table last: whoever sees the jobs table (the sign
-        # that a journal exists) finds every other table and the tag already there.
         meta = "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL, version INTEGER NOT NULL"
         for sql in d.create_table_sql(self.meta, META_TABLE, meta):
             execute(conn, sql)
-        try:  # two first writers may race: one insert wins, both read the winner's tag
-            execute(
-                conn,
-                f"INSERT INTO {self.meta} (id, tag, version) VALUES (1, ?, ?)",
-                (secrets.token_hex(4), SCHEMA_VERSION),
-            )
-        except Exception:
-            if self._stored_tag(conn) is None:
-                raise
+        execute(
+            conn,
+            f"INSERT INTO {self.meta} (id, tag, version) VALUES (1, ?, ?)",
+            (secrets.token_hex(4), SCHEMA_VERSION),
+        )
         for table, name, columns, indexes in self._tables():
             for sql in d.create_table_sql(table, name, columns, indexes):
                 execute(conn, sql)
-        return replace(self, tag=str(self._stored_tag(conn)))
 
     def _tables(self) -> list[tuple[str, str, str, tuple[tuple[str, ...], ...]]]:
         """(table, name, columns, indexes) of every table but meta, the jobs table last."""
