@@ -183,3 +183,34 @@ def test_statements_leave_the_connections_autocommit_alone(
         with contextlib.suppress(jpype.JException):
             conn.setAutoCommit(True)
     assert [row[0] for row in rows_of(server, table)] == [1]
+
+
+class _Interrupted:
+    """A Java statement whose execution is interrupted on the Python side (a signal lands
+    while the call returns), as the one connection method the DB-API layer calls needs."""
+
+    def __init__(self, interrupt: BaseException) -> None:
+        self.interrupt, self.closed = interrupt, False
+
+    def prepareStatement(self, sql: str) -> _Interrupted:
+        return self
+
+    def execute(self) -> bool:
+        raise self.interrupt
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_an_interrupt_during_a_statement_is_raised_as_itself(postgres: Any) -> None:
+    """jaydebeapi's bare `except:` wraps whatever a statement raised as its InterfaceError,
+    an ordinary Exception: an interrupt must come out as itself, or the code that handles
+    failed statements would swallow it."""
+    session, _ = open_journal(spec_for(postgres), None)  # the JVM, as the journal needs it
+    session.close()
+    for interrupt in (KeyboardInterrupt(), SystemExit(3)):
+        for call in (execute, query):
+            statement = _Interrupted(interrupt)
+            with pytest.raises(type(interrupt)):
+                call(statement, "UPDATE t SET a = 1")
+            assert statement.closed

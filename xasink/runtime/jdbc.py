@@ -128,9 +128,14 @@ def _cursor(conn: JdbcConnection) -> jaydebeapi.Cursor:
 
 def _java_failure(exc: jaydebeapi.Error) -> BaseException:
     """The SQLException jaydebeapi wrapped (or the error itself): callers sort failures by
-    SQLSTATE and vendor code and redact Java messages, as for any other Java call."""
+    SQLSTATE and vendor code and redact Java messages, as for any other Java call.
+
+    An interrupt (KeyboardInterrupt, SystemExit) that jaydebeapi's bare `except:` wrapped is
+    given back as itself, so that no `except Exception` downstream mistakes it for a failed
+    statement."""
     cause = exc.args[0] if exc.args else None
-    return cause if isinstance(cause, jpype.JException) else exc
+    interrupted = isinstance(cause, BaseException) and not isinstance(cause, Exception)
+    return cause if interrupted or isinstance(cause, jpype.JException) else exc
 
 
 def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int:
