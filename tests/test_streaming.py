@@ -392,3 +392,35 @@ def test_a_driver_exits_cleanly_after_faulthandler_was_disabled(postgres):
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
     assert "WRITTEN" in done.stdout and "JAVA RAN" in done.stdout, done.stdout
     assert_exactly(postgres, table, range(2000))
+
+
+REENABLED_SCRIPT = """
+import faulthandler, signal, sys
+from support import spec_for
+from servers import DbServer
+from xasink.protocol.connecting import open_journal
+from xasink.runtime import signals
+server = DbServer("postgres", sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4],
+                  sys.argv[5], "", "")
+open_journal(spec_for(server), None)[0].close()  # the JVM, as a worker's first task starts it
+call, kept = signals._sigaction(), signals._handler(signals._jvm_handlers[signal.SIGSEGV])
+faulthandler.disable()  # as PySpark's worker does after each task
+faulthandler.enable()  # and before the next: now over the JVM's handlers
+print("REPLACED", signals._handler(signals._current(call, signal.SIGSEGV)) != kept, flush=True)
+open_journal(spec_for(server), None)[0].close()  # the next task's session
+print("RESTORED", signals._handler(signals._current(call, signal.SIGSEGV)) == kept, flush=True)
+"""
+
+
+def test_a_faulthandler_enabled_over_the_jvm_gives_its_handlers_back_at_the_next_session(
+    postgres,
+):
+    """A reused Python worker may enable faulthandler for each task (PySpark's
+    spark.python.worker.faulthandler.enabled), over the handlers of the JVM an earlier task
+    started, whose deliberate faults would then reach it: the next session's opening puts
+    the JVM's handlers back on top."""
+    server = postgres
+    args = (server.host, str(server.port), server.user, server.password, server.database)
+    done = run_script(REENABLED_SCRIPT, *args, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
+    assert "REPLACED True" in done.stdout and "RESTORED True" in done.stdout, done.stdout

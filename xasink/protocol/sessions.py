@@ -34,7 +34,7 @@ from ..errors import ConfigurationError, PreflightError
 from ..runtime import shutdown
 from ..runtime.jars import resolve_classpath, visible
 from ..runtime.jdbc import java_message
-from ..runtime.jvm import attach_as_daemon, ensure_jvm, jclass
+from ..runtime.jvm import attach_as_daemon, ensure_jvm, jclass, keep_fault_handlers
 from ..spec import ConnectionSpec
 from .xa import XaSession, classify
 
@@ -95,6 +95,7 @@ def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
     cached = _datasources.get(spec)
     if cached is not None:
         attach_as_daemon()
+        keep_fault_handlers()
         return cached
     ensure_jvm(_local_jars(spec))
     attach_as_daemon()

@@ -17,7 +17,7 @@ import jpype.config
 
 from ..xid import Xid
 from .javahelpers import helper_class
-from .signals import jvm_starting
+from .signals import jvm_starting, restore_jvm_handlers
 
 JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
 DEFAULT_JVM_OPTIONS = ("-Xmx512m", "-Xss4m", "-Duser.timezone=UTC", "-Xrs")
@@ -63,6 +63,14 @@ def ensure_jvm(classpath: Sequence[str]) -> None:
 def started_here() -> bool:
     """Whether xasink started this process's JVM (then its exit is xasink's to order)."""
     return _started_here
+
+
+def keep_fault_handlers() -> None:
+    """Put the fault handlers of the JVM started here back on top, should something have
+    enabled faulthandler over them since (.signals): a reused Spark worker may, for each
+    task (spark.python.worker.faulthandler.enabled). A few system calls."""
+    if _started_here:
+        restore_jvm_handlers()
 
 
 def attach_as_daemon() -> None:

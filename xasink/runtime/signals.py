@@ -13,13 +13,17 @@ Java code then kills the process with SIGSEGV (exit -11), after the program ende
 So the JVM starts with faulthandler set aside, and faulthandler is enabled again on top of
 the JVM's handlers, then the JVM's put back above it: whoever disables faulthandler later
 puts back the JVM's handlers, and faulthandler still reports an abort. The exit hook
-reinstalls the JVM's handlers if something replaced them after all.
+reinstalls the JVM's handlers if something replaced them after all, and so does every
+session's opening and every Spark task (`jvm.keep_fault_handlers`): a reused Spark worker
+enables faulthandler again before each task (spark.python.worker.faulthandler.enabled),
+over the handlers of the JVM an earlier task started.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import signal
 import sys
 from collections.abc import Iterator
@@ -38,6 +42,7 @@ _SIGACTION_BYTES = 1024
 _jvm_handlers: dict[int, ctypes.Array[ctypes.c_char]] = {}
 
 
+@functools.cache
 def _sigaction() -> Any:
     """libc's sigaction(signum, new, old); None where there is none (Windows: the JVM
     uses structured exceptions there, which faulthandler does not replace)."""
@@ -87,11 +92,17 @@ def _enable_faulthandler() -> bool:
     return True
 
 
+def _handler(action: ctypes.Array[ctypes.c_char]) -> bytes:
+    """The handler's address, the first member of `struct sigaction`: what tells whose it
+    is (the mask and flags read back may differ in bytes that carry nothing)."""
+    return action.raw[: ctypes.sizeof(ctypes.c_void_p)]
+
+
 def _install(call: Any) -> list[int]:
     """Install the JVM's recorded handlers; the signals where another had replaced them."""
     lost = []
     for signum, kept in _jvm_handlers.items():
-        if _current(call, signum).raw != kept.raw:
+        if _handler(_current(call, signum)) != _handler(kept):
             lost.append(signum)
             call(signum, kept, None)
     return lost

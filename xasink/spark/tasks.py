@@ -14,6 +14,7 @@ from ..errors import WriteError
 from ..executor.branch import write_rows
 from ..executor.contract import BranchReport, WritePlan
 from ..protocol.sessions import set_jar_locator
+from ..runtime.jvm import keep_fault_handlers
 from .session import shipped_copy
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchRepo
     context = TaskContext.get()
     if context is None:
         raise WriteError("xasink's partition writer must run inside a Spark task.")
+    keep_fault_handlers()  # this worker's earlier task may have started the JVM
     return write_rows(
         plan, batches, context.partitionId(), context.taskAttemptId(), context.attemptNumber()
     )
