@@ -53,7 +53,7 @@ def test_a_failed_call_forgets_and_the_next_describes_the_table_again(spark, db,
     table = new_table(db)
     df = events_df(spark, 100, 2)
     write_xa(df, table=table, **connection_args(db))
-    assert len(xasink.spark.write.CHECKS) == 3  # server, table, journal
+    assert len(xasink.spark.write.CHECKS) == 4  # server, table, its identity, journal
     drop_column(db, table, "n")
     # Still cached: the stale description passes preflight, and the server refuses the rows.
     with pytest.raises(WriteError):
