@@ -164,8 +164,9 @@ def _finish(
     if isinstance(refusal, ChangedTypesError):
         raise ChangedTypesError(
             f"Job {plan.job_id} is committed in its branches, but {refusal}: the job is "
-            f"aborted, its staging table dropped and {plan.target} is unchanged. Run the "
-            "write again: it reads the table's column types as they are now."
+            f"aborted and {plan.target} is unchanged (its staging table is dropped next, or "
+            "by `xasink recover`). Run the write again: it reads the table's column types "
+            "as they are now."
         )
     if refusal is not None and plan.apply is not None:
         raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
