@@ -159,6 +159,27 @@ def in_background(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]
     return thread, outcome
 
 
+def released_together(
+    calls: list[Callable[[], Any]],
+    waiting: Callable[[], int],
+    release: Callable[[], Any],
+    what: str,
+) -> list[Any]:
+    """Run `calls` on threads of their own, wait until `waiting()` sees every one held up at
+    `what` (a lock the caller holds), then `release()` it: they race from there on. Returns
+    each call's result or exception, in order."""
+    threads = [in_background(call) for call in calls]
+    deadline = time.monotonic() + 120
+    while waiting() < len(threads):
+        assert time.monotonic() < deadline, f"the writers never all reached {what}"
+        assert all(t.is_alive() for t, _ in threads), [o for _, o in threads]
+        time.sleep(0.05)
+    release()
+    for thread, _ in threads:
+        thread.join(240)
+    return [outcome[0] for _, outcome in threads]
+
+
 def new_table(server: DbServer, prefix: str = "ev") -> str:
     """A fresh, empty events table with a unique name (no primary key: duplicates show)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"

@@ -27,6 +27,7 @@ from support import (
     journaled,
     new_table,
     old_contents,
+    released_together,
     seeded_table,
     stage_tables,
     waiting_on_apply_lock,
@@ -126,21 +127,17 @@ def test_one_phase_upserts_into_one_table_take_turns_under_snapshot_reads(spark,
     args = connection_args(db)
     holder, unlock = hold_apply_lock(db, table)
     try:
-        writers = [
-            in_background(lambda df=df: write_xa(df, table=table, mode="upsert", key="id", **args))
-            for df in inputs
-        ]
-        deadline = time.monotonic() + 120
-        while waiting_on_apply_lock(db) < 2:
-            assert time.monotonic() < deadline, "the writers never reached the apply lock"
-            assert all(t.is_alive() for t, _ in writers), [o for _, o in writers]
-            time.sleep(0.05)
-        holder.cursor().execute(unlock)
+        outcomes = released_together(
+            [
+                lambda df=df: write_xa(df, table=table, mode="upsert", key="id", **args)
+                for df in inputs
+            ],
+            lambda: waiting_on_apply_lock(db),
+            lambda: holder.cursor().execute(unlock),
+            "the apply lock",
+        )
     finally:
         holder.close()
-    for thread, _ in writers:
-        thread.join(240)
-    outcomes = [outcome[0] for _, outcome in writers]
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     assert contents(db, table) in (_expected("upsert", (0, 1)), _expected("upsert", (1, 0)))
     assert table_states(db, table) == ["committed"] * 2

@@ -30,6 +30,7 @@ from support import (
     mode_rows,
     new_table,
     old_contents,
+    released_together,
     seeded_table,
     sink_mark,
     stage_tables,
@@ -178,21 +179,14 @@ def test_two_writers_racing_for_one_batch_commit_it_once(spark, db):
         if db.kind != "postgres":
             cursor.execute("START TRANSACTION")
         cursor.execute("SELECT batch_id FROM xasink_sinks WHERE sink_id = %s FOR UPDATE", (sink,))
-        racers = [
-            in_background(lambda: write_xa(rows, table=table, sink_id=sink, batch_id=1, **args))
-            for _ in range(2)
-        ]
-        deadline = time.monotonic() + 120
-        while _waiting_on_locks(db, "xasink_sinks") < 2:
-            assert time.monotonic() < deadline, "the writers never reached the sink's mark"
-            assert all(t.is_alive() for t, _ in racers), [o for _, o in racers]
-            time.sleep(0.1)
-        holder.commit()
+        outcomes = released_together(
+            [lambda: write_xa(rows, table=table, sink_id=sink, batch_id=1, **args)] * 2,
+            lambda: _waiting_on_locks(db, "xasink_sinks"),
+            holder.commit,
+            "the sink's mark",
+        )
     finally:
         holder.close()
-    for thread, _ in racers:
-        thread.join(240)
-    outcomes = [outcome[0] for _, outcome in racers]
     won = [o for o in outcomes if not isinstance(o, BaseException)]
     lost = [o for o in outcomes if isinstance(o, BaseException)]
     assert len(won) == 1 and len(lost) == 1, outcomes
@@ -458,25 +452,19 @@ def _overwrites_racing_for_the_apply(spark, db, partitions: int = 1, **write_arg
         inputs = [df.repartition(partitions) for df in inputs]
     holder, unlock = hold_apply_lock(db, table)
     try:
-        writers = [
-            in_background(
+        outcomes = released_together(
+            [
                 lambda df=df: write_xa(
                     df, table=table, mode="overwrite", **write_args, **connection_args(db)
                 )
-            )
-            for df in inputs
-        ]
-        deadline = time.monotonic() + 120
-        while waiting_on_apply_lock(db) < 2:
-            assert time.monotonic() < deadline, "the writers never reached the apply lock"
-            assert all(t.is_alive() for t, _ in writers), [o for _, o in writers]
-            time.sleep(0.1)
-        holder.cursor().execute(unlock)
+                for df in inputs
+            ],
+            lambda: waiting_on_apply_lock(db),
+            lambda: holder.cursor().execute(unlock),
+            "the apply lock",
+        )
     finally:
         holder.close()
-    for thread, _ in writers:
-        thread.join(240)
-    outcomes = [outcome[0] for _, outcome in writers]
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(20, 60)})

@@ -13,7 +13,6 @@ Rows are read with psycopg/pymysql; nothing may be left prepared or staged.
 from __future__ import annotations
 
 import datetime as dt
-import time
 import uuid
 
 import pytest
@@ -21,9 +20,9 @@ from support import (
     cli,
     connection_args,
     contents,
-    in_background,
     kill_driver_at,
     mode_rows,
+    released_together,
     seeded_table,
     stage_tables,
 )
@@ -190,25 +189,19 @@ def test_overwrites_of_two_spellings_of_one_table_never_leave_their_union(spark,
         if db.kind != "postgres":
             cursor.execute("START TRANSACTION")
         cursor.execute(f"SELECT id FROM {table} WHERE id = 0 FOR UPDATE")
-        writers = [
-            in_background(
+        outcomes = released_together(
+            [
                 lambda s=spelling, df=df: write_xa(
                     df, table=s, mode="overwrite", **PHASES[phases], **connection_args(db)
                 )
-            )
-            for spelling, df in inputs
-        ]
-        deadline = time.monotonic() + 120
-        while _waiting(db) < 2:
-            assert time.monotonic() < deadline, "the writers never both waited"
-            assert all(t.is_alive() for t, _ in writers), [o for _, o in writers]
-            time.sleep(0.1)
-        holder.commit()
+                for spelling, df in inputs
+            ],
+            lambda: _waiting(db),
+            holder.commit,
+            "the row lock",
+        )
     finally:
         holder.close()
-    for thread, _ in writers:
-        thread.join(240)
-    outcomes = [outcome[0] for _, outcome in writers]
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(30, 60)})
