@@ -171,7 +171,9 @@ class MySQLDialect(Dialect):
         except Exception as exc:
             code = sql_error_code(exc)
             if code not in _TEMPORARY_REFUSED:
-                raise
+                # Not a missing grant (a read-only server, say), but the one-transaction
+                # path is just as closed: the job takes the two-phase one.
+                return f"error {code}: {_first_line(exc)}", "resolve that error"
             where = self.quote(schema or str(query(conn, "SELECT DATABASE()")[0][0]))
             who = f"'{user}'" if user else "this user"
             fix = (
