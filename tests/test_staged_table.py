@@ -143,6 +143,82 @@ def test_a_format_upsert_refuses_a_column_type_changed_since_its_stage(spark, db
     _clean(db)
 
 
+def _waiting_for_metadata_lock(db, statement: str) -> bool:
+    """Whether a session runs `statement` (a prefix of it) waiting for a metadata lock."""
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT count(*) FROM information_schema.processlist "
+            "WHERE state = 'Waiting for table metadata lock' AND info LIKE %s",
+            (statement.replace("_", "\\_") + "%",),
+        )
+        return int(cursor.fetchone()[0]) > 0
+
+
+def _metadata_locks(db, table: str) -> list[str]:
+    """The metadata lock types granted on `table` (MySQL's performance_schema)."""
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SELECT lock_type FROM performance_schema.metadata_locks WHERE object_type = "
+            "'TABLE' AND object_schema = DATABASE() AND object_name = %s AND lock_status = "
+            "'GRANTED'",
+            (table,),
+        )
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+@pytest.mark.mysql_ci
+def test_an_alter_between_the_type_check_and_the_apply_waits_for_its_commit(mysql_family):
+    """The apply's type check locks the target's definition for writing: an ALTER issued
+    between the check and the apply's DELETE/INSERT queues behind the apply, which then
+    writes and commits; the ALTER runs after it. (A read-only lock there would let the
+    queued ALTER block the apply's writes: a metadata-lock deadlock the apply loses.)"""
+    from support import spec_for
+
+    from xasink.dialects import get_dialect
+    from xasink.protocol.connecting import open_journal
+    from xasink.spec import TableRef
+    from xasink.target.retyping import check_types
+
+    db = mysql_family
+    table = f"ml_{uuid.uuid4().hex[:10]}"
+    _sql(
+        db,
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, v int)",
+        f"INSERT INTO {table} VALUES (1, 1)",
+    )
+    alter = f"ALTER TABLE {table} ADD COLUMN w int"
+
+    def run_alter() -> None:
+        with db.connect() as conn:
+            conn.cursor().execute("SET SESSION lock_wait_timeout = 60")
+            conn.cursor().execute(alter)
+
+    session, _ = open_journal(spec_for(db), None)
+    with session:
+        conn = session.connection
+        conn.setAutoCommit(False)
+        try:
+            check_types(conn, get_dialect("mysql"), TableRef(table), ["id", "v"], ["bigint", "int"])
+            if db.kind == "mysql":  # MySQL shows the lock itself
+                assert _metadata_locks(db, table) == ["SHARED_WRITE"]
+            thread, outcome = in_background(run_alter)
+            deadline = time.monotonic() + 30
+            while not _waiting_for_metadata_lock(db, alter):
+                assert thread.is_alive() and time.monotonic() < deadline, outcome or "no wait"
+                time.sleep(0.05)  # polling the server's own state, not waiting for it
+            conn.createStatement().execute(f"DELETE FROM {table} WHERE id = 1")
+            conn.createStatement().execute(f"INSERT INTO {table} (id, v) VALUES (2, 2)")
+            assert _waiting_for_metadata_lock(db, alter) and thread.is_alive()
+            conn.commit()
+        finally:
+            conn.setAutoCommit(True)
+    thread.join(60)
+    assert outcome == [None], outcome
+    assert _rows(db, table) == [(2, 2, None)]  # the apply's row, then the ALTER's column
+
+
 # -- two spellings of one table ---------------------------------------------------------
 def _waiting(db) -> int:
     """The test user's sessions waiting for a lock now: a row lock, or xasink's apply lock

@@ -29,6 +29,28 @@ KEEPS = [
         "varchar(10) character set utf8mb4 collate x",
         "text character set utf8mb4 collate x",
     ),
+    ("mysql", "float(7,3)", "double"),
+    (
+        "mysql",
+        "tinytext character set utf8mb4 collate x",
+        "varchar(255) character set utf8mb4 collate x",
+    ),
+    (
+        "mysql",
+        "varchar(63) character set utf8mb4 collate x",
+        "tinytext character set utf8mb4 collate x",
+    ),
+    (
+        "mysql",
+        "varchar(255) character set latin1 collate y",
+        "tinytext character set latin1 collate y",
+    ),
+    (
+        "mysql",
+        "varchar(16383) character set utf8mb4 collate x",
+        "text character set utf8mb4 collate x",
+    ),
+    ("mysql", "tinytext character set utf8mb4 collate x", "text character set utf8mb4 collate x"),
 ]
 CHANGES = [
     ("postgres", "double precision", "bigint"),
@@ -54,6 +76,36 @@ CHANGES = [
         "varchar(20) character set latin1 collate y",
     ),
     ("mysql", "enum('a','b')", "enum('a')"),
+    # A VARCHAR's length counts characters, a TEXT's bytes: 255 ASCII characters of a
+    # tinytext do not fit in 64, nor 65535 of a latin1 text in 16384.
+    (
+        "mysql",
+        "tinytext character set utf8mb4 collate x",
+        "varchar(64) character set utf8mb4 collate x",
+    ),
+    (
+        "mysql",
+        "text character set latin1 collate y",
+        "varchar(16384) character set latin1 collate y",
+    ),
+    (
+        "mysql",
+        "tinytext character set utf8mb4 collate x",
+        "varchar(254) character set utf8mb4 collate x",
+    ),
+    # 64 four-byte characters are 256 bytes, one more than a tinytext holds.
+    (
+        "mysql",
+        "varchar(64) character set utf8mb4 collate x",
+        "tinytext character set utf8mb4 collate x",
+    ),
+    (
+        "mysql",
+        "varchar(256) character set latin1 collate y",
+        "tinytext character set latin1 collate y",
+    ),
+    ("mysql", "varchar(10) character set weird collate z", "text character set weird collate z"),
+    ("mysql", "float", "double(5,1)"),
 ]
 
 

@@ -171,7 +171,9 @@ class MySQLDialect(Dialect):
         except Exception as exc:
             code = sql_error_code(exc)
             if code not in _TEMPORARY_REFUSED:
-                raise
+                # Not a missing grant (a read-only server, say), but the one-transaction
+                # path is just as closed: the job takes the two-phase one.
+                return f"error {code}: {_first_line(exc)}", "resolve that error"
             where = self.quote(schema or str(query(conn, "SELECT DATABASE()")[0][0]))
             who = f"'{user}'" if user else "this user"
             fix = (
@@ -259,12 +261,13 @@ class MySQLDialect(Dialect):
         return TableRef(str(rows[0][1]), str(rows[0][0])) if len(rows) == 1 else None
 
     def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
-        # The subquery opens the table, so the statement takes its shared metadata lock
-        # before reading the catalog; the transaction keeps it until it ends, and an ALTER
-        # waits for it.
-        touch = f"AND NOT EXISTS (SELECT 1 FROM {self.qualified(table)} WHERE 1 = 0) "
-        touched = _describe_sql(touch)
-        rows = query(conn, touched, (table.schema, table.name))  # type: ignore[arg-type]
+        # A locking read of no row opens the table for writing: it takes the SHARED_WRITE
+        # metadata lock the apply's DELETE/INSERT need, before the catalog is read, and the
+        # transaction keeps it until it ends; an ALTER issued meanwhile waits for the commit.
+        # (A plain read takes SHARED_READ only: an ALTER queued behind it would then block
+        # the apply's own write lock, a metadata-lock deadlock the apply loses.)
+        query(conn, f"SELECT 1 FROM {self.qualified(table)} WHERE 1 = 0 FOR UPDATE")
+        rows = query(conn, _describe_sql(""), (table.schema, table.name))  # type: ignore[arg-type]
         return {str(r[0]): str(r[1]).lower() for r in rows}
 
     def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:

@@ -13,7 +13,7 @@ from ..protocol.branches import BranchOps
 from ..protocol.journal import Journal
 from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
-from ..runtime.jdbc import JdbcConnection
+from ..runtime.jdbc import JdbcConnection, java_message
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
 from ..target.catalog import check_fit, ensure_table
@@ -74,9 +74,9 @@ def can_stage_temporarily(
     conn: JdbcConnection, journal: Journal, spec: ConnectionSpec, checks: CheckCache = UNCACHED
 ) -> bool:
     """Whether a single-branch staged job may stage in a temporary table inside its one
-    transaction (tried once per `checks` period). Where the login may not, such a job takes
-    the two-phase path large frames take, with a real staging table, and the process says
-    once why and what would restore the faster path."""
+    transaction (tried once per `checks` period). Where the login may not, or the try fails
+    for any other reason, such a job takes the two-phase path large frames take, with a real
+    staging table, and the process says once why and what would restore the faster path."""
     dialect = get_dialect(spec.dialect)
     if not dialect.temporary_tables:
         return False
@@ -85,11 +85,14 @@ def can_stage_temporarily(
     if isinstance(known, bool):
         return known
     with step("temporary stage check"):
-        refusal = dialect.temporary_stage_refusal(conn, journal.schema, spec.user)
+        try:
+            refusal = dialect.temporary_stage_refusal(conn, journal.schema, spec.user)
+        except Exception as exc:  # the probe only chooses a path: a failure means the slower one
+            refusal = (f"the check failed: {java_message(exc)[:200]}", "resolve that error")
     if refusal is not None and (spec, journal.schema) not in _WARNED:
         _WARNED.add((spec, journal.schema))
         log.warning(
-            "xasink: this login may not create a temporary table inside a transaction (%s), "
+            "xasink: this login could not create a temporary table inside a transaction (%s), "
             "so small staged writes stage in a real table and commit in two phases, as large "
             "ones do (slower). To let them commit in one transaction: %s",
             spec.redact(refusal[0]),

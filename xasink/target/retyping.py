@@ -25,7 +25,8 @@ _INTEGERS = {
     "postgres": ("smallint", "integer", "bigint"),
     "mysql": ("tinyint", "smallint", "mediumint", "int", "bigint"),
 }
-#: Types that hold every value of the key exactly (besides a wider integer).
+#: Types that hold every value of the key exactly (besides a wider integer), when declared
+#: without arguments: double(5,1) rounds what a float holds.
 _WIDER = {
     ("postgres", "real"): ("double precision",),
     ("mysql", "float"): ("double",),
@@ -34,7 +35,22 @@ _TEXT = {
     "postgres": ("character varying", "text"),
     "mysql": ("varchar", "tinytext", "text", "mediumtext", "longtext"),
 }
-_MYSQL_TEXT_BYTES = {"tinytext": 255, "text": 65535, "mediumtext": 16777215, "longtext": 2**32}
+#: The most bytes a MySQL TEXT type holds (its limit is in bytes, a VARCHAR's in characters).
+_MYSQL_TEXT_BYTES = {"tinytext": 255, "text": 65535, "mediumtext": 16777215, "longtext": 2**32 - 1}
+#: The most bytes one character takes in a MySQL character set; one not listed is unsure.
+_MYSQL_CHAR_BYTES = {
+    "ascii": 1,
+    "binary": 1,
+    "latin1": 1,
+    "latin2": 1,
+    "utf8": 3,
+    "utf8mb3": 3,
+    "utf8mb4": 4,
+    "ucs2": 2,
+    "utf16": 4,
+    "utf16le": 4,
+    "utf32": 4,
+}
 #: Where a MySQL type's attributes begin (after its base name and length).
 _ATTRIBUTES = (" unsigned", " zerofill", " character set ")
 
@@ -91,7 +107,7 @@ def keeps_values(dialect_name: str, old: str, new: str) -> bool:
             return step >= 0
         return unsigned_a and not unsigned_b and step > 0  # unsigned into a wider signed
     if base_b in _WIDER.get((dialect_name, base_a), ()):
-        return rest_a == rest_b
+        return not args_b and rest_a == rest_b
     if base_a in ("numeric", "decimal") and base_a == base_b and rest_a == rest_b:
         if not args_b:
             return dialect_name == "postgres"  # unconstrained numeric keeps any value
@@ -102,9 +118,9 @@ def keeps_values(dialect_name: str, old: str, new: str) -> bool:
         return s_b >= s_a and p_b - s_b >= p_a - s_a
     texts = _TEXT.get(dialect_name, ())
     if base_a in texts and base_b in texts and rest_a == rest_b:
-        return _text_length(dialect_name, base_b, args_b) >= _text_length(
-            dialect_name, base_a, args_a
-        )
+        if dialect_name == "mysql":
+            return _mysql_text_keeps((base_a, args_a), (base_b, args_b), rest_a)
+        return _text_length(base_b, args_b) >= _text_length(base_a, args_a)
     return False
 
 
@@ -132,9 +148,26 @@ def _parts(sql_type: str) -> tuple[str, list[int], str]:
     return head.strip(), args, rest.strip()
 
 
-def _text_length(dialect_name: str, base: str, args: list[int]) -> float:
-    if dialect_name == "mysql" and base in _MYSQL_TEXT_BYTES:
-        return _MYSQL_TEXT_BYTES[base]
+def _text_length(base: str, args: list[int]) -> float:
+    """PostgreSQL: characters (text and an unbounded varchar hold any number)."""
     if base == "text" or not args:
         return float("inf")
-    return args[0] * 4 if dialect_name == "mysql" else args[0]  # MySQL: bytes, utf8mb4
+    return args[0]
+
+
+def _mysql_text_keeps(old: tuple[str, list[int]], new: tuple[str, list[int]], rest: str) -> bool:
+    """VARCHAR(n) holds n characters, a TEXT type a number of bytes: a TEXT fits a VARCHAR
+    only if every byte may be a character (ASCII), and a VARCHAR fits a TEXT only if n of
+    its charset's widest characters do."""
+    (base_a, args_a), (base_b, args_b) = old, new
+    if any(base == "varchar" and len(args) != 1 for base, args in (old, new)):
+        return False
+    if base_a == "varchar" and base_b == "varchar":
+        return args_b[0] >= args_a[0]
+    if base_b == "varchar":
+        return args_b[0] >= _MYSQL_TEXT_BYTES[base_a]
+    if base_a == "varchar":
+        found = re.search(r"character set (\w+)", rest)
+        width = _MYSQL_CHAR_BYTES.get(found.group(1)) if found else None
+        return width is not None and args_a[0] * width <= _MYSQL_TEXT_BYTES[base_b]
+    return _MYSQL_TEXT_BYTES[base_b] >= _MYSQL_TEXT_BYTES[base_a]
