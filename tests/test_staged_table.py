@@ -13,6 +13,7 @@ Rows are read with psycopg/pymysql; nothing may be left prepared or staged.
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 
 import pytest
@@ -20,6 +21,7 @@ from support import (
     cli,
     connection_args,
     contents,
+    in_background,
     kill_driver_at,
     mode_rows,
     released_together,
