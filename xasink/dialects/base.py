@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
-from ..runtime.jdbc import JdbcConnection, sql_error_code, sql_state
+from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_state
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 
@@ -153,11 +153,21 @@ class Dialect:
         keys its apply lock and the journal's `target_table`. None: not found or unknown."""
         return None
 
+    def types_lock_sql(self, table: TableRef) -> str | None:
+        """A statement that keeps the table's column types as they are until the caller's
+        transaction ends (None: this dialect has none)."""
+        return None
+
     def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
         """The table's columns as they are now (name → full SQL type, lowercased as
-        `describe_columns_sql` gives it), read inside the caller's transaction under a lock
-        that keeps them so until it ends. None: this dialect cannot tell."""
-        return None
+        `describe_columns_sql` gives it), read inside the caller's transaction under
+        `types_lock_sql`'s lock, so they hold until it ends. None: this dialect cannot tell."""
+        lock = self.types_lock_sql(table)
+        sql, params = self.describe_columns_sql(table)
+        if lock is None or sql is None:
+            return None
+        execute(conn, lock)
+        return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}  # type: ignore[arg-type]
 
     def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
         """Take the lock that serialises staged applies into one table (`key` names it),

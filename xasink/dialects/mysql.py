@@ -247,7 +247,19 @@ class MySQLDialect(Dialect):
         return f"ON DUPLICATE KEY UPDATE {updates}"
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
-        return _describe_sql(""), (table.schema, table.name)  # type: ignore[return-value]
+        return (
+            # COLUMN_TYPE omits the character set: a staging column must not fall back to
+            # the schema's default (latin1 would refuse 4-byte characters).
+            "SELECT COLUMN_NAME, CONCAT(COLUMN_TYPE, IF(CHARACTER_SET_NAME IS NULL, '', "
+            "CONCAT(' CHARACTER SET ', CHARACTER_SET_NAME, ' COLLATE ', COLLATION_NAME))), "
+            "IS_NULLABLE = 'YES', "
+            # MariaDB spells "no default" on a nullable column as the string 'NULL'.
+            "(COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') OR EXTRA <> '' "
+            "FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? "
+            "ORDER BY ORDINAL_POSITION",
+            (table.schema, table.name),  # type: ignore[arg-type]
+        )
 
     def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
         # information_schema compares names by the server's case rules
@@ -260,15 +272,13 @@ class MySQLDialect(Dialect):
         )
         return TableRef(str(rows[0][1]), str(rows[0][0])) if len(rows) == 1 else None
 
-    def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
+    def types_lock_sql(self, table: TableRef) -> str | None:
         # A locking read of no row opens the table for writing: it takes the SHARED_WRITE
         # metadata lock the apply's DELETE/INSERT need, before the catalog is read, and the
         # transaction keeps it until it ends; an ALTER issued meanwhile waits for the commit.
         # (A plain read takes SHARED_READ only: an ALTER queued behind it would then block
         # the apply's own write lock, a metadata-lock deadlock the apply loses.)
-        query(conn, f"SELECT 1 FROM {self.qualified(table)} WHERE 1 = 0 FOR UPDATE")
-        rows = query(conn, _describe_sql(""), (table.schema, table.name))  # type: ignore[arg-type]
-        return {str(r[0]): str(r[1]).lower() for r in rows}
+        return f"SELECT 1 FROM {self.qualified(table)} WHERE 1 = 0 FOR UPDATE"
 
     def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
         return (
@@ -276,20 +286,3 @@ class MySQLDialect(Dialect):
             "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0",
             (table.schema, table.name),  # type: ignore[arg-type]
         )
-
-
-def _describe_sql(extra: str) -> str:
-    """(name, full SQL type, nullable, has default) per column of one table; `extra` is
-    more of the WHERE clause."""
-    return (
-        # COLUMN_TYPE omits the character set: a staging column must not fall back to
-        # the schema's default (latin1 would refuse 4-byte characters).
-        "SELECT COLUMN_NAME, CONCAT(COLUMN_TYPE, IF(CHARACTER_SET_NAME IS NULL, '', "
-        "CONCAT(' CHARACTER SET ', CHARACTER_SET_NAME, ' COLLATE ', COLLATION_NAME))), "
-        "IS_NULLABLE = 'YES', "
-        # MariaDB spells "no default" on a nullable column as the string 'NULL'.
-        "(COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') OR EXTRA <> '' "
-        "FROM information_schema.COLUMNS "
-        f"WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? {extra}"
-        "ORDER BY ORDINAL_POSITION"
-    )

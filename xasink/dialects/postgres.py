@@ -7,7 +7,7 @@ from typing import ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..runtime.jdbc import JdbcConnection, execute, query
+from ..runtime.jdbc import JdbcConnection, query
 from ..spec import ConnectionSpec, TableRef
 from .base import Dialect, advisory_key
 
@@ -104,12 +104,10 @@ class PostgresDialect(Dialect):
         )
         return TableRef(str(rows[0][1]), str(rows[0][0])) if rows else None
 
-    def locked_column_types(self, conn: JdbcConnection, table: TableRef) -> dict[str, str] | None:
+    def types_lock_sql(self, table: TableRef) -> str | None:
         # ROW EXCLUSIVE (the apply's own DML lock, taken first) conflicts with the ACCESS
         # EXCLUSIVE an ALTER ... TYPE needs: the types read after it hold until commit.
-        execute(conn, f"LOCK TABLE {self.qualified(table)} IN ROW EXCLUSIVE MODE")
-        sql, params = self.describe_columns_sql(table)
-        return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}  # type: ignore[arg-type]
+        return f"LOCK TABLE {self.qualified(table)} IN ROW EXCLUSIVE MODE"
 
     def lock_session(self, conn: JdbcConnection, name: str, seconds: int) -> bool:
         # A session-level advisory lock; lock_timeout bounds the wait (an error once spent).
