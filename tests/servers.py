@@ -528,21 +528,10 @@ def _start_docker(
 # Source 3: local binaries
 # --------------------------------------------------------------------------
 
-# Small/unsafe-but-fast InnoDB settings: the data is thrown away anyway.
-_MARIADB_FAST: dict[str, object] = {
-    "innodb_buffer_pool_size": "32M",
-    "innodb_log_file_size": "16M",
-    "innodb_flush_log_at_trx_commit": 2,
-    "innodb_doublewrite": 0,
-    "max_connections": 200,
-    "local_infile": 1,
-    "character_set_server": "utf8mb4",
-    "collation_server": "utf8mb4_general_ci",
-}
-
-# MariaDB 11.8 keeps its own defaults too (innodb_snapshot_isolation ON, utf8mb4 with
+# MariaDB 11.8 keeps its own defaults (innodb_snapshot_isolation ON, utf8mb4 with
 # utf8mb4_uca1400_ai_ci), so the tests meet what its users meet: the throwaway-data speedups
-# and local_infile (ON, as the fast path needs) are all that differ.
+# (small, unsafe but fast InnoDB settings) and local_infile (ON, as the fast path needs) are
+# all that differ.
 _MARIADB11_FAST: dict[str, object] = {
     "innodb_buffer_pool_size": "32M",
     "innodb_log_file_size": "16M",
@@ -550,6 +539,12 @@ _MARIADB11_FAST: dict[str, object] = {
     "innodb_doublewrite": 0,
     "max_connections": 200,
     "local_infile": 1,
+}
+# MariaDB 10.11: the same, with utf8mb4 as the server's character set.
+_MARIADB_FAST: dict[str, object] = {
+    **_MARIADB11_FAST,
+    "character_set_server": "utf8mb4",
+    "collation_server": "utf8mb4_general_ci",
 }
 
 # MySQL keeps its own defaults where a user's server would (the binary log, utf8mb4_0900_ai_ci,
