@@ -313,7 +313,7 @@ def spec_for(server: DbServer) -> Any:
 def journal_session(server: DbServer) -> Iterator[tuple[Any, Any, Any]]:
     """(spec, session, journal) for driving xasink's internals against `server`."""
     from xasink.protocol.connecting import open_journal as _open_journal
-    from xasink.target.staging import STAGED_APPLY
+    from xasink.tables.applier import STAGED_APPLY
 
     spec = spec_for(server)
     session, journal = _open_journal(spec, None, staged=STAGED_APPLY)

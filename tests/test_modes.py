@@ -268,7 +268,7 @@ def test_silent_staged_job_without_branches_is_aborted_and_its_stage_dropped(db)
     """A driver that died after creating its staging table, before any branch prepared,
     leaves no XA trace: recovery finds it through the journal alone."""
     from xasink.spec import TableRef
-    from xasink.target.staging import ApplyPlan, create_stage_sql, stage_name
+    from xasink.tables.staging import ApplyPlan, create_stage_sql, stage_name
 
     table = seeded_table(db)
     job_id = uuid.uuid4().hex

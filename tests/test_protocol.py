@@ -44,7 +44,7 @@ from xasink.errors import CommitError, InputDataError, JobAbortedError
 from xasink.protocol.branches import BranchOps
 from xasink.protocol.recovery import resolve_in_doubt
 from xasink.spec import TableRef
-from xasink.target.staging import ApplyPlan, create_stage_sql, stage_name
+from xasink.tables.staging import ApplyPlan, create_stage_sql, stage_name
 from xasink.xid import BranchId
 
 

@@ -181,7 +181,7 @@ def test_an_alter_between_the_type_check_and_the_apply_waits_for_its_commit(mysq
     from xasink.dialects import get_dialect
     from xasink.protocol.connecting import open_journal
     from xasink.spec import TableRef
-    from xasink.target.retyping import check_types
+    from xasink.tables.retyping import check_types
 
     db = mysql_family
     table = f"ml_{uuid.uuid4().hex[:10]}"

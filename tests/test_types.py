@@ -2,7 +2,7 @@
 
 One wide table per database holds a column of every type in docs/types.md; rows carry the
 extremes, NULLs, NULL elements, empty arrays and nested values. Tables are created by
-write_xa(create="if_missing") or, independently, from xasink.target.types.column_ddl_type, and read
+write_xa(create="if_missing") or, independently, from xasink.tables.types.column_ddl_type, and read
 back with psycopg / pymysql only. Unsupported and
 incompatible types must fail before anything is written.
 """
@@ -28,8 +28,8 @@ from xasink.errors import SchemaMismatchError, UnsupportedTypeError
 from xasink.loaders.base import LoadTarget
 from xasink.loaders.batched import BatchedInsertLoader
 from xasink.protocol.sessions import open_session
-from xasink.target.columns import TableColumn
-from xasink.target.types import column_ddl_type, compatibility_problem
+from xasink.tables.columns import TableColumn
+from xasink.tables.types import column_ddl_type, compatibility_problem
 
 UTC = dt.timezone.utc
 DIALECT = {"postgres": "postgres", "mariadb": "mysql", "mariadb11": "mysql", "mysql": "mysql"}

@@ -3,6 +3,9 @@
 from xasink import write_xa, recover
 result = write_xa(df, "jdbc:postgresql://db:5432/app", "events", user="app", password=pw)
 write_xa(df, url, "users", mode="upsert", key=["id"], user="app", password=pw)
+with transaction(url, user="app", password=pw) as tx:   # several tables, one decision
+    tx.write(orders, "orders")
+    tx.write(items, "order_items", mode="upsert", key="id")
 """
 
 from .errors import (
@@ -25,6 +28,7 @@ from .errors import (
 from .operations import recover
 from .protocol.actions import BranchAction, RecoveryReport
 from .spark.streaming import foreach_batch
+from .spark.transaction import TableWrite, Transaction, TransactionResult, transaction
 from .spark.write import WriteResult, write_xa
 from .xid import FORMAT_ID, BranchId, Xid
 
@@ -46,6 +50,9 @@ __all__ = [
     "RecoveryReport",
     "SchemaMismatchError",
     "SinkConflictError",
+    "TableWrite",
+    "Transaction",
+    "TransactionResult",
     "UnsupportedTypeError",
     "WriteError",
     "WriteResult",
@@ -54,5 +61,6 @@ __all__ = [
     "Xid",
     "foreach_batch",
     "recover",
+    "transaction",
     "write_xa",
 ]

@@ -19,7 +19,7 @@ from .operations import recover
 from .protocol.admin import abandon, list_jobs, operate, prune
 from .protocol.health import check_health
 from .rendering import check_json, check_prometheus, check_text
-from .target.staging import STAGED_APPLY
+from .tables.applier import STAGED_APPLY
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
 

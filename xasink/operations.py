@@ -1,7 +1,7 @@
 """What an operator calls: `xasink.recover`, which the `xasink recover` command runs too.
 
 It joins the two halves the protocol keeps apart: the journal's recovery (protocol/) and
-the target's staged apply (target/staging.py), which finishes a decided overwrite, upsert
+the target's staged apply (tables/staging.py), which finishes a decided overwrite, upsert
 or merge."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .protocol.connecting import make_spec
 from .runtime.jdbc import redacting_java_errors
 from .runtime.shutdown import tracked
 from .spec import TableRef
-from .target.staging import STAGED_APPLY
+from .tables.applier import STAGED_APPLY
 
 
 @tracked  # the interpreter's exit waits for it, as for a write (xasink.runtime.shutdown)

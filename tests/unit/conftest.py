@@ -288,6 +288,7 @@ def write_plan(job_id: str = JOB, table: str = "events") -> SimpleNamespace:
         table=table,
         target=table,
         apply=None,
+        partition_base=0,
         journal=SimpleNamespace(tag=TAG),
         spec=ConnectionSpec("jdbc:postgresql://db/app", "app", SECRET, dialect="postgres"),
     )

@@ -15,7 +15,7 @@ from xasink import cli
 from xasink.cli import main
 from xasink.errors import PreflightError
 from xasink.protocol.recovery import BranchAction, RecoveryReport
-from xasink.target.staging import STAGED_APPLY
+from xasink.tables.applier import STAGED_APPLY
 
 JOB = "0123456789abcdef0123456789abcdef"
 URL = "jdbc:postgresql://db/app"

@@ -28,7 +28,7 @@ from xasink.errors import JournalError, WriteError
 from xasink.masking import Redactor
 from xasink.protocol.sinkmarks import SinkBatch
 from xasink.spec import ConnectionSpec, TableRef
-from xasink.target.modes import ModeOptions
+from xasink.tables.modes import ModeOptions
 
 JOB = "0123456789abcdef0123456789abcdef"
 SECRET = "s3cr3t-Pa55word!"

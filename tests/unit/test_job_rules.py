@@ -14,8 +14,8 @@ from xasink.driver.phase_two import roll_back_others
 from xasink.driver.request import JobRequest
 from xasink.errors import DecisionUnknownError, PreflightError, WriteError
 from xasink.spec import TableRef
-from xasink.target.modes import ModeOptions
-from xasink.target.staging import ApplyPlan, stage_name
+from xasink.tables.modes import ModeOptions
+from xasink.tables.staging import ApplyPlan, stage_name
 
 JOB = "0123456789abcdef0123456789abcdef"
 OTHER = "f" * 32

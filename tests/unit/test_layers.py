@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"spec"},
     {"_testing", "runtime"},
     {"dialects"},
-    {"protocol", "target"},  # the commit protocol and the table: neither knows the other
+    {"protocol", "tables"},  # the commit protocol and the table: neither knows the other
     {"loaders", "operations"},
     {"executor"},
     {"driver"},

@@ -15,7 +15,7 @@ from xasink.protocol.recovery import (
     _Resolver,
     resolve_in_doubt,
 )
-from xasink.target.staging import ApplyPlan, stage_name
+from xasink.tables.staging import ApplyPlan, stage_name
 
 JOB = "0123456789abcdef0123456789abcdef"
 LOST = (
@@ -161,7 +161,7 @@ def test_a_staged_job_behind_an_older_decision_waits(fakes):
 
     journal, ops = setup(fakes, "committing", {(0, 0)}, [(0, 0)], staged=True)
     plan = ApplyPlan("upsert", _target(), stage_name(JOB, None), ("id",), ("id",))
-    journal.finishes[JOB] = JobOrderError("f" * 32, plan)
+    journal.finishes[JOB] = JobOrderError("f" * 32, str(plan.target))
     assert run(fakes, journal, ops)[-1] == (
         -1,
         -1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xasink.target.retyping import keeps_values
+from xasink.tables.retyping import keeps_values
 
 KEEPS = [
     ("postgres", "integer", "bigint"),

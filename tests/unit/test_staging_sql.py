@@ -10,10 +10,10 @@ import pytest
 from xasink.dialects import get_dialect
 from xasink.errors import ConfigurationError, InputDataError, JournalError
 from xasink.spec import TableRef
-from xasink.target.modes import CDC_OP_VALUES, ModeOptions
-from xasink.target.staging import (
+from xasink.tables.applier import apply_statements
+from xasink.tables.modes import CDC_OP_VALUES, ModeOptions
+from xasink.tables.staging import (
     ApplyPlan,
-    apply_statements,
     create_stage_sql,
     is_data_error,
     refused,
@@ -406,7 +406,7 @@ def test_dialect_error_classes(error, missing, lock):
 
 
 def test_refused_names_the_job_and_the_target():
-    error = refused(MERGE, JOB, "duplicate key value violates unique constraint")
+    error = refused(str(MERGE.target), JOB, "duplicate key value violates unique constraint")
     assert isinstance(error, InputDataError)
     assert str(error) == (
         f"app.events refused the rows of job {JOB} (duplicate key value violates unique "
@@ -418,7 +418,7 @@ def test_refused_names_the_job_and_the_target():
 def test_a_one_phase_job_stages_in_the_sessions_temporary_schema():
     """A single-branch job stages in a temporary table of its own session (PostgreSQL's
     pg_temp; MySQL keeps temporary tables beside the others): nothing outlives it."""
-    from xasink.target.staging import temporary_stage
+    from xasink.tables.staging import temporary_stage
 
     types = ["bigint", "text", "numeric(10,2)", "text", "timestamptz"]
     assert create_stage_sql(PG, temporary_stage(MERGE, PG), types, temporary=True) == (

@@ -32,9 +32,9 @@ from pyspark.sql.types import (
 from xasink.dialects import get_dialect
 from xasink.errors import SchemaMismatchError, UnsupportedTypeError
 from xasink.spec import TableRef
-from xasink.target.catalog import create_table_sql
-from xasink.target.columns import TableColumn
-from xasink.target.types import column_ddl_type, compatibility_problem
+from xasink.tables.catalog import create_table_sql
+from xasink.tables.columns import TableColumn
+from xasink.tables.types import column_ddl_type, compatibility_problem
 
 UTF8 = " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 STRUCT = StructType([StructField("a", IntegerType())])

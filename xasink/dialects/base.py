@@ -153,6 +153,12 @@ class Dialect:
         keys its apply lock and the journal's `target_table`. None: not found or unknown."""
         return None
 
+    def foreign_keys_sql(self, tables: Sequence[TableRef]) -> tuple[str, tuple[str, ...]] | None:
+        """A query of the foreign keys whose child is one of `tables` (as `table_identity`
+        names them): rows of (child schema, child, parent schema, parent). None: this
+        dialect cannot tell (a transaction then applies in the order of its writes)."""
+        return None
+
     def types_lock_sql(self, table: TableRef) -> str | None:
         """A statement that keeps the table's column types as they are until the caller's
         transaction ends (None: this dialect has none)."""

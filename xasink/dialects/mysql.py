@@ -272,6 +272,15 @@ class MySQLDialect(Dialect):
         )
         return TableRef(str(rows[0][1]), str(rows[0][0])) if len(rows) == 1 else None
 
+    def foreign_keys_sql(self, tables: Sequence[TableRef]) -> tuple[str, tuple[str, ...]] | None:
+        marks = ", ".join("?" for _ in tables)
+        return (
+            "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, UNIQUE_CONSTRAINT_SCHEMA, "
+            "REFERENCED_TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS "
+            f"WHERE TABLE_NAME IN ({marks})",
+            tuple(t.name for t in tables),
+        )
+
     def types_lock_sql(self, table: TableRef) -> str | None:
         # A locking read of no row opens the table for writing: it takes the SHARED_WRITE
         # metadata lock the apply's DELETE/INSERT need, before the catalog is read, and the

@@ -104,6 +104,16 @@ class PostgresDialect(Dialect):
         )
         return TableRef(str(rows[0][1]), str(rows[0][0])) if rows else None
 
+    def foreign_keys_sql(self, tables: Sequence[TableRef]) -> tuple[str, tuple[str, ...]] | None:
+        marks = ", ".join("?" for _ in tables)
+        return (
+            "SELECT cn.nspname, c.relname, pn.nspname, p.relname FROM pg_constraint k "
+            "JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace cn ON cn.oid = "
+            "c.relnamespace JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON "
+            f"pn.oid = p.relnamespace WHERE k.contype = 'f' AND c.relname IN ({marks})",
+            tuple(t.name for t in tables),
+        )
+
     def types_lock_sql(self, table: TableRef) -> str | None:
         # ROW EXCLUSIVE (the apply's own DML lock, taken first) conflicts with the ACCESS
         # EXCLUSIVE an ALTER ... TYPE needs: the types read after it hold until commit.

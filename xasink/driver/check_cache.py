@@ -15,7 +15,7 @@ Why skipping them for a while is safe:
   other load is typed by the server. A staging table is typed from the description, so a
   staged apply reads the target's column types again in its own transaction, under a lock
   held until it commits, and refuses a change that could alter a value
-  (target/retyping.py). Constraints and limits are enforced by the database when the rows
+  (tables/retyping.py). Constraints and limits are enforced by the database when the rows
   arrive, so such a change fails the job (rolled back, or a staged job aborted).
 * The table's identity (the name the server resolves the spelling to) is remembered with
   its description: the job then names that table explicitly, so its apply lock, its

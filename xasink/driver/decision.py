@@ -55,9 +55,10 @@ def select_winners(
             raise CommitError(f"Partition {message.partition} reported twice; refusing to commit.")
         seen[message.partition] = message
     partitions = branches if planned else min(branches, len(seen))
-    if sorted(seen) != list(range(partitions)):
-        missing = sorted(set(range(partitions)) - set(seen))
-        extra = sorted(set(seen) - set(range(partitions)))
+    expected = range(plan.partition_base, plan.partition_base + partitions)
+    if sorted(seen) != list(expected):
+        missing = sorted(set(expected) - set(seen))
+        extra = sorted(set(seen) - set(expected))
         raise CommitError(
             f"Spark returned results for partitions {sorted(seen)[:20]} where {partitions} "
             f"were planned (missing {missing[:20]}, unexpected {extra[:20]}); refusing to "

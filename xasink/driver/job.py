@@ -38,8 +38,9 @@ from ..protocol.states import FINAL_STATES, JobState
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
-from ..target.columns import TableColumn
-from ..target.staging import STAGED_APPLY, ApplyPlan, temporary_stage
+from ..tables.applier import STAGED_APPLY
+from ..tables.columns import TableColumn
+from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .check_cache import UNCACHED, CheckCache
 from .decision import decide, select_winners
 from .phase_two import abort_job, commit_all
@@ -73,7 +74,10 @@ class Job:
         self.conn: JdbcConnection = session.connection
         self.journal = journal
         self.job_id: str | None = None
-        self.apply: ApplyPlan | None = None
+        #: The job's staged plan, as its journal row holds it (a transaction's: several).
+        self.apply: ApplyPlan | ApplyPlans | None = None
+        #: The staged plan of the write being planned (`make_plan`); None for an append.
+        self.current: ApplyPlan | None = None
         self.plan: WritePlan | None = None
         #: The commit decision is recorded: from now on nothing rolls the job back.
         self.decided = False
@@ -128,7 +132,7 @@ class Job:
         journal = plan.journal
         session, _ = open_journal(request.spec, journal.schema, journal.lock_wait, reuse=reuse)
         job = cls(request, session, journal, trace)
-        job.job_id, job.apply, job.plan = plan.job_id, plan.apply, plan
+        job.job_id, job.apply, job.current, job.plan = plan.job_id, plan.apply, plan.apply, plan
         job._reuse = reuse
         with contextlib.ExitStack() as stack:
             if reuse:
@@ -221,7 +225,7 @@ class Job:
                     stream_key,
                     stream_sink,
                 )
-        self.job_id, self.apply = job_id, apply
+        self.job_id, self.apply, self.current = job_id, apply, apply
         self.trace.job_id, self.trace.state = job_id, JobState.RUNNING
         self.trace.done("preflight")
         return Begun(job_id, apply, recovered)
@@ -265,6 +269,7 @@ class Job:
         task_heartbeat: float = 0.0,
         task_lease: float | None = None,
         one_phase: bool = False,
+        partition_base: int = 0,
     ) -> tuple[WritePlan, list[TableColumn]]:
         """The branches' plan, and the columns they load (the staging table is created
         here, before any branch opens; a `one_phase` job's is a temporary table, which its
@@ -280,7 +285,7 @@ class Job:
                 request.target,
                 pre.targets,
                 request.options,
-                self.apply,
+                self.current,
                 temporary=one_phase,
             )
             self.plan = WritePlan(
@@ -293,12 +298,13 @@ class Job:
                 bulk=request.bulk and _bulk_available(dialect, self.conn),
                 faults=request.faults,
                 column_types=tuple(c.type_name for c in columns),
-                apply=self.apply,
+                apply=self.current,
                 sink=request.sink,
                 task_heartbeat=task_heartbeat,
                 task_lease=task_lease,
                 one_phase=one_phase,
                 stage_ddl=stage_ddl,
+                partition_base=partition_base,
             )
         return self.plan, columns
 
@@ -306,9 +312,14 @@ class Job:
         """Select each partition's winning attempt from the messages and record the commit
         decision. `planned`: exactly `branches` partitions report, else at most that many."""
         assert self.plan is not None
+        self.trace.done("write")
+        return self.record_decision(select_winners(self.plan, messages, branches, planned))
+
+    def record_decision(self, phase_one: PhaseOne) -> PhaseOne:
+        """Record the commit decision for every winner of `phase_one` (a transaction's:
+        every write's), on `self.plan`'s job."""
+        assert self.plan is not None
         trace = self.trace
-        trace.done("write")
-        phase_one = select_winners(self.plan, messages, branches, planned)
         trace.rows, trace.load_paths = phase_one.rows, phase_one.load_paths
         trace.branches = len(phase_one.winners) + phase_one.empty_partitions
         trigger(self.plan.faults, "before_decision")
@@ -387,7 +398,7 @@ class Job:
             log.warning(
                 "xasink job %s: staging table %s left in place (%s); `xasink recover` drops it",
                 self.job_id,
-                self.apply.stage,
+                ", ".join(map(str, self.apply.stages)),
                 self.spec.redact(exc),
             )
 

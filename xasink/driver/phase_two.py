@@ -22,8 +22,8 @@ from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..spec import ConnectionSpec
-from ..target.retyping import ChangedTypesError
-from ..target.staging import refused
+from ..tables.retyping import ChangedTypesError
+from ..tables.staging import refused
 from ..xid import BranchId
 from .decision import fence
 from .request import PhaseOne
@@ -118,14 +118,14 @@ def _raise_lost(
         raise LostBranchError(
             f"{len(names)} winning branch(es) of job {plan.job_id} were rolled back before "
             f"commit (partitions {partitions[:300]}), so the staged rows are incomplete. "
-            f"Nothing was applied: {plan.apply.target} is unchanged and the job is aborted. "
+            f"Nothing was applied: {plan.target} is unchanged and the job is aborted. "
             "Something outside xasink rolled them back (an administrator, or a server "
             "without durable XA). Run the write again.",
             names,
         )
     raise LostBranchError(
         f"{len(names)} winning branch(es) of job {plan.job_id} were rolled back before "
-        f"commit: the rows of partition(s) {partitions[:300]} are NOT in {plan.table}; the "
+        f"commit: the rows of partition(s) {partitions[:300]} are NOT in {plan.target}; the "
         "other partitions' rows ARE, so do not run the whole write again (it would duplicate "
         "them). Something outside xasink rolled them back (an administrator, or a server "
         "without durable XA). Write the missing rows again, then close the job with "
@@ -169,7 +169,7 @@ def _finish(
             "as they are now."
         )
     if refusal is not None and plan.apply is not None:
-        raise refused(plan.apply, plan.job_id, plan.spec.redact(refusal))
+        raise refused(plan.target, plan.job_id, plan.spec.redact(refusal))
     if finished:
         return
     state = _on_live_connection(plan, conn, lambda c: journal.state(c, plan.job_id))

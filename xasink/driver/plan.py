@@ -12,11 +12,11 @@ from ..dialects import Dialect
 from ..protocol.journal import Journal
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec, TableRef
-from ..target.catalog import table_columns
-from ..target.columns import TableColumn, describe_table, unique_keys
-from ..target.modes import ModeOptions
-from ..target.staging import ApplyPlan, create_stage_sql, stage_name
-from ..target.types import column_ddl_type
+from ..tables.catalog import table_columns
+from ..tables.columns import TableColumn, describe_table, unique_keys
+from ..tables.modes import ModeOptions
+from ..tables.staging import ApplyPlan, create_stage_sql, stage_name
+from ..tables.types import column_ddl_type
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -41,15 +41,18 @@ def apply_plan_for(
     targets: Sequence[TableColumn],
     job_id: str,
     journal: Journal,
+    index: int = 0,
 ) -> ApplyPlan | None:
-    """A staged mode's plan, in the table's spelling of every column; None for append."""
+    """A staged mode's plan, in the table's spelling of every column; None for append
+    (unless `options` stage it: a transaction's append). `index`: the job's how-manieth
+    staged write (a transaction's), which names its staging table."""
     if not options.staged:
         return None
     spelled = dict(zip(options.written(frame_columns), (c.name for c in targets), strict=True))
     return ApplyPlan(
         mode=options.mode,
         target=target,
-        stage=stage_name(job_id, journal.schema),
+        stage=stage_name(job_id, journal.schema, index),
         columns=tuple(spelled.values()),
         key=tuple(spelled[k] for k in options.key),
         ordered=options.order is not None,

@@ -16,7 +16,7 @@ from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection, java_message
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
-from ..target.catalog import check_fit, ensure_table
+from ..tables.catalog import check_fit, ensure_table
 from ..xid import FORMAT_ID
 from .check_cache import UNCACHED, CheckCache
 from .request import JobRequest, Preflight

@@ -12,10 +12,10 @@ from ..protocol.actions import BranchAction
 from ..protocol.journal import Journal
 from ..protocol.sinkmarks import SinkBatch, SinkMark
 from ..spec import ConnectionSpec, TableRef
-from ..target.catalog import check_create
-from ..target.columns import TableColumn
-from ..target.modes import ModeOptions
-from ..target.staging import ApplyPlan
+from ..tables.catalog import check_create
+from ..tables.columns import TableColumn
+from ..tables.modes import ModeOptions
+from ..tables.staging import ApplyPlan
 from ..xid import BranchId
 
 

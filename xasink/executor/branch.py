@@ -27,10 +27,10 @@ from ..protocol.states import Decision, JobState
 from ..protocol.xa import XaFailure, XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
-from ..target.catalog import table_columns
-from ..target.modes import OP_COLUMN
-from ..target.retyping import ChangedTypesError
-from ..target.staging import ApplyPlan, branch_problem, is_data_error, refused
+from ..tables.catalog import table_columns
+from ..tables.modes import OP_COLUMN
+from ..tables.retyping import ChangedTypesError
+from ..tables.staging import ApplyPlan, branch_problem, is_data_error, refused
 from ..xid import BranchId, Xid
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
@@ -283,7 +283,7 @@ def write_one_phase(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Branc
                 "the write again: it reads the table's column types as they are now."
             ) from None
         if plan.apply is not None and is_data_error(exc):
-            raise refused(plan.apply, plan.job_id, plan.spec.redact(exc)) from None
+            raise refused(plan.target, plan.job_id, plan.spec.redact(exc)) from None
         raise WriteError(
             f"Writing job {plan.job_id} into {plan.target} failed by the driver (a "
             f"small frame, one local transaction) ({type(exc).__name__}: "

@@ -9,7 +9,7 @@ from .._testing.faults import Fault
 from ..protocol.journal import Journal
 from ..protocol.sinkmarks import SinkBatch
 from ..spec import ConnectionSpec, TableRef
-from ..target.staging import ApplyPlan
+from ..tables.staging import ApplyPlan
 
 #: The message each partition sends the driver.
 #: A branch's problem when its job is no longer running: the driver then reports that the
@@ -44,10 +44,17 @@ class WritePlan:
     #: staged mode's `table` is then a temporary table, created by this statement inside it.
     one_phase: bool = False
     stage_ddl: str = ""
+    #: A transaction's later write numbers its partitions from here: one job's branches,
+    #: winners and markers stay apart however many writes it holds.
+    partition_base: int = 0
+    #: A transaction's tables, as its decision and commit name them ("" for one table).
+    tables: str = ""
 
     @property
     def target(self) -> str:
         """The table the job changes (a staged job's branches load its staging table)."""
+        if self.tables:
+            return self.tables
         return str(self.apply.target) if self.apply is not None else str(self.table)
 
 

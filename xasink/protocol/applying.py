@@ -3,7 +3,7 @@
 A staged job (overwrite, upsert, merge) keeps its plan in its journal row, as JSON text, and
 is applied in the local transaction that marks it `committed` (`Journal.finish`). How a plan
 is read, checked, applied and its staging table dropped is the target's business
-(`xasink.target.staging.STAGED_APPLY`): whoever opens the journal passes it in.
+(`xasink.tables.applier.STAGED_APPLY`): whoever opens the journal passes it in.
 
 The journal's own part is here too: a row's plan is trusted only when it names the job's
 own staging table and target, and staged jobs on one table apply in decision order.
@@ -11,6 +11,7 @@ own staging table and target, and staged jobs on one table apply in decision ord
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Protocol, TypeVar
 
@@ -22,17 +23,22 @@ from ..xid import valid_job_id
 from .schema import JournalLayout
 from .states import FINAL_STATES, JobState
 
+#: How a journal row's apply plan starts when it holds a transaction's several writes (the
+#: staged apply writes it so): such a row may change any table, its plan says which.
+SEVERAL_WRITES = '{"writes": '
+
 log = logging.getLogger("xasink")
 
 
 class StagedPlan(Protocol):
-    """A staged job's plan, as the journal stores and checks it."""
+    """A staged job's plan, as the journal stores and checks it: the tables it changes and
+    its staging tables (one each; a transaction's job has several)."""
 
     @property
-    def target(self) -> TableRef: ...
+    def targets(self) -> tuple[TableRef, ...]: ...
 
     @property
-    def stage(self) -> TableRef: ...
+    def stages(self) -> tuple[TableRef, ...]: ...
 
     def to_json(self) -> str: ...
 
@@ -47,22 +53,23 @@ class StagedApply(Protocol[Plan]):
         """The plan stored (by `to_json`) in a job row."""
         ...
 
-    def stage_name(self, job_id: str, schema: str | None) -> TableRef:
-        """The staging table xasink creates for a job, next to the journal in `schema`."""
+    def stage_name(self, job_id: str, schema: str | None, index: int = 0) -> TableRef:
+        """The staging table xasink creates for a job's `index`-th staged write, next to the
+        journal in `schema`."""
         ...
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> None:
-        """Raise unless the whole staging table can be applied (in the apply transaction)."""
+        """Raise unless the whole staging tables can be applied (in the apply transaction)."""
         ...
 
     def apply(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> int:
-        """Apply the staging table to the target, in the caller's transaction."""
+        """Apply the staging tables to their targets, in the caller's one transaction."""
         ...
 
     def drop(
         self, conn: JdbcConnection, dialect: Dialect, plan: Plan, *, restore_seconds: float
     ) -> None:
-        """Drop the staging table; then the session's lock bound is `restore_seconds`."""
+        """Drop the staging tables; then the session's lock bound is `restore_seconds`."""
         ...
 
     def is_data_error(self, exc: BaseException) -> bool:
@@ -91,18 +98,22 @@ def trusted_plan(
     journal: JournalLayout, job_id: str, text: str, table: str, staged: StagedApply[Plan] | None
 ) -> Plan:
     """The apply plan of a journal row, refused unless it names this job's own staging
-    table and the job's own target: recovery may run with more privileges than the
-    writers that can write journal rows, and must never drop or fill another table."""
+    tables and the job's own target among its tables: recovery may run with more
+    privileges than the writers that can write journal rows, and must never drop or fill
+    another table."""
     staged = need(staged)
     plan = staged.parse(text)
-    expected = staged.stage_name(job_id, journal.schema)
-    own_stage = plan.stage.name == expected.name and plan.stage.schema in (None, journal.schema)
-    if not valid_job_id(job_id) or not own_stage or str(plan.target) != table:
+    expected = [staged.stage_name(job_id, journal.schema, i) for i in range(len(plan.stages))]
+    own_stages = [s.name for s in plan.stages] == [e.name for e in expected] and all(
+        s.schema in (None, journal.schema) for s in plan.stages
+    )
+    if not valid_job_id(job_id) or not own_stages or table not in map(str, plan.targets):
         raise JournalError(
-            f"Journal row {job_id[:64]!r} names staging table {plan.stage} for target "
-            f"{plan.target}, which is not what xasink creates for that job ({expected} for "
-            f"{table}). It was not written by xasink: refusing to act on it. Check who can "
-            f"write {journal.jobs}."
+            f"Journal row {job_id[:64]!r} names staging table(s) "
+            f"{', '.join(map(str, plan.stages))} for target(s) "
+            f"{', '.join(map(str, plan.targets))}, which is not what xasink creates for that "
+            f"job ({', '.join(map(str, expected))} for {table}). It was not written by xasink: "
+            f"refusing to act on it. Check who can write {journal.jobs}."
         )
     return plan
 
@@ -127,63 +138,96 @@ def finished_stages(
 
 
 def check_apply_order(
-    journal: JournalLayout, conn: JdbcConnection, job_id: str, plan: StagedPlan
+    journal: JournalLayout,
+    conn: JdbcConnection,
+    job_id: str,
+    plan: StagedPlan,
+    staged: StagedApply[Plan] | None,
 ) -> None:
     """Staged jobs on one table are applied in decision order: an older decided job
-    that is not finished yet blocks this one (it would otherwise be applied later and
-    overwrite newer data)."""
+    that is not finished yet, on any of this job's tables, blocks this one (it would
+    otherwise be applied later and overwrite newer data)."""
+    tables = [str(t) for t in plan.targets]
+    marks = ", ".join("?" for _ in tables)
     rows = query(
         conn,
-        f"SELECT o.job_id FROM {journal.jobs} o, {journal.jobs} j WHERE j.job_id = ? "
-        "AND o.target_table = j.target_table AND o.state = ? AND o.job_id <> j.job_id "
-        "AND o.apply_plan IS NOT NULL AND (o.decided_at < j.decided_at OR "
-        "(o.decided_at = j.decided_at AND o.job_id < j.job_id)) ORDER BY o.decided_at",
-        (job_id, JobState.COMMITTING),
+        f"SELECT o.job_id, o.target_table, o.apply_plan FROM {journal.jobs} o, {journal.jobs} j "
+        "WHERE j.job_id = ? AND o.state = ? AND o.job_id <> j.job_id AND o.apply_plan IS NOT "
+        f"NULL AND (o.target_table IN ({marks}) OR o.apply_plan LIKE ?) AND (o.decided_at < "
+        "j.decided_at OR (o.decided_at = j.decided_at AND o.job_id < j.job_id)) "
+        "ORDER BY o.decided_at, o.job_id",
+        (job_id, JobState.COMMITTING, *tables, f"{SEVERAL_WRITES}%"),
     )
-    if rows:
-        raise JobOrderError(str(rows[0][0]), plan)
+    _raise_first_sharing(journal, rows, plan, staged)
 
 
 def lock_apply(journal: JournalLayout, conn: JdbcConnection, plan: StagedPlan) -> None:
-    """Take the apply lock of the plan's target (waits at most the journal's lock bound):
-    every staged apply into one table, one at a time."""
-    journal.dialect.lock_apply(conn, _apply_key(journal, plan), max(1, int(journal.lock_wait)))
+    """Take the apply lock of each of the plan's targets, in one order for every job (waits
+    at most the journal's lock bound for each): every staged apply into one table, one at a
+    time, and two jobs sharing tables never wait on each other in a circle."""
+    for key in _apply_keys(plan):
+        journal.dialect.lock_apply(conn, key, max(1, int(journal.lock_wait)))
 
 
 def release_apply_lock(journal: JournalLayout, conn: JdbcConnection, plan: StagedPlan) -> None:
-    """Release the apply lock where it outlives the transaction (MySQL's named locks).
+    """Release the apply locks where they outlive the transaction (MySQL's named locks).
     Never raises: the outcome it follows is already decided; a broken session drops
     its locks anyway."""
-    try:
-        journal.dialect.unlock_apply(conn, _apply_key(journal, plan))
-    except Exception as exc:
-        log.warning("xasink: releasing the apply lock failed: %s", type(exc).__name__)
+    for key in _apply_keys(plan):
+        try:
+            journal.dialect.unlock_apply(conn, key)
+        except Exception as exc:
+            log.warning("xasink: releasing the apply lock failed: %s", type(exc).__name__)
 
 
-def _apply_key(journal: JournalLayout, plan: StagedPlan) -> str:
-    """The table itself, not a journal's or a caller's name for it: a plan's target is the
-    table as the server resolved it (`Dialect.table_identity`), so two spellings, or two
-    journals, writing one table take one lock. PostgreSQL's advisory locks are per
-    database; MySQL's named locks are server-wide, and the schema there is the database."""
-    target = plan.target
-    return f"apply:{target.schema or ''}\x00{target.name}"
+def _apply_keys(plan: StagedPlan) -> list[str]:
+    """The tables themselves, not a journal's or a caller's name for them: a plan's targets
+    are the tables as the server resolved them (`Dialect.table_identity`), so two
+    spellings, or two journals, writing one table take one lock. PostgreSQL's advisory
+    locks are per database; MySQL's named locks are server-wide, and the schema there is
+    the database."""
+    return sorted({f"apply:{t.schema or ''}\x00{t.name}" for t in plan.targets})
 
 
 def lock_apply_order(
-    journal: JournalLayout, conn: JdbcConnection, job_id: str, plan: StagedPlan
+    journal: JournalLayout,
+    conn: JdbcConnection,
+    job_id: str,
+    plan: StagedPlan,
+    staged: StagedApply[Plan] | None,
 ) -> None:
     """`check_apply_order` for a job decided by its own commit (one local transaction),
-    under the table's apply lock: it comes after every staged job on the table decided
-    before it, so one decided but not yet applied raises JobOrderError. A locking read:
-    it sees the latest decisions, not the transaction's snapshot (InnoDB)."""
+    under its tables' apply locks: it comes after every staged job on them decided before
+    it, so one decided but not yet applied raises JobOrderError. A locking read: it sees
+    the latest decisions, not the transaction's snapshot (InnoDB)."""
+    tables = [str(t) for t in plan.targets]
+    marks = ", ".join("?" for _ in tables)
     rows = query(
         conn,
-        f"SELECT job_id FROM {journal.jobs} WHERE target_table = ? AND state = ? "
-        "AND job_id <> ? AND apply_plan IS NOT NULL ORDER BY decided_at, job_id FOR UPDATE",
-        (str(plan.target), JobState.COMMITTING, job_id),
+        f"SELECT job_id, target_table, apply_plan FROM {journal.jobs} WHERE state = ? AND "
+        f"job_id <> ? AND apply_plan IS NOT NULL AND (target_table IN ({marks}) OR "
+        "apply_plan LIKE ?) ORDER BY decided_at, job_id FOR UPDATE",
+        (JobState.COMMITTING, job_id, *tables, f"{SEVERAL_WRITES}%"),
     )
-    if rows:
-        raise JobOrderError(str(rows[0][0]), plan)
+    _raise_first_sharing(journal, rows, plan, staged)
+
+
+def _raise_first_sharing(
+    journal: JournalLayout,
+    rows: list[tuple[object, ...]],
+    plan: StagedPlan,
+    staged: StagedApply[Plan] | None,
+) -> None:
+    """JobOrderError for the first of `rows` (job, target_table, apply_plan) that changes
+    one of the plan's tables: its own table, or one of a transaction's (the row's plan
+    says which; a plan that cannot be read counts by its table alone)."""
+    ours = {str(t) for t in plan.targets}
+    for job, table, text in rows:
+        theirs = {str(table)}
+        with contextlib.suppress(JournalError):
+            theirs |= {str(t) for t in need(staged).parse(str(text)).targets}
+        if theirs & ours:
+            raise JobOrderError(str(job), ", ".join(sorted(theirs & ours)))
 
 
 def need(staged: StagedApply[Plan] | None) -> StagedApply[Plan]:
@@ -199,9 +243,9 @@ def need(staged: StagedApply[Plan] | None) -> StagedApply[Plan]:
 class JobOrderError(JournalError):
     """A staged job cannot be applied yet: an older decided job on its table comes first."""
 
-    def __init__(self, blocker: str, plan: StagedPlan) -> None:
+    def __init__(self, blocker: str, tables: str) -> None:
         super().__init__(
-            f"job {blocker}, decided earlier on {plan.target}, is not finished yet; staged "
+            f"job {blocker}, decided earlier on {tables}, is not finished yet; staged "
             "jobs on one table are applied in decision order"
         )
         self.blocker = blocker

@@ -64,7 +64,7 @@ def open_journal(
     """A session on the journal, and the journal as found. With `reuse`, a session an
     earlier call of this process handed back (see `sessions`) if it still answers.
     `staged`: how the journal applies and drops staged jobs (a caller that finishes,
-    recovers or drops them passes `xasink.target.staging.STAGED_APPLY`)."""
+    recovers or drops them passes `xasink.tables.applier.STAGED_APPLY`)."""
     with step("journal connection"):
         session = sessions.take(spec, JOURNAL_ROLE) if reuse else None
         if session is None:

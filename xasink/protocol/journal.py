@@ -104,6 +104,13 @@ class Journal(JournalReader):
         sql = f"INSERT INTO {self.jobs} ({names}) VALUES ({marks})"
         execute(conn, sql, (job_id, table, state, *values.values()))
 
+    def store_plan(self, conn: JdbcConnection, job_id: str, plan: StagedPlan) -> bool:
+        """A running transaction's plan, grown by a write whose staging table is made next
+        (recorded before it exists, as `begin_job` records the first). False: the job is
+        no longer running (a recovery run aborted it)."""
+        sql = f"UPDATE {self.jobs} SET apply_plan = ? WHERE job_id = ? AND state = ?"
+        return execute(conn, sql, (plan.to_json(), job_id, JobState.RUNNING)) == 1
+
     def heartbeat(self, conn: JdbcConnection, job_id: str, lease: float | None = None) -> None:
         """Prove the job's owner alive; `lease` replaces the job's lease (a format("xasink")
         job's writing tasks, once they run, keep a shorter one than its start)."""
@@ -188,7 +195,7 @@ class Journal(JournalReader):
                 ) from None
             raise
         if plan is not None:  # before the mark: a decision takes its job row, then the mark
-            applying.lock_apply_order(self, conn, job_id, plan)
+            applying.lock_apply_order(self, conn, job_id, plan, self.staged)
         if sink is not None:
             try:
                 sinkmarks.advance(self, conn, job_id, sink)
@@ -289,7 +296,7 @@ class Journal(JournalReader):
                 if changed:
                     if plan is not None:
                         staged = applying.need(self.staged)
-                        applying.check_apply_order(self, conn, job_id, plan)
+                        applying.check_apply_order(self, conn, job_id, plan, self.staged)
                         staged.check(conn, self.dialect, plan)
                         with network_timeout_lifted(conn):  # may run long on a live server
                             staged.apply(conn, self.dialect, plan)

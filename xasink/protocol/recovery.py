@@ -251,17 +251,18 @@ class _Resolver:
             if isinstance(plan, JournalError):
                 self.job_action(job_id[:64], RecoveryAction.FAILED, str(plan))
                 continue
-            if table is not None and str(plan.target) != table:
+            if table is not None and table not in map(str, plan.targets):
                 continue
+            stages = ", ".join(map(str, plan.stages))
             if self.dry_run:
-                self.job_action(job_id, RecoveryAction.WOULD_DROP_STAGE, str(plan.stage))
+                self.job_action(job_id, RecoveryAction.WOULD_DROP_STAGE, stages)
                 continue
             try:
                 self._release(job_id, plan)
-                self.job_action(job_id, RecoveryAction.DROPPED_STAGE, str(plan.stage))
+                self.job_action(job_id, RecoveryAction.DROPPED_STAGE, stages)
             except Exception as exc:
                 self.job_action(
-                    job_id, RecoveryAction.FAILED, f"dropping {plan.stage}: {self._redact(exc)}"
+                    job_id, RecoveryAction.FAILED, f"dropping {stages}: {self._redact(exc)}"
                 )
 
     def _release(self, job_id: str, plan: StagedPlan) -> None:

@@ -55,8 +55,8 @@ from ..protocol.sinkmarks import SinkBatch
 from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.timing import Stopwatch
-from ..target.staging import STAGED_APPLY
-from ..target.types import needs_spark_conversion
+from ..tables.applier import STAGED_APPLY
+from ..tables.types import needs_spark_conversion
 from .options import FormatRequest, parse
 from .session import QUERY_ID_PROPERTY, task_property
 from .tasks import write_task

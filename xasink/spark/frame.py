@@ -14,9 +14,9 @@ from pyspark.sql import functions as F
 from ..dialects import Dialect
 from ..errors import ConfigurationError
 from ..executor.contract import WritePlan
-from ..target.columns import TableColumn
-from ..target.modes import ModeOptions
-from ..target.types import needs_spark_conversion
+from ..tables.columns import TableColumn
+from ..tables.modes import ModeOptions
+from ..tables.types import needs_spark_conversion
 from .session import default_parallelism, estimated_bytes, partition_count
 from .wire import to_wire
 

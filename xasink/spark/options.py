@@ -20,7 +20,7 @@ from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..protocol.connecting import make_spec
 from ..spec import TableRef
-from ..target.modes import APPEND, OVERWRITE, ModeOptions
+from ..tables.modes import APPEND, OVERWRITE, ModeOptions
 
 #: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
 #: sink is named by Spark's query id, which survives any spelling of its checkpoint path).

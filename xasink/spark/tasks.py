@@ -55,9 +55,8 @@ def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchRepo
     if context is None:
         raise WriteError("xasink's partition writer must run inside a Spark task.")
     keep_fault_handlers()  # this worker's earlier task may have started the JVM
-    return write_rows(
-        plan, batches, context.partitionId(), context.taskAttemptId(), context.attemptNumber()
-    )
+    partition = plan.partition_base + context.partitionId()
+    return write_rows(plan, batches, partition, context.taskAttemptId(), context.attemptNumber())
 
 
 def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
@@ -65,7 +64,7 @@ def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
     0's only attempt: no Python task, no worker connection. The rows arrive as the batches a
     mapInArrow task would get; nothing is written until all of them are here, so a failed
     Spark task is retried by Spark before any branch opens."""
-    report = write_rows(plan, iter(collect_small_frame(df)), 0, 0, 0)
+    report = write_rows(plan, iter(collect_small_frame(df)), plan.partition_base, 0, 0)
     return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran
 
 

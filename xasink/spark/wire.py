@@ -1,7 +1,7 @@
 """The shape each column takes on the wire: Spark expressions that turn arrays, maps,
 structs and booleans into what the table's column accepts (JSON text, PostgreSQL array
 literals, integers), before any loader sees the rows. Which columns need it is decided in
-xasink.target.types."""
+xasink.tables.types."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
-from ..target.columns import TableColumn
-from ..target.types import JSON_OPTIONS, PG_FAMILIES, children, family_of, needs_spark_conversion
+from ..tables.columns import TableColumn
+from ..tables.types import JSON_OPTIONS, PG_FAMILIES, children, family_of, needs_spark_conversion
 
 
 def to_wire(

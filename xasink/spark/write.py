@@ -27,7 +27,7 @@ from ..runtime.jdbc import redacting_java_errors
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
 from ..spec import TableRef
-from ..target.modes import ModeOptions
+from ..tables.modes import ModeOptions
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import (
     PYSPARK_MEMORY,
@@ -243,7 +243,7 @@ def _write(
                 request.target,
                 options.mode,
             )
-            phase_one = job.decide(_phase_one(shaped, plan, on_driver), branches, planned)
+            phase_one = job.decide(write_branches(shaped, plan, on_driver), branches, planned)
             log.info(
                 "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
                 plan.job_id,
@@ -298,7 +298,7 @@ def _one_phase_steps(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
     return commit_one_phase(job, write)
 
 
-def _phase_one(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
+def write_branches(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
     """Phase 1: the Spark job whose tasks prepare one branch per partition, or the
     driver's own write of a small frame; the partitions' messages."""
     label = f"xasink write_xa into {plan.table} (job {plan.job_id})"

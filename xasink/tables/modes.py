@@ -41,6 +41,9 @@ class ModeOptions:
     #: Op values compared lower-cased (the built-in spellings), and the ones to skip.
     op_fold: bool = False
     op_skip: tuple[str, ...] = ()
+    #: An append loaded into a staging table and applied with the job's other staged
+    #: writes (a transaction's, so that all its tables change at once).
+    stage_append: bool = False
 
     @classmethod
     def build(
@@ -87,7 +90,7 @@ class ModeOptions:
 
     @property
     def staged(self) -> bool:
-        return self.mode != APPEND
+        return self.mode != APPEND or self.stage_append
 
     @property
     def routed(self) -> bool:

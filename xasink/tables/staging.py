@@ -22,9 +22,9 @@ from typing import Any
 
 from ..dialects import Dialect
 from ..errors import InputDataError, JournalError
-from ..runtime.jdbc import JdbcConnection, Param, execute, query, sql_error_code, sql_state
+from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_state
 from ..spec import TableRef
-from .modes import OP_COLUMN, ORDER_COLUMN, OVERWRITE, UPSERT
+from .modes import OP_COLUMN, ORDER_COLUMN
 from .retyping import ChangedTypesError, check_types
 
 _ROW_NUMBER = "xasink_rn"
@@ -86,6 +86,14 @@ class ApplyPlan:
         )
 
     @property
+    def targets(self) -> tuple[TableRef, ...]:
+        return (self.target,)
+
+    @property
+    def stages(self) -> tuple[TableRef, ...]:
+        return (self.stage,)
+
+    @property
     def stage_columns(self) -> tuple[str, ...]:
         """The staging table's columns, in the order the writers fill them."""
         extra = (OP_COLUMN,) if self.op_values else ()
@@ -101,9 +109,53 @@ class ApplyPlan:
         return f"LOWER({column})" if self.op_fold else column
 
 
-def stage_name(job_id: str, schema: str | None) -> TableRef:
-    """One staging table per job, next to the journal."""
-    return TableRef(f"xasink_stage_{job_id}", schema)
+@dataclass(frozen=True)
+class ApplyPlans:
+    """A transaction's staged writes into one database (`xasink.transaction`), in the order
+    of its `tx.write` calls: one job, one journal row, and one local transaction that
+    applies every one of them, so that readers see all its tables change at once. The
+    apply runs parents before children (`apply_all`)."""
+
+    writes: tuple[ApplyPlan, ...]
+
+    @classmethod
+    def of(cls, plan: ApplyPlan | ApplyPlans) -> ApplyPlans:
+        return plan if isinstance(plan, ApplyPlans) else cls((plan,))
+
+    def adding(self, plan: ApplyPlan) -> ApplyPlans:
+        return ApplyPlans((*self.writes, plan))
+
+    @property
+    def targets(self) -> tuple[TableRef, ...]:
+        return tuple(p.target for p in self.writes)
+
+    @property
+    def stages(self) -> tuple[TableRef, ...]:
+        return tuple(p.stage for p in self.writes)
+
+    def to_json(self) -> str:
+        """One write keeps the single plan's text, which every xasink release reads;
+        several start with `xasink.protocol.applying.SEVERAL_WRITES`."""
+        if len(self.writes) == 1:
+            return self.writes[0].to_json()
+        return json.dumps({"writes": [asdict(p) for p in self.writes]}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ApplyPlans:
+        try:
+            raw = json.loads(text)
+            if isinstance(raw, dict) and set(raw) == {"writes"}:
+                return cls(tuple(ApplyPlan._from_raw(w) for w in raw["writes"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+        return cls((ApplyPlan.from_json(text),))
+
+
+def stage_name(job_id: str, schema: str | None, index: int = 0) -> TableRef:
+    """One staging table per write of a job, next to the journal (a transaction's later
+    writes number theirs)."""
+    suffix = f"_{index}" if index else ""
+    return TableRef(f"xasink_stage_{job_id}{suffix}", schema)
 
 
 def create_stage_sql(
@@ -230,52 +282,6 @@ def _show(key: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
     return "; ".join(f"({s})" for s in shown[:SHOWN]) + more
 
 
-# -- after phase 2: the one local transaction that changes the target ----------------------
-def apply_statements(dialect: Dialect, plan: ApplyPlan) -> list[tuple[str, tuple[Param, ...]]]:
-    """The statements, in order, that make the target reflect the staged rows."""
-    q = dialect.quote
-    target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
-    columns = ", ".join(q(c) for c in plan.columns)
-    insert = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM "
-    if plan.mode == OVERWRITE:
-        return [(f"DELETE FROM {target}", ()), (insert + stage, ())]
-    source = _latest(dialect, plan)
-    upsert = dialect.upsert_clause(plan.key, [c for c in plan.columns if c not in plan.key])
-    if plan.mode == UPSERT:
-        return [(f"{insert}{source} {upsert}", ())]
-    deletes = plan.delete_values
-    marks = ", ".join("?" for _ in deletes)
-    keys = ", ".join(q(k) for k in plan.key)
-    op = plan.op_sql(dialect, "s.")
-    return [
-        (
-            f"DELETE FROM {target} WHERE ({keys}) IN "
-            f"(SELECT {keys} FROM {source} WHERE {op} IN ({marks}))",
-            deletes,
-        ),
-        (f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes),
-    ]
-
-
-def _latest(dialect: Dialect, plan: ApplyPlan) -> str:
-    """The staged rows, one per key: the one with the highest order value."""
-    stage = dialect.qualified(plan.stage)
-    if not plan.ordered:
-        return f"{stage} s"
-    q = dialect.quote
-    keys = ", ".join(q(k) for k in plan.key)
-    ranked = (
-        f"SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {q(ORDER_COLUMN)} DESC) "
-        f"AS {_ROW_NUMBER} FROM {stage} t"
-    )
-    return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1) s"
-
-
-def apply(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> int:
-    """Run the apply statements on `conn` (inside the caller's transaction); rows changed."""
-    return sum(execute(conn, sql, params) for sql, params in apply_statements(dialect, plan))
-
-
 #: Vendor codes of refused rows that MySQL reports under a generic SQLSTATE (HY000):
 #: CHECK (3819; MariaDB 4025), NOT NULL (1048), duplicate key (1062), foreign key (1452),
 #: bad value (1366).
@@ -297,41 +303,10 @@ def is_data_error(exc: BaseException) -> bool:
     )
 
 
-def refused(plan: ApplyPlan, job_id: str, reason: str) -> InputDataError:
+def refused(target: str, job_id: str, reason: str) -> InputDataError:
+    """`target`: the table, or a transaction's tables, the job changes."""
     return InputDataError(
-        f"{plan.target} refused the rows of job {job_id} ({reason}). Nothing was changed in "
-        f"{plan.target}: the job is aborted and its staging table dropped. Fix the data or the "
+        f"{target} refused the rows of job {job_id} ({reason}). Nothing was changed in "
+        f"{target}: the job is aborted and its staging table dropped. Fix the data or the "
         "table's constraints, then run the write again."
     )
-
-
-class StagedApplier:
-    """xasink's staged apply, as the journal runs it when it finishes a staged job or drops
-    its staging table (it has the shape of `xasink.protocol.applying.StagedApply`). Whoever
-    opens the journal to finish or recover jobs passes `STAGED_APPLY`."""
-
-    def parse(self, text: str) -> ApplyPlan:
-        return ApplyPlan.from_json(text)
-
-    def stage_name(self, job_id: str, schema: str | None) -> TableRef:
-        return stage_name(job_id, schema)
-
-    def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
-        check_stage(conn, dialect, plan)
-
-    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> int:
-        return apply(conn, dialect, plan)
-
-    def drop(
-        self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, *, restore_seconds: float
-    ) -> None:
-        drop_stage(conn, dialect, plan.stage, restore_seconds=restore_seconds)
-
-    def is_data_error(self, exc: BaseException) -> bool:
-        return is_data_error(exc)
-
-    def __reduce__(self) -> str:
-        return "STAGED_APPLY"  # one instance, also where a journal is unpickled
-
-
-STAGED_APPLY = StagedApplier()

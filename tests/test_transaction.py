@@ -1,0 +1,253 @@
+"""`xasink.transaction`: several tables of one database under one decision.
+
+Parent and child tables with a foreign key, written in one transaction on both write paths
+(small frames written by the driver, large ones by tasks): every table changes, or none;
+the apply runs parents first whatever the order of the writes; a child row without its
+parent fails the whole transaction; an exception in the block, or a failed write the block
+swallowed, leaves nothing; a driver killed before the decision leaves nothing once
+recovered, and one killed after it is finished whole by `xasink recover`; a reader polling
+both tables never sees one changed without the other. Rows are read with psycopg/pymysql;
+nothing may be left prepared or staged.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from support import cli, connection_args, job_states, stage_tables
+
+import xasink
+from xasink import InputDataError, transaction, write_xa
+from xasink._testing.faults import Fault, injected
+
+#: write_xa's keywords that make the driver write a small frame, or tasks write every one.
+PATHS = {"driver": {}, "tasks": {"driver_write_bytes": 0, "max_branches": 2}}
+CUSTOMERS = 40
+ORDERS = 3  # per customer
+
+
+def _sql(db, *statements: str) -> None:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        for statement in statements:
+            cursor.execute(statement)
+        if db.kind != "postgres":
+            conn.commit()
+
+
+def _ids(db, table: str) -> list[int]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT id FROM {table} ORDER BY id")
+        return [int(row[0]) for row in cursor.fetchall()]
+
+
+def _tables(db) -> tuple[str, str]:
+    """A parent table and a child table whose rows must reference a parent row."""
+    suffix = uuid.uuid4().hex[:10]
+    parent, child = f"cu_{suffix}", f"od_{suffix}"
+    _sql(
+        db,
+        f"CREATE TABLE {parent} (id BIGINT PRIMARY KEY, name VARCHAR(64))",
+        f"CREATE TABLE {child} (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, "
+        f"amount DOUBLE PRECISION, FOREIGN KEY (customer_id) REFERENCES {parent} (id))",
+    )
+    return parent, child
+
+
+def _frames(spark, first: int = 0, customers: int = CUSTOMERS):
+    ids = range(first, first + customers)
+    parents = spark.createDataFrame([(i, f"c{i}") for i in ids], "id long, name string")
+    children = spark.createDataFrame(
+        [(i * ORDERS + k, i, float(k)) for i in ids for k in range(ORDERS)],
+        "id long, customer_id long, amount double",
+    )
+    for df in (parents, children):
+        df.cache().count()  # Spark knows the size: a small frame goes through the driver
+    return parents, children
+
+
+def _expected(first: int = 0, customers: int = CUSTOMERS) -> tuple[list[int], list[int]]:
+    ids = list(range(first, first + customers))
+    return ids, sorted(i * ORDERS + k for i in ids for k in range(ORDERS))
+
+
+def _clean(db) -> None:
+    assert db.prepared_transactions() == [], "prepared transactions were left behind"
+    assert stage_tables(db) == [], "a staging table was left behind"
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_parent_and_child_table_commit_together(spark, db, path):
+    """The child is written first: the catalog's foreign key, not the order of the
+    writes, puts the parent's rows in before the child's. One job, committed."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    with transaction(**connection_args(db)) as tx:
+        tx.write(children, child, **PATHS[path])
+        tx.write(parents, parent, mode="upsert", key="id", **PATHS[path])
+    result = tx.result
+    assert result is not None and result.outcome == "committed"
+    assert [w.rows for w in result.writes] == [CUSTOMERS * ORDERS, CUSTOMERS]
+    assert result.rows == CUSTOMERS * (ORDERS + 1)
+    want_parents, want_children = _expected()
+    assert _ids(db, parent) == want_parents
+    assert _ids(db, child) == want_children
+    assert job_states(db)[result.job_id] == "committed"
+    _clean(db)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_exception_in_the_block_leaves_nothing(spark, db, path):
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    with (
+        pytest.raises(ValueError, match="changed my mind"),
+        transaction(**connection_args(db)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS[path])
+        tx.write(children, child, **PATHS[path])
+        raise ValueError("changed my mind")
+    assert _ids(db, parent) == [] and _ids(db, child) == []
+    assert job_states(db)[tx.job_id] == "aborted"
+    _clean(db)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_child_row_without_its_parent_fails_the_whole_transaction(spark, db, path):
+    """Customer 7 is missing from the parents: the child's apply is refused by the foreign
+    key, and the parents' rows, applied first in the same transaction, go with it."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    parents = parents.where("id <> 7")
+    with (
+        pytest.raises(InputDataError, match="refused the rows") as caught,
+        transaction(**connection_args(db)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS[path])
+        tx.write(children, child, **PATHS[path])
+    assert caught.value.job_id == tx.job_id
+    assert _ids(db, parent) == [] and _ids(db, child) == []
+    assert job_states(db)[tx.job_id] == "aborted"
+    _clean(db)
+
+
+def test_a_failed_write_swallowed_by_the_block_still_commits_nothing(spark, db):
+    parent, child = _tables(db)
+    parents, _ = _frames(spark)
+    bad = spark.createDataFrame([(1, "x")], "id long, nonsense string")
+    with (
+        pytest.raises(xasink.ConfigurationError, match="committed nothing"),
+        transaction(**connection_args(db)) as tx,
+    ):
+        tx.write(parents, parent)
+        with pytest.raises(xasink.XasinkError):
+            tx.write(bad, child)
+    assert _ids(db, parent) == [] and _ids(db, child) == []
+    _clean(db)
+
+
+def test_one_table_written_twice_is_refused(spark, db):
+    parent, _ = _tables(db)
+    parents, _ = _frames(spark)
+    with (
+        pytest.raises(xasink.ConfigurationError, match="written twice"),
+        transaction(**connection_args(db)) as tx,
+    ):
+        tx.write(parents.where("id < 10"), parent)
+        tx.write(parents.where("id >= 10"), parent)
+    assert _ids(db, parent) == []
+    _clean(db)
+
+
+@pytest.mark.parametrize("point", ["before_decision", "before_finish"])
+def test_a_driver_failing_around_the_decision_leaves_all_or_nothing(spark, db, point):
+    """A failure before the decision aborts everything; one after it (the finish never
+    ran) leaves a decided job that `xasink recover` applies whole."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault(point, "raise")),
+        transaction(**connection_args(db)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(children, child, **PATHS["tasks"])
+    decided = point == "before_finish"
+    assert _ids(db, parent) == [] and _ids(db, child) == []
+    assert job_states(db)[tx.job_id] == ("committing" if decided else "aborted")
+    done = cli(db, "--grace", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    want_parents, want_children = _expected() if decided else ([], [])
+    assert _ids(db, parent) == want_parents
+    assert _ids(db, child) == want_children
+    assert job_states(db)[tx.job_id] == ("committed" if decided else "aborted")
+    _clean(db)
+
+
+def test_a_reader_never_sees_one_table_changed_without_the_other(spark, db):
+    """Transactions add 10 customers with their orders, one after another, while a reader
+    counts both tables in one statement: every count it sees is a whole number of
+    transactions in both tables, and the same number in each."""
+    parent, child = _tables(db)
+    seen: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with db.connect() as conn:
+            cursor = conn.cursor()
+            if db.kind != "postgres":
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                conn.autocommit(True)
+            else:
+                conn.autocommit = True
+            while not stop.is_set():
+                cursor.execute(
+                    f"SELECT (SELECT COUNT(*) FROM {parent}), (SELECT COUNT(*) FROM {child})"
+                )
+                seen.append(tuple(int(v) for v in cursor.fetchone()))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        for batch in range(6):
+            parents, children = _frames(spark, first=batch * 10, customers=10)
+            path = PATHS["tasks" if batch % 2 else "driver"]
+            with transaction(**connection_args(db)) as tx:
+                tx.write(parents, parent, **path)
+                tx.write(children, child, **path)
+    finally:
+        stop.set()
+        reader.join(30)
+    torn = [(p, c) for p, c in seen if c != p * ORDERS or p % 10]
+    assert torn == [], f"the reader saw tables changed apart: {torn[:5]}"
+    assert len({p for p, _ in seen}) > 2, "the reader did not read during the commits"
+    assert _ids(db, parent) == list(range(60))
+    _clean(db)
+
+
+def test_per_branch_appends_take_appends_only(spark, db):
+    parent, _ = _tables(db)
+    parents, _ = _frames(spark)
+    with (
+        pytest.raises(xasink.ConfigurationError, match="appends only"),
+        transaction(**connection_args(db), per_branch_appends=True) as tx,
+    ):
+        tx.write(parents, parent, mode="upsert", key="id")
+    with transaction(**connection_args(db), per_branch_appends=True) as tx:
+        tx.write(parents, parent, **PATHS["tasks"])
+    assert _ids(db, parent) == list(range(CUSTOMERS))
+    _clean(db)
+
+
+def test_a_lone_write_xa_is_unchanged_beside_transactions(spark, db):
+    """A transaction's staged plans beside write_xa's own: both apply, in decision order."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    write_xa(parents, table=parent, **connection_args(db), mode="upsert", key="id")
+    with transaction(**connection_args(db)) as tx:
+        tx.write(children, child, mode="upsert", key="id")
+    assert _ids(db, child) == _expected()[1]
+    _clean(db)

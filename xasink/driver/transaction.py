@@ -1,0 +1,107 @@
+"""The driver's side of `xasink.transaction`: one job that grows by a write at a time (each
+write's staged plan joins the job's row before its staging table exists, and its partitions
+are numbered after the earlier writes'), then one decision for every write's winners."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import JobAbortedError
+from ..protocol.actions import BranchAction
+from ..spec import ConnectionSpec
+from ..tables.staging import ApplyPlans
+from .job import Job
+from .plan import apply_plan_for
+from .preflight import recover_table
+from .report import JobOutcome, PhaseSeconds
+from .request import PhaseOne, Preflight
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """One `tx.write`: its table (as the server resolved it), mode, rows and branches."""
+
+    table: str
+    mode: str
+    rows: int
+    branches: int
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """What a transaction did (`tx.result`, once its block has ended without an error)."""
+
+    job_id: str
+    writes: tuple[TableWrite, ...]
+    rows: int
+    #: "committed", or "skipped": a streaming batch decided before, nothing written.
+    outcome: JobOutcome
+    seconds: PhaseSeconds
+    decided_by: str | None = None
+    recovered: list[BranchAction] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> bool:
+        return self.outcome == JobOutcome.SKIPPED
+
+
+@dataclass(frozen=True)
+class TransactionSettings:
+    """The transaction's own keywords: one database, its journal, its stream batch."""
+
+    spec: ConnectionSpec
+    journal_schema: str | None
+    lock_wait: float
+    grace: float
+    recover_first: bool
+    commit_retries: int
+    commit_parallelism: int
+    heartbeat_interval: float
+    per_branch_appends: bool
+    sink_id: str | None
+    batch_id: int | None
+
+
+def add_write(job: Job, pre: Preflight, columns: Sequence[str]) -> list[BranchAction]:
+    """A transaction's next write (`job.request` is that write's) joins the running
+    job: what earlier jobs left on its table is resolved, and its staged plan is
+    recorded in the job's row before its staging table exists. Returns what recovery
+    did."""
+    assert job.job_id is not None
+    request, target = job.request, job.request.target
+    recovered = (
+        recover_table(job.ops, job.conn, job.journal, str(target), request.grace, True)
+        if request.recover_first
+        else []
+    )
+    index = len(job.apply.stages) if job.apply is not None else 0
+    apply = apply_plan_for(
+        request.options, target, columns, pre.targets, job.job_id, job.journal, index
+    )
+    if apply is not None:
+        grown = ApplyPlans.of(job.apply).adding(apply) if job.apply else apply
+        if not job.journal.store_plan(job.conn, job.job_id, grown):
+            raise JobAbortedError(
+                f"Job {job.job_id} was aborted by a recovery run while the transaction "
+                "was writing (its heartbeat looked older than that run's grace). Nothing "
+                "was committed. Run the transaction again."
+            )
+        job.apply = grown
+    job.current = apply
+    return recovered
+
+
+def joined(parts: Sequence[PhaseOne]) -> PhaseOne:
+    """Every write's winners as one job's (their partitions are apart: `partition_base`)."""
+    return PhaseOne(
+        winners=[w for p in parts for w in p.winners],
+        rows_of={k: v for p in parts for k, v in p.rows_of.items()},
+        rows=sum(p.rows for p in parts),
+        empty_partitions=sum(p.empty_partitions for p in parts),
+        worker_peak_rss_kb=max((p.worker_peak_rss_kb for p in parts), default=0),
+        load_paths=tuple(sorted({path for p in parts for path in p.load_paths})),
+    )
+
+
+__all__ = ["TableWrite", "TransactionResult", "TransactionSettings", "add_write", "joined"]

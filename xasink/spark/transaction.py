@@ -1,0 +1,388 @@
+"""`xasink.transaction`: several writes into the tables of one database, one commit decision.
+
+    with xasink.transaction(url, user="app", password=pw) as tx:
+        tx.write(orders, "orders")
+        tx.write(items, "order_items", mode="upsert", key="id")
+
+Every write is one more part of one `Job`: `tx.write` runs its Spark job at once (its
+branches load the write's own staging table and PREPARE; the driver keeps no rows), and
+leaving the block records one decision for every branch of every write, then commits them
+and applies every staging table in one local transaction (`ApplyPlans`), parents before
+children. So readers see all the tables old, or all of them new; an exception in the block,
+a failed write or a driver death before the decision leaves nothing of any write once
+recovered; a death after it is finished by `xasink recover`, as one job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from .. import defaults
+from ..driver.check_cache import CHECKS
+from ..driver.decision import select_winners
+from ..driver.job import Job
+from ..driver.report import JobOutcome, JobTrace, PhaseSeconds
+from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
+from ..driver.sinks import sink_batch
+from ..driver.transaction import (
+    TableWrite,
+    TransactionResult,
+    TransactionSettings,
+    add_write,
+    joined,
+)
+from ..errors import ConfigurationError, XasinkError
+from ..protocol.actions import BranchAction
+from ..protocol.connecting import make_spec
+from ..runtime.jdbc import redacting_java_errors
+from ..runtime.shutdown import tracked
+from ..runtime.timing import step
+from ..spec import TableRef
+from ..tables.modes import APPEND, ModeOptions
+from ..tables.staging import ApplyPlans
+from .frame import branch_count, shape_frame, writes_on_driver
+from .session import ship_jars, streaming_query_id
+from .write import write_branches
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("xasink")
+
+
+class Transaction:
+    """The block's handle: `write` adds a write; the block's end decides for all of them.
+    Open one with `xasink.transaction`."""
+
+    def __init__(self, settings: TransactionSettings) -> None:
+        self._settings = settings
+        self._trace: JobTrace | None = None
+        self._stack = contextlib.ExitStack()
+        self._job: Job | None = None
+        self._skipped: Skipped | None = None
+        self._recovered: list[BranchAction] = []
+        self._parts: list[PhaseOne] = []
+        self._writes: list[TableWrite] = []
+        self._tables: set[TableRef] = set()
+        self._partitions = 0
+        self._failed: BaseException | None = None
+        self._ended = False
+        #: What the transaction did, once its block has ended without an error.
+        self.result: TransactionResult | None = None
+
+    @property
+    def job_id(self) -> str | None:
+        """The transaction's one job (None before its first write)."""
+        return self._job.job_id if self._job else None
+
+    @tracked
+    @redacting_java_errors
+    def write(
+        self,
+        df: DataFrame,
+        table: str | Sequence[str],
+        *,
+        mode: defaults.Mode = defaults.MODE,
+        key: str | Sequence[str] | None = None,
+        op: str | None = None,
+        order: str | None = None,
+        op_values: Mapping[str, str | Sequence[str]] | None = None,
+        create: defaults.Create = defaults.CREATE,
+        batch_size: int = defaults.BATCH_SIZE,
+        bulk: bool = True,
+        max_branches: int | Literal["auto"] | None = "auto",
+        driver_write_bytes: int = defaults.DRIVER_WRITE_BYTES,
+    ) -> None:
+        """Write `df` into `table` as part of the transaction: its branches prepare now,
+        and nothing of it is visible before the block ends. The keywords are write_xa's.
+        A failure here fails the whole transaction, even when the block goes on."""
+        if self._ended:
+            raise ConfigurationError("This transaction has ended: open a new one to write.")
+        if self._failed is not None:
+            raise ConfigurationError(
+                "An earlier write of this transaction failed, so it commits nothing: leave "
+                "the block and run the transaction again."
+            ) from self._failed
+        try:
+            self._write(
+                df,
+                table,
+                mode,
+                key,
+                op,
+                order,
+                op_values,
+                create,
+                batch_size,
+                bulk,
+                max_branches,
+                driver_write_bytes,
+            )
+        except BaseException as exc:
+            self._failed = exc
+            if isinstance(exc, XasinkError) and self.job_id:
+                exc.job_id = self.job_id
+            raise
+
+    def _request(
+        self,
+        df: DataFrame,
+        table: str | Sequence[str],
+        options: ModeOptions,
+        create: defaults.Create,
+        batch_size: int,
+        bulk: bool,
+    ) -> JobRequest:
+        s = self._settings
+        query = streaming_query_id(df.sparkSession) if s.sink_id else None
+        return JobRequest(
+            spec=s.spec,
+            target=TableRef.parse(table),
+            options=options,
+            create=create,
+            batch_size=batch_size,
+            bulk=bulk,
+            journal_schema=s.journal_schema,
+            lock_wait=s.lock_wait,
+            grace=s.grace,
+            recover_first=s.recover_first,
+            commit_retries=s.commit_retries,
+            commit_parallelism=s.commit_parallelism,
+            sink=sink_batch(s.sink_id, s.batch_id, query),
+        )
+
+    def _write(
+        self,
+        df: DataFrame,
+        table: str | Sequence[str],
+        mode: defaults.Mode,
+        key: str | Sequence[str] | None,
+        op: str | None,
+        order: str | None,
+        op_values: Mapping[str, str | Sequence[str]] | None,
+        create: defaults.Create,
+        batch_size: int,
+        bulk: bool,
+        max_branches: int | Literal["auto"] | None,
+        driver_write_bytes: int,
+    ) -> None:
+        s = self._settings
+        options = ModeOptions.build(mode, key, op, order, op_values, df.columns)
+        if s.per_branch_appends and options.mode != APPEND:
+            raise ConfigurationError(
+                f"per_branch_appends=True takes appends only, not mode={mode!r}: a staged "
+                "apply refused after the appends committed could not take them back."
+            )
+        options = dataclasses.replace(options, stage_append=not s.per_branch_appends)
+        request = self._request(df, table, options, create, batch_size, bulk)
+        with step("spark conf, jars, branch count"):
+            ship_jars(df.sparkSession, s.spec.jars)
+            on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
+            branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
+        job, pre = self._joined(df, request, branches)
+        if job is None:
+            return  # a streaming batch decided before: nothing to write
+        plan, columns = job.make_plan(pre, df.schema, partition_base=self._partitions)
+        with step("shape frame"):
+            shaped = shape_frame(df, plan, options, job.dialect, columns, branches, on_driver)
+        log.info(
+            "xasink job %s: writing %s into %s (mode %s, write %d of the transaction)",
+            plan.job_id,
+            "1 branch from the driver" if on_driver else f"{branches} branches",
+            pre.table,
+            options.mode,
+            len(self._writes) + 1,
+        )
+        part = select_winners(plan, write_branches(shaped, plan, on_driver), branches, planned)
+        self._partitions += branches
+        self._parts.append(part)
+        self._writes.append(TableWrite(str(pre.table), options.mode, part.rows, len(part.winners)))
+
+    def _joined(
+        self, df: DataFrame, request: JobRequest, branches: int
+    ) -> tuple[Job | None, Preflight]:
+        """The job with this write's request, preflight done and the write registered: the
+        first write opens and registers the job; a later one joins it."""
+        job = self._job
+        held = self._partitions + branches  # every branch the transaction holds prepared
+        if job is None:
+            self._trace = JobTrace.of(request)
+            self._trace.table = ""
+            job = self._stack.enter_context(
+                Job.opened(request, reuse=True, checks=CHECKS, trace=self._trace)
+            )
+            self._job = job
+            pre = job.preflight(df.schema, held)
+            self._check_table(pre.table)
+            lease = defaults.LEASE_INTERVALS * self._settings.heartbeat_interval
+            begun = job.begin(pre, df.columns, lease)
+            self._recovered += begun.recovered
+            if isinstance(begun, Skipped):
+                self._skipped = begun
+                return None, pre
+            self._stack.enter_context(job.running(self._settings.heartbeat_interval))
+        elif self._skipped is not None:
+            return None, job.preflight(df.schema, held)
+        else:
+            job.request = request
+            pre = job.preflight(df.schema, held)
+            self._check_table(pre.table)
+            self._recovered += add_write(job, pre, df.columns)
+        assert self._trace is not None
+        self._trace.table = ", ".join(filter(None, (self._trace.table, str(pre.table))))
+        return job, pre
+
+    def _check_table(self, table: TableRef) -> None:
+        if table in self._tables:
+            raise ConfigurationError(
+                f"{table} is written twice in one transaction: union the DataFrames (or "
+                "deduplicate them) and write it once."
+            )
+        self._tables.add(table)
+
+    # -- the block's end ---------------------------------------------------------------
+    def _commit(self) -> None:
+        """One decision for every write, phase 2, and the one apply; or a skip."""
+        job, trace = self._job, self._trace
+        if job is None or trace is None:
+            self.result = TransactionResult("", (), 0, JobOutcome.COMMITTED, PhaseSeconds())
+            return
+        if self._skipped is not None:
+            trace.decided_by = self._skipped.mark.job_id
+            end = trace.end(JobOutcome.SKIPPED)
+            self.result = self._result(end.seconds, JobOutcome.SKIPPED, end.decided_by)
+            return
+        assert job.plan is not None
+        staged = ApplyPlans.of(job.apply).writes[0] if job.apply else None
+        job.plan = dataclasses.replace(job.plan, tables=trace.table, apply=staged, partition_base=0)
+        trace.done("write")
+        phase_one = job.record_decision(joined(self._parts))
+        log.info(
+            "xasink job %s: %d branches of %d writes prepared (%d rows) and commit decided",
+            job.job_id,
+            len(phase_one.winners),
+            len(self._writes),
+            phase_one.rows,
+        )
+        job.commit(phase_one)
+        self._stack.close()  # heartbeat stopped, staging tables dropped, session kept
+        end = trace.end(JobOutcome.COMMITTED)
+        self.result = self._result(end.seconds, JobOutcome.COMMITTED)
+
+    def _result(
+        self, seconds: PhaseSeconds, outcome: JobOutcome, decided_by: str | None = None
+    ) -> TransactionResult:
+        return TransactionResult(
+            self.job_id or "",
+            tuple(self._writes),
+            sum(w.rows for w in self._writes),
+            outcome,
+            seconds,
+            decided_by,
+            self._recovered,
+        )
+
+
+@contextlib.contextmanager
+def transaction(
+    url: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    properties: Mapping[str, object] | None = None,
+    jars: Sequence[str] | None = None,
+    dialect: str | None = None,
+    xa_datasource: str | None = None,
+    journal_schema: str | None = None,
+    connect_timeout: int = defaults.CONNECT_TIMEOUT,
+    network_timeout: float = defaults.NETWORK_TIMEOUT,
+    commit_retries: int = defaults.COMMIT_RETRIES,
+    commit_parallelism: int = defaults.COMMIT_PARALLELISM,
+    recover_first: bool = True,
+    grace: float = defaults.GRACE,
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL,
+    lock_wait_timeout: float = defaults.LOCK_WAIT,
+    per_branch_appends: bool = False,
+    sink_id: str | None = None,
+    batch_id: int | None = None,
+) -> Iterator[Transaction]:
+    """Several writes into the tables of one database, all or nothing, and at once for
+    readers: `tx.write(df, table, mode=...)` in the block, one decision when it ends.
+
+    Every write is staged (appends too) and the staging tables are applied in one local
+    transaction, parents before children (the catalog's foreign keys, else the order of
+    the writes): a reader at READ COMMITTED sees every table old or every table new. With
+    `per_branch_appends=True` (appends only), branches write the tables themselves, as
+    write_xa's appends do: faster, but each branch's rows show as it commits.
+
+    An exception in the block, or a failed write, aborts the transaction: nothing of any
+    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
+    (`foreachBatch`): a batch whose decision is recorded is not written again
+    (`tx.result.skipped`). The other keywords are write_xa's.
+    """
+    with step("arguments"):
+        spec = make_spec(
+            url,
+            user=user,
+            password=password,
+            properties=properties,
+            dialect=dialect,
+            xa_datasource=xa_datasource,
+            jars=jars,
+            connect_timeout=connect_timeout,
+            network_timeout=network_timeout,
+        )
+        sink_batch(sink_id, batch_id)
+    if not heartbeat_interval > 0:
+        raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
+    settings = TransactionSettings(
+        spec,
+        journal_schema,
+        lock_wait_timeout,
+        grace,
+        recover_first,
+        commit_retries,
+        commit_parallelism,
+        heartbeat_interval,
+        per_branch_appends,
+        sink_id,
+        batch_id,
+    )
+    tx = Transaction(settings)
+    try:
+        yield tx
+        if tx._failed is not None:
+            raise ConfigurationError(
+                "A write of this transaction failed, so it committed nothing (the block "
+                "went on after the failure): fix the cause and run the transaction again."
+            ) from tx._failed
+        _ended(tx)
+    except BaseException as exc:
+        _failed(tx, exc)
+        raise
+    finally:
+        tx._ended = True
+
+
+@tracked
+@redacting_java_errors
+def _ended(tx: Transaction) -> None:
+    tx._commit()
+
+
+def _failed(tx: Transaction, exc: BaseException) -> None:
+    """The block or the commit failed: abort unless decided (`Job.running`), log its end."""
+    if isinstance(exc, XasinkError) and tx.job_id and exc.job_id is None:
+        exc.job_id = tx.job_id
+    try:
+        tx._stack.__exit__(type(exc), exc, exc.__traceback__)
+    finally:
+        if tx._trace is not None and tx._trace.ended is None:
+            tx._trace.failed(exc)
+
+
+__all__ = ["TableWrite", "Transaction", "TransactionResult", "transaction"]

@@ -1,0 +1,147 @@
+"""The statements that apply a job's staging tables to their targets, in the one local
+transaction after phase 2 that also marks the job `committed`, and `STAGED_APPLY`, through
+which the journal runs them (`xasink.tables.staging` says why a job stages)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..dialects import Dialect
+from ..runtime.jdbc import JdbcConnection, Param, execute, query
+from ..spec import TableRef
+from .modes import APPEND, ORDER_COLUMN, OVERWRITE, UPSERT
+from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
+
+_ROW_NUMBER = "xasink_rn"
+
+Statement = tuple[str, tuple[Param, ...]]
+
+
+def apply_statements(dialect: Dialect, plan: ApplyPlan) -> list[Statement]:
+    """The statements, in order, that make the target reflect the staged rows."""
+    deletes, inserts = _apply_steps(dialect, plan)
+    return deletes + inserts
+
+
+def _apply_steps(dialect: Dialect, plan: ApplyPlan) -> tuple[list[Statement], list[Statement]]:
+    """The apply's DELETEs, then its INSERTs: a transaction runs every write's deletes
+    children first, then every write's inserts parents first (`apply_all`)."""
+    q = dialect.quote
+    target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
+    columns = ", ".join(q(c) for c in plan.columns)
+    insert = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM "
+    if plan.mode == APPEND:
+        return [], [(insert + stage, ())]
+    if plan.mode == OVERWRITE:
+        return [(f"DELETE FROM {target}", ())], [(insert + stage, ())]
+    source = _latest(dialect, plan)
+    upsert = dialect.upsert_clause(plan.key, [c for c in plan.columns if c not in plan.key])
+    if plan.mode == UPSERT:
+        return [], [(f"{insert}{source} {upsert}", ())]
+    deletes = plan.delete_values
+    marks = ", ".join("?" for _ in deletes)
+    keys = ", ".join(q(k) for k in plan.key)
+    op = plan.op_sql(dialect, "s.")
+    return (
+        [
+            (
+                f"DELETE FROM {target} WHERE ({keys}) IN "
+                f"(SELECT {keys} FROM {source} WHERE {op} IN ({marks}))",
+                deletes,
+            )
+        ],
+        [(f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes)],
+    )
+
+
+def _latest(dialect: Dialect, plan: ApplyPlan) -> str:
+    """The staged rows, one per key: the one with the highest order value."""
+    stage = dialect.qualified(plan.stage)
+    if not plan.ordered:
+        return f"{stage} s"
+    q = dialect.quote
+    keys = ", ".join(q(k) for k in plan.key)
+    ranked = (
+        f"SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {q(ORDER_COLUMN)} DESC) "
+        f"AS {_ROW_NUMBER} FROM {stage} t"
+    )
+    return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1) s"
+
+
+def apply(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> int:
+    """Run the apply statements on `conn` (inside the caller's transaction); rows changed."""
+    return sum(execute(conn, sql, params) for sql, params in apply_statements(dialect, plan))
+
+
+def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> int:
+    """Apply every write of `plans` in the caller's one transaction; rows changed. Parents
+    come before their children (`parents_first`): every write's deletes run children
+    first, then every write's inserts parents first, so that a foreign key between two
+    tables of one transaction holds at each statement, on every server."""
+    if len(plans.writes) == 1:
+        return apply(conn, dialect, plans.writes[0])
+    ordered = parents_first(conn, dialect, plans.writes)
+    steps = [_apply_steps(dialect, plan) for plan in ordered]
+    statements = [s for deletes, _ in reversed(steps) for s in deletes]
+    statements += [s for _, inserts in steps for s in inserts]
+    return sum(execute(conn, sql, params) for sql, params in statements)
+
+
+def parents_first(
+    conn: JdbcConnection, dialect: Dialect, plans: Sequence[ApplyPlan]
+) -> list[ApplyPlan]:
+    """`plans` with every table after the tables it references (the catalog's foreign keys),
+    else in the order given; the members of a cycle keep the order given."""
+    found = dialect.foreign_keys_sql([p.target for p in plans])
+    rows = query(conn, *found) if found else []
+    index = {(p.target.schema, p.target.name): i for i, p in enumerate(plans)}
+    parents: dict[int, set[int]] = {i: set() for i in range(len(plans))}
+    for child_schema, child, parent_schema, parent in rows:
+        c = index.get((str(child_schema), str(child)))
+        p = index.get((str(parent_schema), str(parent)))
+        if c is not None and p is not None and c != p:
+            parents[c].add(p)
+    done: list[int] = []
+    while len(done) < len(plans):
+        ready = [i for i in parents if i not in done and parents[i] <= set(done)]
+        done.append(ready[0] if ready else min(i for i in parents if i not in done))
+    return [plans[i] for i in done]
+
+
+class StagedApplier:
+    """xasink's staged apply, as the journal runs it when it finishes a staged job or drops
+    its staging tables (it has the shape of `xasink.protocol.applying.StagedApply`). Whoever
+    opens the journal to finish or recover jobs passes `STAGED_APPLY`."""
+
+    def parse(self, text: str) -> ApplyPlans:
+        return ApplyPlans.from_json(text)
+
+    def stage_name(self, job_id: str, schema: str | None, index: int = 0) -> TableRef:
+        return stage_name(job_id, schema, index)
+
+    def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> None:
+        for write in ApplyPlans.of(plan).writes:
+            check_stage(conn, dialect, write)
+
+    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> int:
+        return apply_all(conn, dialect, ApplyPlans.of(plan))
+
+    def drop(
+        self,
+        conn: JdbcConnection,
+        dialect: Dialect,
+        plan: ApplyPlan | ApplyPlans,
+        *,
+        restore_seconds: float,
+    ) -> None:
+        for stage in plan.stages:
+            drop_stage(conn, dialect, stage, restore_seconds=restore_seconds)
+
+    def is_data_error(self, exc: BaseException) -> bool:
+        return is_data_error(exc)
+
+    def __reduce__(self) -> str:
+        return "STAGED_APPLY"  # one instance, also where a journal is unpickled
+
+
+STAGED_APPLY = StagedApplier()
