@@ -1,7 +1,7 @@
 """A single-branch job, committed in one phase: the driver's side.
 
 The branch's one local transaction holds the rows and the job's whole bookkeeping
-(`executor.branch.write_one_phase`, `Journal.commit_in_branch`), so there is no decision to
+(`executor.one_phase.write_one_phase`, `Journal.commit_in_branch`), so there is no decision to
 record and nothing to recover: a failure before its COMMIT leaves nothing, not even the
 job's row. What is left to the driver: finish an older decided staged job on the table
 first, say why a batch was refused, and settle a COMMIT whose reply was lost with a fence
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..errors import CommitError, DecisionUnknownError, JobAbortedError, XasinkError
-from ..executor.branch import ONE_PHASE_TAKEN, InterruptedAfterCommit, LocalCommitUnknown
 from ..executor.contract import BranchReport, WritePlan
+from ..executor.one_phase import ONE_PHASE_TAKEN, InterruptedAfterCommit, LocalCommitUnknown
 from ..protocol.applying import JobOrderError
 from ..protocol.connecting import open_journal
 from ..protocol.recovery import resolve_in_doubt

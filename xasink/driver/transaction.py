@@ -7,15 +7,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..errors import JobAbortedError
 from ..protocol.actions import BranchAction
-from ..spec import ConnectionSpec
-from ..tables.staging import ApplyPlans
+from ..spec import ConnectionSpec, TableRef
+from ..tables.modes import ModeOptions
+from ..tables.staging import ApplyPlans, temporary_stage
 from .job import Job
 from .plan import apply_plan_for
 from .preflight import recover_table
 from .report import JobOutcome, PhaseSeconds
-from .request import PhaseOne, Preflight
+from .request import JobRequest, PhaseOne, Preflight
+from .sinks import sink_batch
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,41 @@ class TransactionSettings:
     batch_id: int | None
 
 
-def add_write(job: Job, pre: Preflight, columns: Sequence[str]) -> list[BranchAction]:
-    """A transaction's next write (`job.request` is that write's) joins the running
-    job: what earlier jobs left on its table is resolved, and its staged plan is
-    recorded in the job's row before its staging table exists. Returns what recovery
-    did."""
+def write_request(
+    settings: TransactionSettings,
+    table: TableRef,
+    options: ModeOptions,
+    create: defaults.Create,
+    batch_size: int,
+    bulk: bool,
+    query_id: str | None,
+) -> JobRequest:
+    """One `tx.write`'s request: its table and mode, on the transaction's database."""
+    s = settings
+    return JobRequest(
+        spec=s.spec,
+        target=table,
+        options=options,
+        create=create,
+        batch_size=batch_size,
+        bulk=bulk,
+        journal_schema=s.journal_schema,
+        lock_wait=s.lock_wait,
+        grace=s.grace,
+        recover_first=s.recover_first,
+        commit_retries=s.commit_retries,
+        commit_parallelism=s.commit_parallelism,
+        sink=sink_batch(s.sink_id, s.batch_id, query_id),
+    )
+
+
+def add_write(
+    job: Job, pre: Preflight, columns: Sequence[str], registered: bool = True
+) -> list[BranchAction]:
+    """A transaction's next write (`job.request` is that write's) joins the job: what
+    earlier jobs left on its table is resolved, and its staged plan is recorded in the
+    job's row before its staging table exists (in a temporary table, for a job not
+    `registered`: held small writes). Returns what recovery did."""
     assert job.job_id is not None
     request, target = job.request, job.request.target
     recovered = (
@@ -79,7 +112,10 @@ def add_write(job: Job, pre: Preflight, columns: Sequence[str]) -> list[BranchAc
     apply = apply_plan_for(
         request.options, target, columns, pre.targets, job.job_id, job.journal, index
     )
-    if apply is not None:
+    if apply is not None and not registered:
+        apply = temporary_stage(apply, job.dialect)
+        job.apply = ApplyPlans.of(job.apply).adding(apply) if job.apply else apply
+    elif apply is not None:
         grown = ApplyPlans.of(job.apply).adding(apply) if job.apply else apply
         if not job.journal.store_plan(job.conn, job.job_id, grown):
             raise JobAbortedError(
@@ -104,4 +140,11 @@ def joined(parts: Sequence[PhaseOne]) -> PhaseOne:
     )
 
 
-__all__ = ["TableWrite", "TransactionResult", "TransactionSettings", "add_write", "joined"]
+__all__ = [
+    "TableWrite",
+    "TransactionResult",
+    "TransactionSettings",
+    "add_write",
+    "joined",
+    "write_request",
+]

@@ -34,10 +34,12 @@ from ..driver.transaction import (
     TransactionSettings,
     add_write,
     joined,
+    write_request,
 )
 from ..errors import ConfigurationError, XasinkError
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
+from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.shutdown import tracked
 from ..runtime.timing import step
@@ -46,6 +48,7 @@ from ..tables.modes import APPEND, ModeOptions
 from ..tables.staging import ApplyPlans
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import ship_jars, streaming_query_id
+from .small_writes import HeldWrite, commit_held, hold, promote
 from .write import write_branches
 
 if TYPE_CHECKING:
@@ -69,6 +72,8 @@ class Transaction:
         self._writes: list[TableWrite] = []
         self._tables: set[TableRef] = set()
         self._partitions = 0
+        #: Small writes held for one local transaction while the job is not registered.
+        self._held: list[HeldWrite] | None = None
         self._failed: BaseException | None = None
         self._ended = False
         #: What the transaction did, once its block has ended without an error.
@@ -128,33 +133,6 @@ class Transaction:
                 exc.job_id = self.job_id
             raise
 
-    def _request(
-        self,
-        df: DataFrame,
-        table: str | Sequence[str],
-        options: ModeOptions,
-        create: defaults.Create,
-        batch_size: int,
-        bulk: bool,
-    ) -> JobRequest:
-        s = self._settings
-        query = streaming_query_id(df.sparkSession) if s.sink_id else None
-        return JobRequest(
-            spec=s.spec,
-            target=TableRef.parse(table),
-            options=options,
-            create=create,
-            batch_size=batch_size,
-            bulk=bulk,
-            journal_schema=s.journal_schema,
-            lock_wait=s.lock_wait,
-            grace=s.grace,
-            recover_first=s.recover_first,
-            commit_retries=s.commit_retries,
-            commit_parallelism=s.commit_parallelism,
-            sink=sink_batch(s.sink_id, s.batch_id, query),
-        )
-
     def _write(
         self,
         df: DataFrame,
@@ -178,14 +156,20 @@ class Transaction:
                 "apply refused after the appends committed could not take them back."
             )
         options = dataclasses.replace(options, stage_append=not s.per_branch_appends)
-        request = self._request(df, table, options, create, batch_size, bulk)
+        query = streaming_query_id(df.sparkSession) if s.sink_id else None
+        request = write_request(s, TableRef.parse(table), options, create, batch_size, bulk, query)
         with step("spark conf, jars, branch count"):
             ship_jars(df.sparkSession, s.spec.jars)
             on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
             branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
-        job, pre = self._joined(df, request, branches)
+        job, pre = self._joined(df, request, branches, on_driver)
         if job is None:
             return  # a streaming batch decided before: nothing to write
+        if self._held is not None:
+            held = hold(job, pre, df)
+            self._held.append(held)
+            self._writes.append(TableWrite(str(pre.table), options.mode, held.rows, 1))
+            return
         plan, columns = job.make_plan(pre, df.schema, partition_base=self._partitions)
         with step("shape frame"):
             shaped = shape_frame(df, plan, options, job.dialect, columns, branches, on_driver)
@@ -203,38 +187,67 @@ class Transaction:
         self._writes.append(TableWrite(str(pre.table), options.mode, part.rows, len(part.winners)))
 
     def _joined(
-        self, df: DataFrame, request: JobRequest, branches: int
+        self, df: DataFrame, request: JobRequest, branches: int, on_driver: bool
     ) -> tuple[Job | None, Preflight]:
-        """The job with this write's request, preflight done and the write registered: the
-        first write opens and registers the job; a later one joins it."""
+        """The job with this write's request, preflight done and the write added: the
+        first write opens the job (registered, or, while every write is small, held for
+        one local transaction); a later one joins it, registering a held job first when
+        it is large."""
         job = self._job
-        held = self._partitions + branches  # every branch the transaction holds prepared
+        # The branches this write adds to the server's prepared ones (held writes too,
+        # when it makes them branches); the earlier writes' are prepared already.
+        needed = branches + (len(self._held or ()) if not on_driver else 0)
         if job is None:
             self._trace = JobTrace.of(request)
-            self._trace.table = ""
+            self._trace.writer = "driver" if on_driver else "tasks"
             job = self._stack.enter_context(
                 Job.opened(request, reuse=True, checks=CHECKS, trace=self._trace)
             )
             self._job = job
-            pre = job.preflight(df.schema, held)
+            pre = job.preflight(df.schema, needed)
             self._check_table(pre.table)
-            lease = defaults.LEASE_INTERVALS * self._settings.heartbeat_interval
-            begun = job.begin(pre, df.columns, lease)
+            self._trace.table = str(pre.table)
+            small = on_driver and job.can_stage_temporarily()
+            begun = job.begin(pre, df.columns, self._lease, one_phase=small)
             self._recovered += begun.recovered
             if isinstance(begun, Skipped):
                 self._skipped = begun
                 return None, pre
-            self._stack.enter_context(job.running(self._settings.heartbeat_interval))
-        elif self._skipped is not None:
-            return None, job.preflight(df.schema, held)
+            if small:
+                self._held = []
+            else:
+                self._run(job)
         else:
             job.request = request
-            pre = job.preflight(df.schema, held)
+            pre = job.preflight(df.schema, needed)
             self._check_table(pre.table)
-            self._recovered += add_write(job, pre, df.columns)
-        assert self._trace is not None
-        self._trace.table = ", ".join(filter(None, (self._trace.table, str(pre.table))))
+            assert self._trace is not None
+            self._trace.table += f", {pre.table}"
+            if self._skipped is not None:
+                return None, pre
+            if self._held is not None and not on_driver:
+                resolved = job.request  # the promotion plans each held write with its own
+                self._promote(job)
+                job.request = resolved
+            self._recovered += add_write(job, pre, df.columns, self._held is None)
         return job, pre
+
+    @property
+    def _lease(self) -> float:
+        return defaults.LEASE_INTERVALS * self._settings.heartbeat_interval
+
+    def _run(self, job: Job) -> None:
+        self._stack.enter_context(job.running(self._settings.heartbeat_interval))
+
+    def _promote(self, job: Job) -> None:
+        """A large write joins held small ones: they become the registered job's first
+        branches, and the transaction goes on in two phases."""
+        assert self._held is not None and self._trace is not None
+        held, self._held = self._held, None
+        self._trace.writer = "tasks"
+        parts = promote(job, held, self._lease, self._partitions, lambda: self._run(job))
+        self._parts += parts
+        self._partitions += len(parts)
 
     def _check_table(self, table: TableRef) -> None:
         if table in self._tables:
@@ -255,6 +268,13 @@ class Transaction:
             trace.decided_by = self._skipped.mark.job_id
             end = trace.end(JobOutcome.SKIPPED)
             self.result = self._result(end.seconds, JobOutcome.SKIPPED, end.decided_by)
+            self._stack.close()
+            return
+        if self._held is not None:
+            commit_held(job, self._held, trace.table)
+            end = trace.end(JobOutcome.COMMITTED)
+            self.result = self._result(end.seconds, JobOutcome.COMMITTED)
+            self._stack.close()
             return
         assert job.plan is not None
         staged = ApplyPlans.of(job.apply).writes[0] if job.apply else None
@@ -378,11 +398,14 @@ def _failed(tx: Transaction, exc: BaseException) -> None:
     """The block or the commit failed: abort unless decided (`Job.running`), log its end."""
     if isinstance(exc, XasinkError) and tx.job_id and exc.job_id is None:
         exc.job_id = tx.job_id
+    trace = tx._trace
+    if trace is not None and tx._held is not None and trace.state == JobState.RUNNING:
+        trace.state = JobState.ABORTED  # held: nothing of the job exists
     try:
         tx._stack.__exit__(type(exc), exc, exc.__traceback__)
     finally:
-        if tx._trace is not None and tx._trace.ended is None:
-            tx._trace.failed(exc)
+        if trace is not None and trace.ended is None:
+            trace.failed(exc)
 
 
 __all__ = ["TableWrite", "Transaction", "TransactionResult", "transaction"]

@@ -18,8 +18,8 @@ from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
 from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError, XasinkError
-from ..executor.branch import write_one_phase
 from ..executor.contract import BranchReport, WritePlan
+from ..executor.one_phase import write_one_phase
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..protocol.states import JobState

@@ -95,10 +95,17 @@ def parents_first(
     found = dialect.foreign_keys_sql([p.target for p in plans])
     rows = query(conn, *found) if found else []
     index = {(p.target.schema, p.target.name): i for i, p in enumerate(plans)}
+    names = [p.target.name for p in plans]
+    # A target the server could not resolve has no schema: its name alone, when unique.
+    index |= {(None, n): i for i, n in enumerate(names) if names.count(n) == 1}
+
+    def find(schema: object, name: object) -> int | None:
+        found = index.get((str(schema), str(name)))
+        return found if found is not None else index.get((None, str(name)))
+
     parents: dict[int, set[int]] = {i: set() for i in range(len(plans))}
     for child_schema, child, parent_schema, parent in rows:
-        c = index.get((str(child_schema), str(child)))
-        p = index.get((str(parent_schema), str(parent)))
+        c, p = find(child_schema, child), find(parent_schema, parent)
         if c is not None and p is not None and c != p:
             parents[c].add(p)
     done: list[int] = []

@@ -122,6 +122,14 @@ class ApplyPlans:
     def of(cls, plan: ApplyPlan | ApplyPlans) -> ApplyPlans:
         return plan if isinstance(plan, ApplyPlans) else cls((plan,))
 
+    @classmethod
+    def together(cls, plans: Sequence[ApplyPlan | None]) -> ApplyPlan | ApplyPlans | None:
+        """What one transaction applies: no plan, one write's, or several writes'."""
+        staged = tuple(p for p in plans if p is not None)
+        if len(staged) <= 1:
+            return staged[0] if staged else None
+        return cls(staged)
+
     def adding(self, plan: ApplyPlan) -> ApplyPlans:
         return ApplyPlans((*self.writes, plan))
 

@@ -1,0 +1,174 @@
+"""A small job in one local transaction, committed in one phase (no XA): the driver loads
+its rows, and a transaction's other small writes, then `Journal.commit_in_branch` adds the
+job's whole bookkeeping and the staged apply, and one COMMIT makes all of it durable."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+
+from .._testing.faults import trigger
+from ..dialects import Dialect, get_dialect
+from ..errors import JobAbortedError, WriteError
+from ..protocol import applying, sessions
+from ..protocol.applying import JobOrderError
+from ..protocol.sessions import open_session
+from ..protocol.states import Decision
+from ..protocol.xa import XaSession
+from ..runtime.jdbc import JdbcConnection, execute
+from ..spec import ConnectionSpec
+from ..tables.catalog import table_columns
+from ..tables.retyping import ChangedTypesError
+from ..tables.staging import ApplyPlans, branch_problem, is_data_error, refused
+from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
+from .contract import BranchOutcome, BranchReport, WritePlan
+
+log = logging.getLogger("xasink")
+
+
+class LocalCommitUnknown(Exception):
+    """The commit of a single-branch job's local transaction failed without saying whether
+    it landed (e.g. the connection broke): the driver settles it (`fence_one_phase`).
+    `report` is the branch's report, should it have landed."""
+
+    def __init__(self, reason: str, report: BranchReport) -> None:
+        super().__init__(reason)
+        self.reason, self.report = reason, report
+
+
+class InterruptedAfterCommit(BaseException):
+    """An interrupt (KeyboardInterrupt, SystemExit) that landed once a single-branch job's
+    local COMMIT had returned: the job is committed, and the driver must say so before it
+    passes `interrupt` on. A BaseException, as the interrupt is: nothing may swallow it."""
+
+    def __init__(self, report: BranchReport, interrupt: BaseException) -> None:
+        super().__init__(type(interrupt).__name__)
+        self.report, self.interrupt = report, interrupt
+
+
+def write_one_phase(
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    more: Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]] = (),
+) -> BranchReport:
+    """A single-branch job in one local transaction, committed in one phase: the rows, and
+    with them the job's row born committed, a streaming batch's sink mark, a staged mode's
+    apply from a temporary staging table (`Journal.commit_in_branch`). Nothing is prepared
+    and nothing survives a crash before the commit: there is nothing to decide or recover.
+    `more`: a transaction's other small writes, loaded into the same transaction, and
+    applied with this one's (parents first).
+
+    Returns the partition's report; `problem` is set (nothing committed) for rows a staged
+    mode cannot apply, or ONE_PHASE_TAKEN when the sink's mark had reached the batch. Raises
+    LocalCommitUnknown when the commit's outcome is unknown, JobOrderError while an older
+    decided staged job on the table is unfinished, JobAbortedError when an operator's fence
+    settled the job first, InputDataError when the target refuses staged rows, WriteError
+    for any other failure (nothing committed)."""
+    parts = [(plan, batches), *more]
+    staged = ApplyPlans.together([p.apply for p, _ in parts])
+    dialect = get_dialect(plan.spec.dialect)
+    session, keep = _local_session(plan.spec), False
+    conn = session.connection
+    loads: list[Load] = []
+    bound, unbound = dialect.lock_wait_sql(max(1, int(plan.journal.lock_wait)))
+    try:
+        if bound:  # nothing in the transaction waits for a lock longer than the journal's
+            execute(conn, bound)
+        conn.setAutoCommit(False)
+        rows, path, problem = _load(parts, conn, loads)
+        if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
+            table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
+            decision = plan.journal.commit_in_branch(
+                conn, plan.job_id, table, rows, plan.sink, staged
+            )
+            problem = "" if decision == Decision.DECIDED else ONE_PHASE_TAKEN
+        if problem:
+            conn.rollback()
+            return report_of(0, 0, "", BranchOutcome(0, path, problem))
+        for part, _ in parts:
+            if part.stage_ddl:
+                execute(conn, f"{dialect.drop_temporary} {dialect.qualified(part.table)}")
+        trigger(plan.faults, "before_local_commit", 0, 0)
+        report = report_of(0, 0, "", BranchOutcome(rows, path))
+        try:
+            conn.commit()
+            keep = True
+        except BaseException as exc:  # an interrupt too: the COMMIT may have been sent
+            raise LocalCommitUnknown(plan.spec.redact(exc), report) from None
+    except BaseException as exc:
+        for load in loads:
+            quietly(load.abort, session)
+        quietly(conn.rollback, session)
+        passed = (KeyboardInterrupt, SystemExit, LocalCommitUnknown, JobOrderError, JobAbortedError)
+        if isinstance(exc, passed):
+            raise
+        if isinstance(exc, ChangedTypesError):
+            raise ChangedTypesError(
+                f"{exc}: job {plan.job_id} was rolled back and nothing of it was written. Run "
+                "the write again: it reads the table's column types as they are now."
+            ) from None
+        if staged is not None and is_data_error(exc):
+            raise refused(plan.target, plan.job_id, plan.spec.redact(exc)) from None
+        raise WriteError(
+            f"Writing job {plan.job_id} into {plan.target} failed by the driver (a "
+            f"small frame, one local transaction) ({type(exc).__name__}: "
+            f"{plan.spec.redact(exc)}). The transaction was rolled back: nothing was "
+            "written. Fix the cause and run the write again."
+        ) from None
+    finally:
+        if not keep:
+            session.close()  # a temporary table and any half-done load go with it
+    # Committed: from here on nothing may say otherwise. The session is kept for the next
+    # job only if it is back in autocommit.
+    try:
+        conn.setAutoCommit(True)
+        if unbound:
+            execute(conn, unbound)
+        if staged is not None:
+            applying.release_apply_lock(plan.journal, conn, staged)
+        sessions.park(plan.spec, BRANCH_ROLE, session)
+    except Exception:
+        session.close()
+    except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: committed all the same
+        session.close()
+        raise InterruptedAfterCommit(report, interrupt) from interrupt
+    return report
+
+
+def _load(
+    parts: Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]],
+    conn: JdbcConnection,
+    loads: list[Load],
+) -> tuple[int, str, str]:
+    """Every part's rows into its table (a temporary staging table made here, or its
+    target); returns (rows, load paths, the first part's problem or "")."""
+    rows, paths, problem = 0, set(), ""
+    for part, batches in parts:
+        dialect = get_dialect(part.spec.dialect)
+        loads.append(Load(part, conn, _staged_types(part, conn, dialect)))
+        if part.apply is not None and part.apply.op_skip:
+            batches = without_skipped_ops(part.apply, batches)
+        part_rows, path = loads[-1].run(batches, 0, 0)
+        rows, paths = rows + part_rows, paths | {path}
+        problem = problem or (part.apply and branch_problem(conn, dialect, part.apply)) or ""
+    return rows, ",".join(sorted(filter(None, paths))), problem
+
+
+def _staged_types(plan: WritePlan, conn: JdbcConnection, dialect: Dialect) -> Sequence[str]:
+    """The load table's column types: a temporary staging table's are read once this
+    statement has made it (inside the transaction), a target's come with the plan."""
+    if not plan.stage_ddl:
+        return plan.column_types
+    execute(conn, plan.stage_ddl)
+    return tuple(table_columns(conn, dialect, plan.table, plan.spec.redact).values())
+
+
+#: A single-branch job's problem when its sink's mark had reached its batch.
+ONE_PHASE_TAKEN = "the sink's batch was taken"
+
+
+def _local_session(spec: ConnectionSpec) -> XaSession:
+    """The kept writer session if it still answers, else a new one."""
+    return sessions.take(spec, BRANCH_ROLE) or open_session(spec)
