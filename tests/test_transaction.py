@@ -12,11 +12,20 @@ nothing may be left prepared or staged.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import uuid
 
 import pytest
-from support import cli, connection_args, job_states, stage_tables
+from support import (
+    WatchedDriver,
+    cli,
+    connection_args,
+    job_states,
+    sink_mark,
+    stage_tables,
+)
 
 import xasink
 from xasink import InputDataError, transaction, write_xa
@@ -81,6 +90,8 @@ def _clean(db) -> None:
     assert stage_tables(db) == [], "a staging table was left behind"
 
 
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_parent_and_child_table_commit_together(spark, db, path):
     """The child is written first: the catalog's foreign key, not the order of the
@@ -189,6 +200,8 @@ def test_a_driver_failing_around_the_decision_leaves_all_or_nothing(spark, db, p
     _clean(db)
 
 
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
 def test_a_reader_never_sees_one_table_changed_without_the_other(spark, db):
     """Transactions add 10 customers with their orders, one after another, while a reader
     counts both tables in one statement: every count it sees is a whole number of
@@ -252,4 +265,85 @@ def test_a_lone_write_xa_is_unchanged_beside_transactions(spark, db):
     with transaction(**connection_args(db)) as tx:
         tx.write(children, child, mode="upsert", key="id")
     assert _ids(db, child) == _expected()[1]
+    _clean(db)
+
+
+#: Where a driver is killed: before anything is decided (the small writes' one local
+#: transaction, or the tasks' branches prepared), or after the decision.
+KILLS = [
+    pytest.param("driver", "before_local_commit", marks=pytest.mark.ci_postgres),
+    pytest.param("tasks", "after_first_commit", marks=pytest.mark.ci_postgres),
+    ("tasks", "before_finish"),
+]
+
+
+def _killed_at(db, parent: str, child: str, path: str, point: str, sink: str = "") -> None:
+    args = [db.jdbc_url, db.user, parent, child, point, path, *([sink] if sink else [])]
+    driver = WatchedDriver("transaction_driver.py", args, db.password, {})
+    try:
+        assert driver.wait_for(f"XASINK-FAULT {point}"), driver.tail()
+    finally:
+        driver.kill()
+
+
+@pytest.mark.parametrize(("path", "point"), KILLS)
+def test_a_driver_killed_then_recovered_leaves_all_or_nothing(db, path, point):
+    """SIGKILL of the driver's whole process group, then `xasink recover`: both tables
+    whole once the decision was recorded, else both untouched."""
+    parent, child = _tables(db)
+    _killed_at(db, parent, child, path, point)
+    done = cli(db, "--grace", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    decided = point in ("after_first_commit", "before_finish")
+    want_parents, want_children = _expected() if decided else ([], [])
+    assert _ids(db, parent) == want_parents
+    assert _ids(db, child) == want_children
+    _clean(db)
+
+
+@pytest.mark.ci_postgres
+def test_a_stream_batch_fanned_out_to_two_tables_is_written_once(db):
+    """A foreachBatch fan-out: the batch's driver is killed after its decision, and the
+    batch replayed by a new driver is skipped whole, the first run's rows finished by the
+    replay's own recovery."""
+    parent, child = _tables(db)
+    sink, path = f"fanout-{uuid.uuid4().hex[:8]}", "tasks"
+    _killed_at(db, parent, child, path, "before_finish", f"{sink}:0")
+    replay = WatchedDriver(
+        "transaction_driver.py",
+        [db.jdbc_url, db.user, parent, child, "none", path, f"{sink}:0"],
+        db.password,
+        {},
+    )
+    assert replay.finish() == 0, replay.tail()
+    final = [ln for ln in replay.output if ln.startswith("RESULT ")]
+    assert final and json.loads(final[-1][7:])["skipped"], replay.tail()
+    want_parents, want_children = _expected()
+    assert _ids(db, parent) == want_parents
+    assert _ids(db, child) == want_children
+    assert sink_mark(db, sink)[0] == 0
+    _clean(db)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_large_write_after_small_ones_takes_them_into_its_two_phases(spark, db, fail):
+    """Two small writes are held for one local transaction; a large third one registers
+    the job, and the held two become its driver-written branches. All three commit as one,
+    or, when the block fails after them, none."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    extra = f"ex_{uuid.uuid4().hex[:10]}"
+    _sql(db, f"CREATE TABLE {extra} (id BIGINT PRIMARY KEY, name VARCHAR(64))")
+    with pytest.raises(ValueError) if fail else contextlib.nullcontext():  # noqa: SIM117
+        with transaction(**connection_args(db)) as tx:
+            tx.write(parents, parent)
+            tx.write(children, child, mode="upsert", key="id")
+            tx.write(parents, extra, **PATHS["tasks"])
+            if fail:
+                raise ValueError("after the large write")
+    want_parents, want_children = _expected() if not fail else ([], [])
+    assert _ids(db, parent) == want_parents
+    assert _ids(db, child) == want_children
+    assert _ids(db, extra) == want_parents
+    assert job_states(db)[tx.job_id] == ("aborted" if fail else "committed")
     _clean(db)
