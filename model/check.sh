@@ -1,8 +1,9 @@
 #!/bin/sh
 # Exhaustive spin runs of the models in model/ (used by `make model` and `make model-mutants`).
 #   check.sh model     every configuration of the fixed protocol must verify (no error)
-#   check.sh mutants   every mutant must yield a counterexample (an assertion violated, or
-#                      for liveness.pml an acceptance cycle under weak fairness)
+#   check.sh mutants   every mutant must yield a counterexample (an assertion violated, a
+#                      circular wait (an invalid end state), or for liveness.pml an
+#                      acceptance cycle under weak fairness)
 # Generated files go to model/build/ (a trail of a failed run stays there).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,11 +33,14 @@ apply       | -DPROGRESS
 apply-sink  | -DSINK -DRESET -DPROGRESS
 apply-snapshot | -DSNAPSHOT
 apply-snapshot-sink | -DSNAPSHOT -DSINK -DRESET
+tx          | -DPROGRESS
+tx-1p       | -DONE_PHASE -DNO_Q -DPROGRESS
+tx-2        | -DTWO_TX -DNO_Q -DPROGRESS
 liveness    | '
 
 # each mutant of xasink.pml runs in the "append" configuration (plus its own switches);
-# sink-*, streams-*, apply-* and live-* mutants in sink.pml, streams.pml, apply.pml and
-# liveness.pml
+# sink-*, streams-*, apply-*, tx-* and live-* mutants in sink.pml, streams.pml, apply.pml,
+# transaction.pml and liveness.pml
 MUTANTS='A | -DMUTANT_A | recovery lists XA RECOVER before reading the job row
 B | -DMUTANT_B | NOTA + not listed + no marker = LOST, without reading the job state
 C | -DMUTANT_C | a failed journal existence check presumes abort at once
@@ -62,6 +66,9 @@ apply-order | -DMUTANT_NO_ORDER | a one-phase staged job applies without lock_ap
 apply-help | -DMUTANT_NO_HELP -DPROGRESS | after JobOrderError, the same job id retried without finishing the blocker
 apply-register | -DSINK -DPROGRESS -DMUTANT_NO_REGISTER | a one-phase job does not register the mark row of its sink (first batch)
 apply-snapshot | -DSNAPSHOT -DPROGRESS | sessions at REPEATABLE READ with snapshot isolation: a writer that waited for a lock fails
+tx-two-applies | -DMUTANT_TWO_APPLIES | the tables of a transaction applied in two local transactions, a COMMIT between them
+tx-first-table | -DMUTANT_FIRST_TABLE_ORDER | the order checks find the row of a transaction by its target_table (its first table) only
+tx-lock-order | -DTWO_TX -DNO_Q -DMUTANT_PLAN_ORDER_LOCKS | the apply locks of a job taken in the order of its plan, not sorted
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 
@@ -71,6 +78,7 @@ model_of() {
     sink*|mutant-sink*) echo "$here/sink.pml" ;;
     streams*|mutant-streams*) echo "$here/streams.pml" ;;
     apply*|mutant-apply*) echo "$here/apply.pml" ;;
+    tx*|mutant-tx*) echo "$here/transaction.pml" ;;
     live*|mutant-live*) echo "$here/liveness.pml" ;;
     *) echo "$here/xasink.pml" ;;
   esac
@@ -138,15 +146,16 @@ model)
   echo "model: all configurations verified, no errors ($(($(date +%s) - start))s in all)"
   ;;
 mutants)
+  caught='assertion violated\|pan:1: invalid end state\|acceptance cycle'
   build_all "$MUTANTS" "mutant-" "$MUTANT_BASE" || exit 2
   echo "$MUTANTS" | while IFS='|' read -r name flags what; do
     name=$(echo $name)
     verify "mutant-$name"
-    if [ "$errors" = 0 ] || ! grep -q "assertion violated\|acceptance cycle" "$log"; then
+    if [ "$errors" = 0 ] || ! grep -q "$caught" "$log"; then
       echo "mutant $name NOT caught: $(echo $what)"; exit 1
     fi
     printf 'mutant %s caught (%s states, %ss): %s\n    %s\n' "$name" "$states" "$secs" \
-      "$(echo $what)" "$(grep -m1 'assertion violated\|acceptance cycle' "$log" | cut -c1-150)"
+      "$(echo $what)" "$(grep -m1 "$caught" "$log" | cut -c1-150)"
   done || exit 1
   echo "model-mutants: every mutant caught ($(($(date +%s) - start))s in all)"
   ;;
