@@ -9,8 +9,8 @@ import pytest
 
 from xasink.errors import JournalError
 from xasink.protocol import applying
-from xasink.protocol.applying import SEVERAL_WRITES, JobOrderError, trusted_plan
-from xasink.protocol.schema import JournalLayout
+from xasink.protocol.applying import JobOrderError, trusted_plan
+from xasink.protocol.schema import SEVERAL_WRITES, JournalLayout
 from xasink.spec import TableRef
 from xasink.tables.applier import STAGED_APPLY
 from xasink.tables.staging import ApplyPlan, ApplyPlans, stage_name

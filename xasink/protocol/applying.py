@@ -20,12 +20,8 @@ from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, query
 from ..spec import TableRef
 from ..xid import valid_job_id
-from .schema import JournalLayout
+from .schema import SEVERAL_WRITES, JournalLayout
 from .states import FINAL_STATES, JobState
-
-#: How a journal row's apply plan starts when it holds a transaction's several writes (the
-#: staged apply writes it so): such a row may change any table, its plan says which.
-SEVERAL_WRITES = '{"writes": '
 
 log = logging.getLogger("xasink")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, query
-from .schema import JournalLayout
+from .schema import SEVERAL_WRITES, JournalLayout
 from .states import FINAL_STATES, JobState
 
 Winner = tuple[int, int]  # (partition, attempt)
@@ -49,13 +49,14 @@ class JournalReader(JournalLayout):
         return self._records(conn, "state = ?", (state,), order="decided_at, job_id")
 
     def table_settled(self, conn: JdbcConnection, table: str) -> bool:
-        """No job on `table` is running or deciding, and no finished job's staging table is
-        left (on any table): recovery scoped to `table` would find no job row to act on."""
+        """No job on `table` is running or deciding (a transaction's of several tables
+        counts for each), and no finished job's staging table is left (on any table):
+        recovery scoped to `table` would find no job row to act on."""
         rows = query(
             conn,
-            f"SELECT COUNT(*) FROM {self.jobs} WHERE (target_table = ? AND state IN (?, ?)) "
-            "OR (apply_plan IS NOT NULL AND state IN (?, ?, ?))",
-            (table, *OPEN_STATES, *FINAL_STATES),
+            f"SELECT COUNT(*) FROM {self.jobs} WHERE ((target_table = ? OR apply_plan LIKE ?) "
+            "AND state IN (?, ?)) OR (apply_plan IS NOT NULL AND state IN (?, ?, ?))",
+            (table, f"{SEVERAL_WRITES}%", *OPEN_STATES, *FINAL_STATES),
         )
         return int(rows[0][0]) == 0
 

@@ -33,7 +33,7 @@ from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, query
 from ..xid import BranchId, valid_job_id
 from .actions import BranchAction, RecoveryAction, RecoveryReport
-from .applying import JobOrderError, StagedPlan
+from .applying import JobOrderError, StagedPlan, stored_plan
 from .branches import BranchOps, Outcome
 from .journal import Journal
 from .records import JobRecord
@@ -339,7 +339,7 @@ def resolve_in_doubt(
             )
             continue
         record = journal.job(conn, job_id)
-        if table is not None and (record is None or record.table != table):
+        if table is not None and not _changes(journal, conn, record, table):
             continue
         (decided if record and record.state == JobState.COMMITTING else undecided).append(job_id)
     order = {r.job_id: i for i, r in enumerate(committing)}
@@ -347,6 +347,19 @@ def resolve_in_doubt(
         resolver.resolve(job_id)
     resolver.drop_finished_stages(table, job)
     return report
+
+
+def _changes(journal: Journal, conn: JdbcConnection, record: JobRecord | None, table: str) -> bool:
+    """Whether the job changes `table`: its row's own table, or one of a transaction's."""
+    if record is None or record.table == table:
+        return record is not None
+    if not record.staged:
+        return False
+    try:
+        plan = stored_plan(journal, conn, record.job_id, journal.staged)
+    except JournalError:
+        return False
+    return plan is not None and table in map(str, plan.targets)
 
 
 def presume_abort(

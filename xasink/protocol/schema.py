@@ -28,6 +28,10 @@ MARKERS_TABLE = "xasink_markers"
 #: One row per streaming sink: the highest batch id whose commit decision is recorded.
 SINKS_TABLE = "xasink_sinks"
 
+#: How a job row's apply plan starts when it holds a transaction's several writes (the
+#: staged apply writes it so): such a row may change any table, its plan says which.
+SEVERAL_WRITES = '{"writes": '
+
 #: The journal's table layout; stored in `xasink_meta`, checked on every use.
 SCHEMA_VERSION = 1
 _LOSS_IF_RECREATED = (
@@ -272,4 +276,4 @@ class JournalLayout:
         ]
 
 
-__all__ = ["DEFAULT_LOCK_WAIT", "SCHEMA_VERSION", "JournalLayout"]
+__all__ = ["DEFAULT_LOCK_WAIT", "SCHEMA_VERSION", "SEVERAL_WRITES", "JournalLayout"]
