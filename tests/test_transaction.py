@@ -23,8 +23,10 @@ from support import (
     cli,
     connection_args,
     job_states,
+    journaled,
     sink_mark,
     stage_tables,
+    xasink_cli,
 )
 
 import xasink
@@ -347,4 +349,30 @@ def test_a_large_write_after_small_ones_takes_them_into_its_two_phases(spark, db
     assert _ids(db, child) == want_children
     assert _ids(db, extra) == want_parents
     assert job_states(db)[tx.job_id] == ("aborted" if fail else "committed")
+    _clean(db)
+
+
+def test_jobs_lists_an_unfinished_transaction_under_each_of_its_tables(spark, db):
+    """Decided, not finished: `xasink jobs --table` finds it under either table, with
+    both tables and modes. Once finished (its plan forgotten with its staging tables) it
+    is listed under its first table."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault("before_finish", "raise")),
+        transaction(**connection_args(db)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(children, child, mode="upsert", key="id", **PATHS["tasks"])
+    both = ", ".join(journaled(db, t) for t in (parent, child))
+    for table in (parent, child):
+        listed = xasink_cli(db, "jobs", "--table", table, "--json")
+        assert listed.returncode == 1, listed.stderr  # a job needs attention
+        (job,) = json.loads(listed.stdout)
+        assert (job["job_id"], job["state"]) == (tx.job_id, "committing")
+        assert (job["mode"], job["table"]) == ("append,upsert", both)
+    assert cli(db, "--grace", "0").returncode == 0
+    (job,) = json.loads(xasink_cli(db, "jobs", "--table", parent, "--json").stdout)
+    assert (job["job_id"], job["state"]) == (tx.job_id, "committed")
     _clean(db)

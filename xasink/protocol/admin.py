@@ -23,6 +23,7 @@ from .branches import BranchOps, Outcome
 from .connecting import journal_session, open_journal
 from .journal import Journal
 from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
+from .schema import SEVERAL_WRITES
 from .states import FINAL_STATES, JobState
 
 
@@ -62,9 +63,11 @@ def list_jobs(
     if states:
         where.append(f"j.state IN ({', '.join('?' for _ in states)})")
         params.extend(states)
+    named: set[str] = set()
     if table is not None:  # rows written before tables were resolved hold the spelling
-        where.append("j.target_table IN (?, ?)")
-        params.extend((table, table_named(conn, journal, table)))
+        named = {table, table_named(conn, journal, table)}
+        where.append("(j.target_table IN (?, ?) OR j.apply_plan LIKE ?)")
+        params.extend((*sorted(named), f"{SEVERAL_WRITES}%"))
     rows = query(
         conn,
         f"SELECT j.job_id, j.state, j.target_table, "
@@ -81,12 +84,14 @@ def list_jobs(
     jobs = []
     for job_id, state, target, total, age, beat, plan, resolution, lease, sink, batch in rows:
         job_id, state = str(job_id), str(state)
-        mode = _mode(plan)
+        tables, mode = _tables_and_mode(str(target), plan)
+        if named and not named & set(tables):
+            continue  # a transaction of other tables
         jobs.append(
             JobInfo(
                 job_id,
                 state,
-                str(target),
+                ", ".join(tables),
                 None if total is None else int(total),
                 None if age is None else float(age),
                 None if beat is None else float(beat),
@@ -100,13 +105,18 @@ def list_jobs(
     return jobs
 
 
-def _mode(plan: object) -> str:
+def _tables_and_mode(table: str, plan: object) -> tuple[list[str], str]:
+    """The tables a job changes and its mode, from its row: a transaction's plan names
+    each of its tables and their modes (`mode` lists them, comma-separated)."""
     if not plan:
-        return "append"
+        return [table], "append"
     try:
-        return str(json.loads(str(plan))["mode"])
-    except (ValueError, KeyError):
-        return "?"
+        raw = json.loads(str(plan))
+        writes = raw["writes"] if str(plan).startswith(SEVERAL_WRITES) else [raw]
+        tables = [str(TableRef(**w["target"])) for w in writes]
+        return (tables if len(writes) > 1 else [table]), ",".join(str(w["mode"]) for w in writes)
+    except (ValueError, KeyError, TypeError):
+        return [table], "?"
 
 
 def _blocker(
