@@ -10,7 +10,7 @@ DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-serve
 .PHONY: help system-deps install lint unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
-	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, then the streaming demo"
+	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, two tables through a driver kill, then the streaming demo"
 	@echo "make demo-streaming  a stream of micro-batches, crashed mid-commit and replayed"
 	@echo "make unit     the fast tests alone: no database, no Spark, no JVM"
 	@echo "make test     lint and run the test suite against throwaway PostgreSQL, MariaDB 10.11 and 11.8, and MySQL"
@@ -92,6 +92,7 @@ model-mutants: spin-deps
 
 demo: install
 	$(PYTHON) examples/demo.py
+	$(PYTHON) examples/transaction_demo.py
 	$(PYTHON) examples/streaming_demo.py
 
 demo-streaming: install
