@@ -20,7 +20,7 @@ from support import (
     new_table,
 )
 
-import xasink.spark.write
+import xasink.spark.transaction
 from xasink import SchemaMismatchError, WriteError, write_xa
 from xasink.driver.check_cache import CheckCache
 from xasink.protocol.heartbeat import Heartbeat
@@ -38,7 +38,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """write_xa's cache on a clock the test moves."""
     clock = Clock()
-    monkeypatch.setattr(xasink.spark.write, "CHECKS", CheckCache(ttl=60, clock=clock))
+    monkeypatch.setattr(xasink.spark.transaction, "CHECKS", CheckCache(ttl=60, clock=clock))
     return clock
 
 
@@ -53,7 +53,7 @@ def test_a_failed_call_forgets_and_the_next_describes_the_table_again(spark, db,
     table = new_table(db)
     df = events_df(spark, 100, 2)
     write_xa(df, table=table, **connection_args(db))
-    assert len(xasink.spark.write.CHECKS) == 4  # server, table, its identity, journal
+    assert len(xasink.spark.transaction.CHECKS) == 4  # server, table, its identity, journal
     drop_column(db, table, "n")
     # Still cached: the stale description passes preflight, and the server refuses the rows.
     with pytest.raises(WriteError):
@@ -62,7 +62,7 @@ def test_a_failed_call_forgets_and_the_next_describes_the_table_again(spark, db,
             table=table,
             **connection_args(db),
         )
-    assert len(xasink.spark.write.CHECKS) == 0
+    assert len(xasink.spark.transaction.CHECKS) == 0
     assert_exactly(db, table, range(100))
     # Described again: preflight names the column, nothing is written.
     with pytest.raises(SchemaMismatchError, match="'n'"):

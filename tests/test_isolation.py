@@ -240,7 +240,7 @@ def test_a_statement_format_binary_log_is_refused_before_anything_is_written(spa
     """At READ COMMITTED, InnoDB writes are logged by row only, so a server logging
     statements would refuse every write (1665): preflight says so and how to fix it, and
     nothing is written."""
-    import xasink.spark.write
+    import xasink.spark.transaction
     from xasink.driver.check_cache import CheckCache
 
     table = new_table(mysql)
@@ -253,7 +253,7 @@ def test_a_statement_format_binary_log_is_refused_before_anything_is_written(spa
     sessions.close_all()
     try:
         with pytest.MonkeyPatch.context() as patch:  # nothing checked earlier is reused
-            patch.setattr(xasink.spark.write, "CHECKS", CheckCache())
+            patch.setattr(xasink.spark.transaction, "CHECKS", CheckCache())
             with pytest.raises(PreflightError, match=r"binlog_format = 'MIXED'"):
                 write_xa(events_df(spark, 10, 1), table=table, **connection_args(mysql))
     finally:

@@ -28,8 +28,8 @@ from .errors import (
 from .operations import recover
 from .protocol.actions import BranchAction, RecoveryReport
 from .spark.streaming import foreach_batch
-from .spark.transaction import TableWrite, Transaction, TransactionResult, transaction
-from .spark.write import WriteResult, write_xa
+from .spark.transaction import TableWrite, Transaction, TransactionResult
+from .spark.write import WriteResult, transaction, write_xa
 from .xid import FORMAT_ID, BranchId, Xid
 
 __version__ = "0.1.0"

@@ -16,7 +16,7 @@ from ..tables.staging import ApplyPlans, temporary_stage
 from .job import Job
 from .plan import apply_plan_for
 from .preflight import recover_table
-from .report import JobOutcome, PhaseSeconds
+from .report import JobEnd, JobOutcome, PhaseSeconds
 from .request import JobRequest, PhaseOne, Preflight
 from .sinks import sink_batch
 
@@ -47,6 +47,16 @@ class TransactionResult:
     @property
     def skipped(self) -> bool:
         return self.outcome == JobOutcome.SKIPPED
+
+
+@dataclass(frozen=True)
+class TransactionEnd:
+    """A transaction's job end, and what write_xa's result says beyond it."""
+
+    end: JobEnd
+    created: bool
+    phase_one: PhaseOne | None
+    losers: int
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,7 @@ def joined(parts: Sequence[PhaseOne]) -> PhaseOne:
 
 __all__ = [
     "TableWrite",
+    "TransactionEnd",
     "TransactionResult",
     "TransactionSettings",
     "add_write",

@@ -258,23 +258,30 @@ def java_message(exc: BaseException) -> str:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@contextlib.contextmanager
+def java_errors_redacted(name: str, redact: Callable[[str], str]) -> Iterator[None]:
+    """A raw Java exception raised inside becomes an XasinkError saying `name` failed,
+    its message passed through `redact` (the call's passwords and URL credentials)."""
+    try:
+        yield
+    except (jpype.JException, jaydebeapi.Error) as exc:
+        raise XasinkError(
+            f"{name} failed in the JDBC driver ({redact(java_message(exc))}). Nothing was left "
+            "half-written; `xasink recover` resolves anything in doubt."
+        ) from None
+
+
 def redacting_java_errors(func: F) -> F:
     """No raw Java exception leaves a public call: it becomes an XasinkError whose message
     has the call's passwords (argument, or `properties`) and URL credentials masked."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
+        properties = kwargs.get("properties") or {}
+        secrets = [kwargs.get("password")] + [
+            str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
+        ]
+        with java_errors_redacted(func.__name__, Redactor(secrets)):
             return func(*args, **kwargs)
-        except (jpype.JException, jaydebeapi.Error) as exc:
-            properties = kwargs.get("properties") or {}
-            secrets = [kwargs.get("password")] + [
-                str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
-            ]
-            message = Redactor(secrets)(java_message(exc))
-            raise XasinkError(
-                f"{func.__name__} failed in the JDBC driver ({message}). Nothing was left "
-                "half-written; `xasink recover` resolves anything in doubt."
-            ) from None
 
     return wrapper  # type: ignore[return-value]

@@ -4,18 +4,21 @@ driver's own write of a small collected frame, and the message schema they repor
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark import TaskContext
 
+from ..driver.decision import phase_one_failed
 from ..errors import WriteError
 from ..executor.branch import write_rows
 from ..executor.contract import BranchReport, WritePlan
 from ..protocol.sessions import set_jar_locator
 from ..runtime.jvm import keep_fault_handlers
-from .session import shipped_copy
+from ..runtime.timing import step
+from .session import job_label, shipped_copy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -66,6 +69,23 @@ def write_from_driver(plan: WritePlan, df: DataFrame) -> BranchReport:
     Spark task is retried by Spark before any branch opens."""
     report = write_rows(plan, iter(collect_small_frame(df)), plan.partition_base, 0, 0)
     return dataclasses.replace(report, peak_rss_kb=0)  # no worker ran
+
+
+def write_branches(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
+    """Phase 1: the Spark job whose tasks prepare one branch per partition, or the
+    driver's own write of a small frame; the partitions' messages."""
+    label = f"xasink write into {plan.target} (job {plan.job_id})"
+    try:
+        with (
+            step("phase 1 (Spark job)"),
+            job_label(df.sparkSession, label, f"xasink-{plan.job_id}"),
+        ):
+            if on_driver:
+                return [write_from_driver(plan, df)]
+            writer = functools.partial(write_partition, plan)
+            return df.mapInArrow(writer, MESSAGE_DDL).collect()
+    except Exception as exc:
+        raise phase_one_failed(plan, exc, on_driver) from exc
 
 
 #: The collected batches are merged up to this size: each batch costs the loader a fixed

@@ -25,11 +25,12 @@ from .. import defaults
 from ..driver.check_cache import CHECKS
 from ..driver.decision import select_winners
 from ..driver.job import Job
-from ..driver.report import JobOutcome, JobTrace, PhaseSeconds
+from ..driver.plan import one_stream
+from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
 from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
-from ..driver.sinks import sink_batch
 from ..driver.transaction import (
     TableWrite,
+    TransactionEnd,
     TransactionResult,
     TransactionSettings,
     add_write,
@@ -38,18 +39,17 @@ from ..driver.transaction import (
 )
 from ..errors import ConfigurationError, XasinkError
 from ..protocol.actions import BranchAction
-from ..protocol.connecting import make_spec
 from ..protocol.states import JobState
-from ..runtime.jdbc import redacting_java_errors
+from ..runtime.jdbc import java_errors_redacted
 from ..runtime.shutdown import tracked
-from ..runtime.timing import step
+from ..runtime.timing import Stopwatch, step
 from ..spec import TableRef
 from ..tables.modes import APPEND, ModeOptions
 from ..tables.staging import ApplyPlans
 from .frame import branch_count, shape_frame, writes_on_driver
-from .session import ship_jars, streaming_query_id
+from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
 from .small_writes import HeldWrite, commit_held, hold, promote
-from .write import write_branches
+from .tasks import write_branches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,8 +61,9 @@ class Transaction:
     """The block's handle: `write` adds a write; the block's end decides for all of them.
     Open one with `xasink.transaction`."""
 
-    def __init__(self, settings: TransactionSettings) -> None:
+    def __init__(self, settings: TransactionSettings, clock: Stopwatch | None = None) -> None:
         self._settings = settings
+        self._clock = clock
         self._trace: JobTrace | None = None
         self._stack = contextlib.ExitStack()
         self._job: Job | None = None
@@ -78,6 +79,9 @@ class Transaction:
         self._ended = False
         #: What the transaction did, once its block has ended without an error.
         self.result: TransactionResult | None = None
+        #: Its job's end, and what write_xa's result reports beyond it.
+        self.ended: TransactionEnd | None = None
+        self._created = False
 
     @property
     def job_id(self) -> str | None:
@@ -85,7 +89,6 @@ class Transaction:
         return self._job.job_id if self._job else None
 
     @tracked
-    @redacting_java_errors
     def write(
         self,
         df: DataFrame,
@@ -113,20 +116,21 @@ class Transaction:
                 "the block and run the transaction again."
             ) from self._failed
         try:
-            self._write(
-                df,
-                table,
-                mode,
-                key,
-                op,
-                order,
-                op_values,
-                create,
-                batch_size,
-                bulk,
-                max_branches,
-                driver_write_bytes,
-            )
+            with java_errors_redacted("tx.write", self._settings.spec.redact):
+                self._write(
+                    df,
+                    table,
+                    mode,
+                    key,
+                    op,
+                    order,
+                    op_values,
+                    create,
+                    batch_size,
+                    bulk,
+                    max_branches,
+                    driver_write_bytes,
+                )
         except BaseException as exc:
             self._failed = exc
             if isinstance(exc, XasinkError) and self.job_id:
@@ -159,12 +163,22 @@ class Transaction:
         query = streaming_query_id(df.sparkSession) if s.sink_id else None
         request = write_request(s, TableRef.parse(table), options, create, batch_size, bulk, query)
         with step("spark conf, jars, branch count"):
+            memory = conf(df.sparkSession, PYSPARK_MEMORY)
+            check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
             ship_jars(df.sparkSession, s.spec.jars)
             on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
             branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
         job, pre = self._joined(df, request, branches, on_driver)
         if job is None:
             return  # a streaming batch decided before: nothing to write
+        self._created |= pre.created
+        if (
+            max_branches == "auto"
+            and branches > 1
+            and one_stream(job.conn, job.dialect, pre.table, options)
+        ):
+            log.info("xasink: one branch into %s, which has no unique key", pre.table)
+            branches = 1
         if self._held is not None:
             held = hold(job, pre, df)
             self._held.append(held)
@@ -198,7 +212,7 @@ class Transaction:
         # when it makes them branches); the earlier writes' are prepared already.
         needed = branches + (len(self._held or ()) if not on_driver else 0)
         if job is None:
-            self._trace = JobTrace.of(request)
+            self._trace = JobTrace.of(request, self._clock)
             self._trace.writer = "driver" if on_driver else "tasks"
             job = self._stack.enter_context(
                 Job.opened(request, reuse=True, checks=CHECKS, trace=self._trace)
@@ -206,8 +220,8 @@ class Transaction:
             self._job = job
             pre = job.preflight(df.schema, needed)
             self._check_table(pre.table)
-            self._trace.table = str(pre.table)
-            small = on_driver and job.can_stage_temporarily()
+            staged = request.options.staged
+            small = on_driver and (not staged or job.can_stage_temporarily())
             begun = job.begin(pre, df.columns, self._lease, one_phase=small)
             self._recovered += begun.recovered
             if isinstance(begun, Skipped):
@@ -222,7 +236,7 @@ class Transaction:
             pre = job.preflight(df.schema, needed)
             self._check_table(pre.table)
             assert self._trace is not None
-            self._trace.table += f", {pre.table}"
+            self._trace.table += f", {request.target}"
             if self._skipped is not None:
                 return None, pre
             if self._held is not None and not on_driver:
@@ -266,15 +280,13 @@ class Transaction:
             return
         if self._skipped is not None:
             trace.decided_by = self._skipped.mark.job_id
-            end = trace.end(JobOutcome.SKIPPED)
-            self.result = self._result(end.seconds, JobOutcome.SKIPPED, end.decided_by)
             self._stack.close()
+            self._end(trace.end(JobOutcome.SKIPPED))
             return
         if self._held is not None:
-            commit_held(job, self._held, trace.table)
-            end = trace.end(JobOutcome.COMMITTED)
-            self.result = self._result(end.seconds, JobOutcome.COMMITTED)
+            phase_one = commit_held(job, self._held, trace.table)
             self._stack.close()
+            self._end(trace.end(JobOutcome.COMMITTED), phase_one)
             return
         assert job.plan is not None
         staged = ApplyPlans.of(job.apply).writes[0] if job.apply else None
@@ -288,91 +300,27 @@ class Transaction:
             len(self._writes),
             phase_one.rows,
         )
-        job.commit(phase_one)
+        losers = job.commit(phase_one)
         self._stack.close()  # heartbeat stopped, staging tables dropped, session kept
-        end = trace.end(JobOutcome.COMMITTED)
-        self.result = self._result(end.seconds, JobOutcome.COMMITTED)
+        self._end(trace.end(JobOutcome.COMMITTED), phase_one, losers)
 
-    def _result(
-        self, seconds: PhaseSeconds, outcome: JobOutcome, decided_by: str | None = None
-    ) -> TransactionResult:
-        return TransactionResult(
+    def _end(self, end: JobEnd, phase_one: PhaseOne | None = None, losers: int = 0) -> None:
+        self.ended = TransactionEnd(end, self._created, phase_one, losers)
+        self.result = TransactionResult(
             self.job_id or "",
             tuple(self._writes),
             sum(w.rows for w in self._writes),
-            outcome,
-            seconds,
-            decided_by,
+            end.outcome,
+            end.seconds,
+            end.decided_by,
             self._recovered,
         )
 
 
 @contextlib.contextmanager
-def transaction(
-    url: str,
-    *,
-    user: str | None = None,
-    password: str | None = None,
-    properties: Mapping[str, object] | None = None,
-    jars: Sequence[str] | None = None,
-    dialect: str | None = None,
-    xa_datasource: str | None = None,
-    journal_schema: str | None = None,
-    connect_timeout: int = defaults.CONNECT_TIMEOUT,
-    network_timeout: float = defaults.NETWORK_TIMEOUT,
-    commit_retries: int = defaults.COMMIT_RETRIES,
-    commit_parallelism: int = defaults.COMMIT_PARALLELISM,
-    recover_first: bool = True,
-    grace: float = defaults.GRACE,
-    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL,
-    lock_wait_timeout: float = defaults.LOCK_WAIT,
-    per_branch_appends: bool = False,
-    sink_id: str | None = None,
-    batch_id: int | None = None,
-) -> Iterator[Transaction]:
-    """Several writes into the tables of one database, all or nothing, and at once for
-    readers: `tx.write(df, table, mode=...)` in the block, one decision when it ends.
-
-    Every write is staged (appends too) and the staging tables are applied in one local
-    transaction, parents before children (the catalog's foreign keys, else the order of
-    the writes): a reader at READ COMMITTED sees every table old or every table new. With
-    `per_branch_appends=True` (appends only), branches write the tables themselves, as
-    write_xa's appends do: faster, but each branch's rows show as it commits.
-
-    An exception in the block, or a failed write, aborts the transaction: nothing of any
-    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
-    (`foreachBatch`): a batch whose decision is recorded is not written again
-    (`tx.result.skipped`). The other keywords are write_xa's.
-    """
-    with step("arguments"):
-        spec = make_spec(
-            url,
-            user=user,
-            password=password,
-            properties=properties,
-            dialect=dialect,
-            xa_datasource=xa_datasource,
-            jars=jars,
-            connect_timeout=connect_timeout,
-            network_timeout=network_timeout,
-        )
-        sink_batch(sink_id, batch_id)
-    if not heartbeat_interval > 0:
-        raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
-    settings = TransactionSettings(
-        spec,
-        journal_schema,
-        lock_wait_timeout,
-        grace,
-        recover_first,
-        commit_retries,
-        commit_parallelism,
-        heartbeat_interval,
-        per_branch_appends,
-        sink_id,
-        batch_id,
-    )
-    tx = Transaction(settings)
+def run(tx: Transaction) -> Iterator[Transaction]:
+    """The block's rules: an exception inside, or a write that failed even if the block
+    went on, aborts the transaction; leaving it normally commits every write."""
     try:
         yield tx
         if tx._failed is not None:
@@ -389,9 +337,9 @@ def transaction(
 
 
 @tracked
-@redacting_java_errors
 def _ended(tx: Transaction) -> None:
-    tx._commit()
+    with java_errors_redacted("the transaction's commit", tx._settings.spec.redact):
+        tx._commit()
 
 
 def _failed(tx: Transaction, exc: BaseException) -> None:
@@ -408,4 +356,4 @@ def _failed(tx: Transaction, exc: BaseException) -> None:
             trace.failed(exc)
 
 
-__all__ = ["TableWrite", "Transaction", "TransactionResult", "transaction"]
+__all__ = ["TableWrite", "Transaction", "TransactionResult", "run"]

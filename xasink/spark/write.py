@@ -1,48 +1,30 @@
-"""`write_xa`: a DataFrame into a table, exactly once, through one `Job`."""
+"""The public entry points: `write_xa`, a DataFrame into a table, and `transaction`, several
+tables of one database. Both run one `Transaction` (xasink.spark.transaction): write_xa is
+the transaction of one write, whose append, alone, writes its table from its branches."""
 
 from __future__ import annotations
 
-import functools
-import logging
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from .. import defaults
-from ..driver.check_cache import CHECKS
-from ..driver.decision import phase_one_failed
-from ..driver.job import Job
-from ..driver.one_phase import commit_one_phase
-from ..driver.plan import one_stream
-from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
-from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
+from ..driver.report import JobEnd, JobOutcome, PhaseSeconds
+from ..driver.request import PhaseOne
 from ..driver.sinks import sink_batch
-from ..errors import ConfigurationError, XasinkError
-from ..executor.contract import BranchReport, WritePlan
-from ..executor.one_phase import write_one_phase
+from ..driver.transaction import TransactionSettings
+from ..errors import ConfigurationError
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
-from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
-from ..spec import TableRef
-from ..tables.modes import ModeOptions
-from .frame import branch_count, shape_frame, writes_on_driver
-from .session import (
-    PYSPARK_MEMORY,
-    check_spark_conf,
-    conf,
-    job_label,
-    ship_jars,
-    streaming_query_id,
-)
-from .tasks import MESSAGE_DDL, collect_small_frame, write_from_driver, write_partition
+from ..tables.modes import APPEND
+from .transaction import Transaction, run
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-log = logging.getLogger("xasink")
 
 
 @dataclass(frozen=True)
@@ -161,158 +143,162 @@ def write_xa(
     """
     clock = Stopwatch()
     with step("arguments"):
-        spec = make_spec(
+        settings = _settings(
             url,
-            user=user,
-            password=password,
-            properties=properties,
-            dialect=dialect,
-            xa_datasource=xa_datasource,
-            jars=jars,
-            connect_timeout=connect_timeout,
-            network_timeout=network_timeout,
+            user,
+            password,
+            properties,
+            jars,
+            dialect,
+            xa_datasource,
+            journal_schema,
+            connect_timeout,
+            network_timeout,
+            commit_retries,
+            commit_parallelism,
+            recover_first,
+            grace,
+            heartbeat_interval,
+            lock_wait_timeout,
+            mode == APPEND,  # alone, an append writes its table from its branches
+            sink_id,
+            batch_id,
         )
-        query = streaming_query_id(df.sparkSession) if sink_id else None
-        request = JobRequest(
-            spec=spec,
-            target=TableRef.parse(table),
-            options=ModeOptions.build(mode, key, op, order, op_values, df.columns),
+    tx = Transaction(settings, clock)
+    with run(tx):
+        tx.write(
+            df,
+            table,
+            mode=mode,
+            key=key,
+            op=op,
+            order=order,
+            op_values=op_values,
             create=create,
             batch_size=batch_size,
             bulk=bulk,
-            journal_schema=journal_schema,
-            lock_wait=lock_wait_timeout,
-            grace=grace,
-            recover_first=recover_first,
-            commit_retries=commit_retries,
-            commit_parallelism=commit_parallelism,
-            sink=sink_batch(sink_id, batch_id, query),
+            max_branches=max_branches,
+            driver_write_bytes=driver_write_bytes,
         )
+    ended = tx.ended
+    assert ended is not None and tx.result is not None
+    return _result(ended.end, tx.result.recovered, ended.created, ended.phase_one, ended.losers)
+
+
+@contextlib.contextmanager
+def transaction(
+    url: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    properties: Mapping[str, object] | None = None,
+    jars: Sequence[str] | None = None,
+    dialect: str | None = None,
+    xa_datasource: str | None = None,
+    journal_schema: str | None = None,
+    connect_timeout: int = defaults.CONNECT_TIMEOUT,
+    network_timeout: float = defaults.NETWORK_TIMEOUT,
+    commit_retries: int = defaults.COMMIT_RETRIES,
+    commit_parallelism: int = defaults.COMMIT_PARALLELISM,
+    recover_first: bool = True,
+    grace: float = defaults.GRACE,
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL,
+    lock_wait_timeout: float = defaults.LOCK_WAIT,
+    per_branch_appends: bool = False,
+    sink_id: str | None = None,
+    batch_id: int | None = None,
+) -> Iterator[Transaction]:
+    """Several writes into the tables of one database, all or nothing, and at once for
+    readers: `tx.write(df, table, mode=...)` in the block, one decision when it ends.
+
+    Every write is staged (appends too) and the staging tables are applied in one local
+    transaction, parents before children (the catalog's foreign keys, else the order of
+    the writes): a reader at READ COMMITTED sees every table old or every table new. With
+    `per_branch_appends=True` (appends only), branches write the tables themselves, as
+    write_xa's appends do: faster, but each branch's rows show as it commits. Small
+    writes are held by the driver and written in one local transaction, without XA.
+
+    An exception in the block, or a failed write, aborts the transaction: nothing of any
+    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
+    (`foreachBatch`): a batch whose decision is recorded is not written again
+    (`tx.result.skipped`). The other keywords are write_xa's; see docs/transactions.md.
+    """
+    with step("arguments"):
+        settings = _settings(
+            url,
+            user,
+            password,
+            properties,
+            jars,
+            dialect,
+            xa_datasource,
+            journal_schema,
+            connect_timeout,
+            network_timeout,
+            commit_retries,
+            commit_parallelism,
+            recover_first,
+            grace,
+            heartbeat_interval,
+            lock_wait_timeout,
+            per_branch_appends,
+            sink_id,
+            batch_id,
+        )
+    with run(Transaction(settings)) as tx:
+        yield tx
+
+
+def _settings(
+    url: str,
+    user: str | None,
+    password: str | None,
+    properties: Mapping[str, object] | None,
+    jars: Sequence[str] | None,
+    dialect: str | None,
+    xa_datasource: str | None,
+    journal_schema: str | None,
+    connect_timeout: int,
+    network_timeout: float,
+    commit_retries: int,
+    commit_parallelism: int,
+    recover_first: bool,
+    grace: float,
+    heartbeat_interval: float,
+    lock_wait_timeout: float,
+    per_branch_appends: bool,
+    sink_id: str | None,
+    batch_id: int | None,
+) -> TransactionSettings:
+    """The database, its journal and the stream batch, validated, as both entry points
+    take them."""
+    spec = make_spec(
+        url,
+        user=user,
+        password=password,
+        properties=properties,
+        dialect=dialect,
+        xa_datasource=xa_datasource,
+        jars=jars,
+        connect_timeout=connect_timeout,
+        network_timeout=network_timeout,
+    )
+    sink_batch(sink_id, batch_id)
     if not heartbeat_interval > 0:
         raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
-    trace = JobTrace.of(request, clock)
-    with trace.ending():  # from here on, the call is a job: its end is logged
-        return _write(df, request, max_branches, driver_write_bytes, heartbeat_interval, trace)
-
-
-def _write(
-    df: DataFrame,
-    request: JobRequest,
-    max_branches: int | Literal["auto"] | None,
-    driver_write_bytes: int,
-    heartbeat_interval: float,
-    trace: JobTrace,
-) -> WriteResult:
-    """The job's steps, from preflight to finish."""
-    with step("spark conf, jars, branch count"):
-        spark = df.sparkSession
-        memory = conf(spark, PYSPARK_MEMORY)
-        check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
-        ship_jars(spark, request.spec.jars)
-        on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
-        branches, planned = (
-            (1, True) if on_driver else branch_count(df, max_branches, request.options)
-        )
-    trace.writer = "driver" if on_driver else "tasks"
-    with Job.opened(request, reuse=True, checks=CHECKS, trace=trace) as job:
-        pre = job.preflight(df.schema, branches)
-        if max_branches == "auto" and branches > 1:
-            with step("stream count"):
-                if one_stream(job.conn, job.dialect, request.target, request.options):
-                    log.info("xasink: one branch into %s, which has no unique key", request.target)
-                    branches = 1
-        lease = defaults.LEASE_INTERVALS * heartbeat_interval
-        # One branch needs no second phase, where the login can stage inside it.
-        one_phase = on_driver and (not request.options.staged or job.can_stage_temporarily())
-        begun = job.begin(pre, df.columns, lease, one_phase=one_phase)
-        if isinstance(begun, Skipped):
-            return _result(trace.end(JobOutcome.SKIPPED), begun.recovered)
-        if one_phase:
-            phase_one = _one_phase(df, job, pre)
-            return _result(trace.end(JobOutcome.COMMITTED), begun.recovered, pre.created, phase_one)
-        with job.running(heartbeat_interval):
-            plan, columns = job.make_plan(pre, df.schema)
-            with step("shape frame"):
-                options, dialect = request.options, job.dialect
-                shaped = shape_frame(df, plan, options, dialect, columns, branches, on_driver)
-            what = "1 branch from the driver" if on_driver else f"{branches} branches"
-            log.info(
-                "xasink job %s: writing %s into %s (mode %s)",
-                plan.job_id,
-                what,
-                request.target,
-                options.mode,
-            )
-            phase_one = job.decide(write_branches(shaped, plan, on_driver), branches, planned)
-            log.info(
-                "xasink job %s: %d branches prepared (%d rows) and commit decided in %.1fs",
-                plan.job_id,
-                len(phase_one.winners),
-                phase_one.rows,
-                trace.clock.elapsed(),
-            )
-            losers = job.commit(phase_one)
-    end = trace.end(JobOutcome.COMMITTED)
-    return _result(end, begun.recovered, pre.created, phase_one, losers)
-
-
-def _one_phase(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
-    """A small frame's job: the driver writes its only branch and commits it, with the
-    job's bookkeeping, in one local transaction (`driver.one_phase.commit_one_phase`). Until then,
-    nothing of the job exists: any failure ends it aborted."""
-    try:
-        return _one_phase_steps(df, job, pre)
-    except BaseException as exc:
-        if isinstance(exc, XasinkError):
-            exc.job_id = job.job_id
-        if job.trace.state == JobState.RUNNING:
-            job.trace.state = JobState.ABORTED
-        raise
-
-
-def _one_phase_steps(df: DataFrame, job: Job, pre: Preflight) -> PhaseOne:
-    plan, columns = job.make_plan(pre, df.schema, one_phase=True)
-    options, dialect = job.request.options, job.dialect
-    with step("shape frame"):
-        shaped = shape_frame(df, plan, options, dialect, columns, 1, True)
-    log.info(
-        "xasink job %s: writing 1 branch from the driver into %s in one transaction (mode %s)",
-        plan.job_id,
-        job.request.target,
-        options.mode,
+    return TransactionSettings(
+        spec,
+        journal_schema,
+        lock_wait_timeout,
+        grace,
+        recover_first,
+        commit_retries,
+        commit_parallelism,
+        heartbeat_interval,
+        per_branch_appends,
+        sink_id,
+        batch_id,
     )
-    label = f"xasink write_xa into {job.request.target} (job {plan.job_id})"
-    try:
-        with (
-            step("collect the frame"),
-            job_label(df.sparkSession, label, f"xasink-{plan.job_id}"),
-        ):
-            batches = collect_small_frame(shaped)
-    except Exception as exc:  # Spark could not produce the rows: nothing was written
-        raise phase_one_failed(plan, exc, on_driver=True) from exc
-
-    def write(plan: WritePlan) -> BranchReport:
-        with step("one local transaction"):
-            return write_one_phase(plan, iter(batches))
-
-    return commit_one_phase(job, write)
-
-
-def write_branches(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]:
-    """Phase 1: the Spark job whose tasks prepare one branch per partition, or the
-    driver's own write of a small frame; the partitions' messages."""
-    label = f"xasink write_xa into {plan.table} (job {plan.job_id})"
-    try:
-        with (
-            step("phase 1 (Spark job)"),
-            job_label(df.sparkSession, label, f"xasink-{plan.job_id}"),
-        ):
-            if on_driver:
-                return [write_from_driver(plan, df)]
-            writer = functools.partial(write_partition, plan)
-            return df.mapInArrow(writer, MESSAGE_DDL).collect()
-    except Exception as exc:
-        raise phase_one_failed(plan, exc, on_driver) from exc
 
 
 #: What WriteResult takes from the job's end as it is (the job-end line shows the same).
@@ -346,4 +332,4 @@ def _result(
     )
 
 
-__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "write_xa"]
+__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "transaction", "write_xa"]
