@@ -19,7 +19,7 @@ help:
 	@echo "make test-mariadb11  every MariaDB 11.8 case of the suite (make test runs those marked mariadb11_ci)"
 	@echo "make test-install  the wheel in a fresh venv (classic and Connect), and an editable install"
 	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
-	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, and a stream of 1k-row micro-batches"
+	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, a stream of 1k-row micro-batches, and two-table transactions"
 	@echo "make bench-quick  the same, small (CI smoke)"
 	@echo "make install  install xasink (editable) with its test dependencies"
 	@echo "make model    exhaustively model-check the protocol with spin (model/xasink.pml)"

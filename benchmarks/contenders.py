@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import rawload
 
@@ -33,6 +33,11 @@ class Target:
     rows: int
     #: PostgreSQL only: the same rows in binary COPY format, built by the server (untimed).
     pg_binary: bytes | None = None
+
+    @property
+    def tables(self) -> dict[str, int]:
+        """Each table a run writes, and the rows it must hold afterwards."""
+        return {self.table: self.rows}
 
 
 def jdbc_properties(db: Database) -> dict[str, str]:
@@ -133,18 +138,23 @@ def raw(target: Target) -> dict[str, Any]:
     return rawload.load_data_mariadb(target.db, target.table, target.csv)
 
 
+TargetT = TypeVar("TargetT")
+
+
 @dataclass(frozen=True)
-class Contender:
+class Contender(Generic[TargetT]):
+    """A named writer of one kind of target (a `Target` here; transactions.py has its own)."""
+
     name: str
     label: str
-    run: Callable[[Target], dict[str, Any]]
+    run: Callable[[TargetT], dict[str, Any]]
     #: Runs after a failed measurement, before the next one; its result goes in the detail.
-    cleanup: Callable[[Target], dict[str, Any]] | None = None
+    cleanup: Callable[[TargetT], dict[str, Any]] | None = None
     #: False for a floor that writes nothing: its row count is not checked.
     writes: bool = True
 
 
-CONTENDERS: dict[str, Contender] = {
+CONTENDERS: dict[str, Contender[Target]] = {
     c.name: c
     for c in (
         Contender("spark_jdbc", "Spark JDBC", spark_jdbc),

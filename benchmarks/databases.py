@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -121,6 +122,23 @@ class Database:
 
     def drop(self, table: str) -> None:
         self.execute(f"DROP TABLE IF EXISTS {table}")
+
+    @contextlib.contextmanager
+    def fresh_tables(self, ddl: Mapping[str, str], label: str) -> Iterator[None]:
+        """Each table (name: its CREATE TABLE) created anew for the block and dropped after
+        it. A table that cannot be dropped is reported, not raised: a later block uses its
+        own."""
+        for table, create in ddl.items():
+            self.drop(table)
+            self.execute(create)
+        try:
+            yield
+        finally:
+            for table in ddl:
+                try:
+                    self.drop(table)
+                except Exception as exc:
+                    print(f"[{self.kind} {label}] could not drop {table}: {exc}", flush=True)
 
     def version(self) -> str:
         return str(self.scalar("SELECT version()"))

@@ -12,10 +12,10 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import cpu
-from .contenders import Contender, Target
+from .contenders import Contender
 
 if TYPE_CHECKING:
     from .databases import Database
@@ -112,24 +112,43 @@ def truncate(db: Database, table: str, timing: Timing) -> None:
         raise SetupFailed(timing) from exc
 
 
-def measure_once(
-    contender: Contender, target: Target, *, round_no: int, warmup: bool, workload: str
-) -> Timing:
-    """Truncate, time one write, then check the row count independently (untimed).
+class Written(Protocol):
+    """What `measure_once` needs of a target: its server, the rows a run writes in all, and
+    each table it writes with the rows that table must hold afterwards."""
 
-    Raises SetupFailed (with the failed Timing) when the table cannot even be truncated.
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def tables(self) -> dict[str, int]: ...
+
+
+W = TypeVar("W", bound=Written)
+
+
+def measure_once(
+    contender: Contender[W], target: W, *, round_no: int, warmup: bool, workload: str
+) -> Timing:
+    """Truncate, time one write, then check the row counts independently (untimed).
+
+    Raises SetupFailed (with the failed Timing) when a table cannot even be truncated.
     """
     db = target.db
     timing = start_timing(db.kind, workload, contender.name, round_no, warmup, target.rows)
-    truncate(db, target.table, timing)
+    for table in target.tables:
+        truncate(db, table, timing)
     try:
         before, started = cpu.read(), time.perf_counter()
         timing.detail = contender.run(target)
         elapsed = time.perf_counter() - started
         timing.detail["cpu_seconds"] = cpu.spent(before, cpu.read())
-        found = db.count(target.table) if contender.writes else target.rows
-        if found != target.rows:
-            raise AssertionError(f"table holds {found} rows after the run, expected {target.rows}")
+        for table, rows in target.tables.items() if contender.writes else ():
+            found = db.count(table)
+            if found != rows:
+                raise AssertionError(f"{table} holds {found} rows after the run, expected {rows}")
         timing.seconds = elapsed
     except Exception as exc:
         cleanup = contender.cleanup
@@ -167,6 +186,13 @@ def progress_line(timing: Timing, warmups: int, repetitions: int) -> str:
             f"{head} {timing.contender:<15} {detail['timed_batches']} batches in "
             f"{timing.seconds:6.2f}s = {detail['batches_per_second']:5.2f} batches/s; median "
             f"batch {detail['median_batch_ms']:.0f} ms, write {detail['median_write_ms']:.0f} ms"
+        )
+    if "writes" in timing.detail:  # a transaction workload: several tables per call
+        writes = timing.detail["writes"]
+        branches = "+".join(str(w["branches"]) for w in writes)
+        return (
+            f"{head} {timing.contender:<22} {len(writes)} writes, {timing.rows:,} rows in"
+            f" {timing.seconds * 1000:7.0f} ms ({branches} branches)"
         )
     extra = ""
     if "prepare_seconds" in timing.detail:

@@ -14,6 +14,7 @@ from typing import Any
 from .contenders import CONTENDERS
 from .measure import Summary, Timing
 from .streams import STREAM_CONTENDERS, STREAM_FLOORS, StreamSummary
+from .transactions import markdown_lines as transaction_lines
 
 RATIOS = (
     ("write_xa", "spark_jdbc"),
@@ -74,9 +75,11 @@ def markdown(
     partitions: dict[str, int],
     meta: dict[str, Any],
     streams: Sequence[StreamSummary] = (),
+    transactions: Sequence[Timing] = (),
 ) -> str:
     """Rows/s per contender (median run) and the write_xa ratios, plus every timed run; then
-    the stream workloads' batches/s and latencies, if any ran."""
+    the stream workloads' batches/s and latencies, and the transaction workloads' time per
+    call and ratios, if any ran."""
     machine = meta["machine"]
     lines = [
         "# xasink benchmark",
@@ -86,7 +89,7 @@ def markdown(
         + (
             f" · {meta['config']['warmups']} warm-up + median of "
             f"{meta['config']['repetitions']} run(s), contenders round-robin."
-            if summaries
+            if summaries or transactions
             else "."
         ),
         *_own_rounds(meta),
@@ -99,6 +102,9 @@ def markdown(
         lines += ["", *_bulk_lines(summaries, contenders, partitions)]
     if streams:
         lines += ["", *_stream_lines(streams, meta)]
+    if transactions:
+        workloads = {w["name"]: w for w in meta["config"]["workloads"]}
+        lines += ["", *transaction_lines(transactions, workloads)]
     return "\n".join(lines) + "\n"
 
 

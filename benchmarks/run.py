@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import os
 import re
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import rawload, report, streams
+from . import rawload, report, streams, transactions
 from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, source_digest
@@ -27,12 +28,31 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_WORKLOADS = ("narrow-1m", "narrow-10m", "wide-1m", "wide-10m", "tiny", "small", "stream-1k")
-QUICK_WORKLOADS = ("narrow-100k", "tiny")
+DEFAULT_WORKLOADS = (
+    "narrow-1m",
+    "narrow-10m",
+    "wide-1m",
+    "wide-10m",
+    "tiny",
+    "small",
+    "stream-1k",
+    "tx",
+)
+#: The transaction workloads at a smoke run's size, one round each (`_smoke`).
+QUICK_WORKLOADS = ("narrow-100k", "tiny", "tx-small-1k", "tx-large-10k")
 #: Every contender runs on the workloads it applies to: the format sink and the stream
-#: floors only on streams, raw and one-branch-per-partition only on bulk writes.
-ALL_CONTENDERS = list(dict.fromkeys([*CONTENDERS, *streams.STREAM_CONTENDERS]))
-DEFAULT = [*DEFAULT_CONTENDERS, "write_xa_format", *streams.STREAM_FLOORS]
+#: floors only on streams, raw and one-branch-per-partition only on bulk writes, the
+#: transactions only on transaction workloads.
+ALL_CONTENDERS = list(
+    dict.fromkeys([*CONTENDERS, *streams.STREAM_CONTENDERS, *transactions.TX_CONTENDERS])
+)
+DEFAULT = [
+    *DEFAULT_CONTENDERS,
+    "write_xa_format",
+    *streams.STREAM_FLOORS,
+    "transaction",
+    "transaction_per_branch",
+]
 
 
 def _csv(text: str) -> list[str]:
@@ -47,7 +67,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="CI smoke: narrow-100k and tiny, 1 warm-up + 1 run, both databases",
+        help="CI smoke: narrow-100k and tiny (1 warm-up + 1 run), tx-small-1k and tx-large-10k "
+        "(1 run), both databases",
     )
     parser.add_argument(
         "--databases", type=_csv, default=list(KINDS), help="comma list of postgres,mariadb"
@@ -57,8 +78,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=_csv,
         default=None,
         help=f"comma list; tiny, small (1k and 10k rows per call, many calls), small-<n>, "
-        f"stream-<n> (a stream of n-row micro-batches), or narrow-<n>/wide-<n> (n like 100k, "
-        f"1m). "
+        f"stream-<n> (a stream of n-row micro-batches), tx (tx-small-1k and tx-large-500k: "
+        f"one write into each of two tables per call), tx-small-<n>, tx-large-<n>, or "
+        f"narrow-<n>/wide-<n> (n like 100k, 1m). "
         f"Default: {','.join(DEFAULT_WORKLOADS)}",
     )
     parser.add_argument(
@@ -104,7 +126,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.workload_specs = parse_workloads(args.workloads, args.partitions)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.quick:
+        args.workload_specs = [_smoke(w) for w in args.workload_specs]
     return args
+
+
+def _smoke(workload: Workload) -> Workload:
+    """A smoke run's version of a transaction workload: one round, no warm-up (after the
+    bulk workloads, Spark's workers are up), so it adds a few seconds."""
+    if workload.transaction:
+        return dataclasses.replace(workload, repetitions=1, warmups=0)
+    return workload
 
 
 def driver_jars(databases: Sequence[str]) -> dict[str, str]:
@@ -149,6 +181,10 @@ def _table_name(workload: Workload) -> str:
     return "bench_" + re.sub(r"[^a-z0-9]+", "_", workload.name.lower())
 
 
+def _warmups(workload: Workload, args: argparse.Namespace) -> int:
+    return workload.warmups if workload.warmups is not None else args.warmups
+
+
 def run_workload(
     spark: SparkSession,
     workload: Workload,
@@ -158,8 +194,21 @@ def run_workload(
 ) -> None:
     """Cache the DataFrame once, build the CSV once, then measure on each database.
 
-    A stream workload writes its source files instead (`streams.run_workload`).
+    A stream workload writes its source files instead (`streams.run_workload`); a
+    transaction workload caches a frame per table (`transactions.run_workload`).
     """
+    if workload.transaction:
+        transactions.run_workload(
+            spark,
+            workload,
+            databases,
+            args.contenders,
+            _table_name(workload),
+            timings,
+            warmups=_warmups(workload, args),
+            repetitions=workload.repetitions or args.repetitions,
+        )
+        return
     if workload.is_stream:
         streams.run_workload(
             spark,
@@ -204,30 +253,23 @@ def run_workload(
     try:
         for db in databases:
             table = _table_name(workload)
-            db.drop(table)
-            db.execute(table_ddl(db.kind, workload, table))
-            pg_binary = (
-                rawload.postgres_binary(db, table, csv)
-                if csv is not None and db.kind == "postgres"
-                else None
-            )
-            target = Target(
-                db=db, table=table, df=df, csv=csv, rows=workload.rows, pg_binary=pg_binary
-            )
-            try:
+            with db.fresh_tables({table: table_ddl(db.kind, workload, table)}, workload.name):
+                pg_binary = (
+                    rawload.postgres_binary(db, table, csv)
+                    if csv is not None and db.kind == "postgres"
+                    else None
+                )
+                target = Target(
+                    db=db, table=table, df=df, csv=csv, rows=workload.rows, pg_binary=pg_binary
+                )
                 run_rounds(
                     contenders,
                     target,
                     timings,
                     workload=workload.name,
-                    warmups=workload.warmups if workload.warmups is not None else args.warmups,
+                    warmups=_warmups(workload, args),
                     repetitions=workload.repetitions or args.repetitions,
                 )
-            finally:
-                try:
-                    db.drop(table)
-                except Exception as exc:  # a later block uses its own table
-                    print(f"[{db.kind} {workload.name}] could not drop {table}: {exc}", flush=True)
     finally:
         if csv is not None:
             csv.discard()
@@ -259,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return render_only(args.output_dir)
     jars = driver_jars(KINDS)
     workloads: list[Workload] = args.workload_specs
-    max_prepared = max(100, 2 * max(w.partitions for w in workloads))
+    max_prepared = max(100, 2 * max(w.partitions * w.tables for w in workloads))
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timings: list[Timing] = []
     with contextlib.ExitStack() as stack:
@@ -314,12 +356,14 @@ def _stream_workloads(meta: dict[str, Any]) -> set[str]:
 
 def _render(out: Path, meta: dict[str, Any], timings: list[Timing]) -> int:
     stream_names = _stream_workloads(meta)
-    summaries = [s for s in summarise(timings) if s.workload not in stream_names]
-    stream_summaries = streams.summarise_streams(timings, stream_names)
     config = meta["config"]
+    tx_names = {w["name"] for w in config["workloads"] if w.get("transaction")}
+    summaries = [s for s in summarise(timings) if s.workload not in stream_names | tx_names]
+    tx_timings = [t for t in timings if t.workload in tx_names]
+    stream_summaries = streams.summarise_streams(timings, stream_names)
     partitions = {w["name"]: w["partitions"] for w in config["workloads"]}
     contenders = [c for c in config["contenders"] if c in CONTENDERS]
-    table = report.markdown(summaries, contenders, partitions, meta, stream_summaries)
+    table = report.markdown(summaries, contenders, partitions, meta, stream_summaries, tx_timings)
     (out / "latest.md").write_text(table)
     written = [out / "latest.md", out / "latest.json"]
     if summaries:  # the chart shows bulk rows/s; streams are in the table only

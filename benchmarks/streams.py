@@ -384,8 +384,6 @@ def run_workload(
             flush=True,
         )
         for db in databases:
-            db.drop(table)
-            db.execute(table_ddl(db.kind, workload, table))
             target = StreamTarget(
                 db=db,
                 table=table,
@@ -395,7 +393,7 @@ def run_workload(
                 warmup_batches=workload.warmup_batches,
                 scratch=scratch,
             )
-            try:
+            with db.fresh_tables({table: table_ddl(db.kind, workload, table)}, workload.name):
                 run_rounds(
                     chosen,
                     target,
@@ -405,11 +403,6 @@ def run_workload(
                     repetitions=repetitions,
                     measure=measure_stream_once,
                 )
-            finally:
-                try:
-                    db.drop(table)
-                except Exception as exc:  # a later block uses its own table
-                    print(f"[{db.kind} {workload.name}] could not drop {table}: {exc}", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -55,6 +55,14 @@ SMALL_WARMUPS = 3
 STREAM_BATCHES = 30
 STREAM_WARMUP_BATCHES = 5
 
+#: The transaction workloads (`tx-small-<n>`, `tx-large-<n>`: n rows per write): one write
+#: into each of `TX_TABLES` tables of one database, by one `xasink.transaction` or by one
+#: write_xa call per table. `tx` means both, at the sizes below. Small writes are held by
+#: the driver (one local transaction); large ones go through Spark tasks (two phases).
+TX_TABLES = 2
+TX_WORKLOADS = ("tx-small-1k", "tx-large-500k")
+TxWrites = Literal["small", "large"]
+
 EPOCH_SECONDS = 1_700_000_000
 
 
@@ -72,7 +80,8 @@ class Workload:
     """A named row shape, row count and partition count.
 
     A stream workload (`batches` set) writes `rows` rows per micro-batch, in `partitions`
-    partitions each, `warmup_batches` + `batches` micro-batches per query.
+    partitions each, `warmup_batches` + `batches` micro-batches per query. A transaction
+    workload (`transaction` set) writes `rows` rows into each of its `tables` per call.
     """
 
     name: str
@@ -85,6 +94,8 @@ class Workload:
     #: Stream workloads only: timed micro-batches per query, and untimed ones before them.
     batches: int | None = None
     warmup_batches: int = 0
+    #: Transaction workloads only: the size of every write, which decides its path.
+    transaction: TxWrites | None = None
 
     @property
     def columns(self) -> list[ColumnSpec]:
@@ -93,6 +104,11 @@ class Workload:
     @property
     def is_stream(self) -> bool:
         return self.batches is not None
+
+    @property
+    def tables(self) -> int:
+        """Tables written per call, `rows` rows each."""
+        return TX_TABLES if self.transaction else 1
 
     @property
     def total_batches(self) -> int:
@@ -165,18 +181,23 @@ def _count_name(rows: int) -> str:
     return f"{rows // 1000}k" if rows % 1000 == 0 else str(rows)
 
 
+#: Names that stand for several workloads.
+SHORTCUTS = {
+    "small": tuple(f"small-{_count_name(rows)}" for rows in SMALL_ROWS),
+    "tx": TX_WORKLOADS,
+}
+
+
 def parse_workloads(names: list[str], partitions: int) -> list[Workload]:
-    """Each name's workloads, in order: `small` stands for small-1k and small-10k."""
-    expanded = [
-        f"small-{_count_name(rows)}" for name in names for rows in SMALL_ROWS if name == "small"
-    ]
-    chosen = [n for name in names for n in (expanded if name == "small" else [name])]
+    """Each name's workloads, in order: `small` stands for small-1k and small-10k, `tx` for
+    tx-small-1k and tx-large-500k."""
+    chosen = [n for name in names for n in SHORTCUTS.get(name, (name,))]
     return [parse_workload(name, partitions) for name in dict.fromkeys(chosen)]
 
 
 def parse_workload(name: str, partitions: int) -> Workload:
-    """'tiny', 'small-<count>', 'stream-<count>' (rows per micro-batch), or
-    '<narrow|wide>-<count>' such as 'narrow-1m'."""
+    """'tiny', 'small-<count>', 'stream-<count>' (rows per micro-batch), 'tx-small-<count>'
+    or 'tx-large-<count>' (rows per write), or '<narrow|wide>-<count>' such as 'narrow-1m'."""
     if name == "tiny":
         return Workload(
             "tiny", "narrow", TINY_PARTITIONS * TINY_ROWS_PER_PARTITION, TINY_PARTITIONS
@@ -199,21 +220,40 @@ def parse_workload(name: str, partitions: int) -> Workload:
             batches=STREAM_BATCHES,
             warmup_batches=STREAM_WARMUP_BATCHES,
         )
+    if name.startswith(("tx-small-", "tx-large-")):
+        # Small: a few calls' worth of rows, many calls, like `small`. Large: the bulk
+        # workloads' partitions and the command line's rounds.
+        writes: TxWrites = "small" if name.startswith("tx-small-") else "large"
+        rows = parse_count(name.removeprefix(f"tx-{writes}-"))
+        if rows < 1:
+            raise ValueError(f"{name}: a write needs at least one row")
+        if writes == "small":
+            return Workload(
+                name,
+                "narrow",
+                rows,
+                SMALL_PARTITIONS,
+                SMALL_CALLS,
+                SMALL_WARMUPS,
+                transaction=writes,
+            )
+        return Workload(name, "narrow", rows, partitions, transaction=writes)
     shape, _, count = name.partition("-")
     if shape not in ("narrow", "wide") or not count:
         raise ValueError(
             f"unknown workload {name!r}: use tiny, small, small-<count>, stream-<count>, "
-            "narrow-<count> or wide-<count>"
+            "tx, tx-small-<count>, tx-large-<count>, narrow-<count> or wide-<count>"
         )
     rows = parse_count(count)
     return Workload(name, "narrow" if shape == "narrow" else "wide", rows, partitions)
 
 
-def build_dataframe(spark: SparkSession, workload: Workload) -> DataFrame:
-    """The workload's rows, ids 0..rows-1, in exactly `workload.partitions` partitions."""
+def build_dataframe(spark: SparkSession, workload: Workload, first_id: int = 0) -> DataFrame:
+    """The workload's rows, ids first_id..first_id+rows-1, in exactly `workload.partitions`
+    partitions."""
     from pyspark.sql import functions as F
 
-    base = spark.range(0, workload.rows, numPartitions=workload.partitions)
+    base = spark.range(first_id, first_id + workload.rows, numPartitions=workload.partitions)
     ident = F.col("id")
     return base.select(*[spec.expr(ident).alias(spec.name) for spec in workload.columns])
 

@@ -1,4 +1,5 @@
-"""The benchmark harness's stream workload and its report numbers (no Spark, no server)."""
+"""The benchmark harness's stream and transaction workloads and their report numbers (no
+Spark, no server)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import re
 import pytest
 
 from benchmarks.measure import Timing
-from benchmarks.run import DEFAULT_WORKLOADS, QUICK_WORKLOADS
+from benchmarks.run import DEFAULT_WORKLOADS, QUICK_WORKLOADS, parse_args
 from benchmarks.streams import batches_from_progress, stream_detail, summarise_streams
-from benchmarks.workloads import parse_workloads
+from benchmarks.transactions import markdown_lines as transaction_lines
+from benchmarks.workloads import SMALL_CALLS, parse_workloads
 
 
 def test_stream_workloads_parse_and_are_in_the_default_run():
@@ -60,3 +62,49 @@ def test_stream_timings_cover_the_timed_batches_only():
     assert summary.batch_ms == [500.0] * 6  # the timed batches of both good queries
     assert summary.batches_per_second == pytest.approx(1.2)
     assert summary.median_write_ms == 250
+
+
+def test_transaction_workloads_parse_and_are_in_the_default_and_quick_runs():
+    small, large = parse_workloads(["tx"], partitions=4)
+    assert (small.name, small.rows, small.partitions, small.tables) == ("tx-small-1k", 1000, 2, 2)
+    assert (small.transaction, small.repetitions) == ("small", SMALL_CALLS)
+    assert (large.name, large.rows, large.partitions) == ("tx-large-500k", 500_000, 4)
+    assert (large.transaction, large.repetitions, large.tables) == ("large", None, 2)
+    assert parse_workloads(["narrow-1k"], 4)[0].tables == 1
+    assert "tx" in DEFAULT_WORKLOADS
+    quick = parse_args(["--quick"]).workload_specs
+    assert [w.transaction for w in quick if w.transaction] == ["small", "large"]
+    # A smoke run: one round of each transaction workload, no warm-up.
+    assert all((w.repetitions, w.warmups) == (1, 0) for w in quick if w.transaction)
+    assert parse_args(["--workloads", "tx-small-1k"]).workload_specs[0].repetitions == SMALL_CALLS
+    with pytest.raises(ValueError, match="at least one row"):
+        parse_workloads(["tx-large-0"], 4)
+
+
+def _tx_run(workload: str, contender: str, seconds: float | None, branches: int) -> Timing:
+    detail = {"writes": [{"branches": branches}, {"branches": branches}]}
+    return Timing(
+        "mariadb", workload, contender, 2, False, 2000, seconds,
+        None if seconds else "boom", detail if seconds else {},
+    )  # fmt: skip
+
+
+def test_transaction_report_has_the_ratios_and_their_targets():
+    workloads = {w.name: w.__dict__ for w in parse_workloads(["tx-small-1k", "tx-large-10k"], 4)}
+    timings = [
+        _tx_run("tx-small-1k", "write_xa", 0.2, 1),
+        _tx_run("tx-small-1k", "transaction", 0.1, 1),
+        _tx_run("tx-large-10k", "write_xa", 1.0, 1),
+        _tx_run("tx-large-10k", "transaction_per_branch", 1.05, 4),
+        _tx_run("tx-large-10k", "transaction", 1.5, 4),
+        _tx_run("tx-large-10k", "transaction", None, 4),
+    ]
+    text = "\n".join(transaction_lines(timings, workloads))
+    assert "| mariadb | tx-small-1k | transaction / write_xa per table | 0.5 | < 1 |" in text
+    pair = "transaction per_branch_appends / write_xa per table"
+    assert f"| mariadb | tx-large-10k | {pair} | 1.05 | ≤ 1.1 |" in text
+    visibility = "transaction / transaction per_branch_appends"
+    assert f"| mariadb | tx-large-10k | {visibility} | 1.43 |  |" in text
+    assert f"| mariadb | tx-small-1k | {visibility}" not in text  # not measured: no ratio
+    staged = "| mariadb | tx-large-10k | transaction (appends staged) | 4+4 | 1,500 | 1,500 | 1 |"
+    assert staged in text
