@@ -28,10 +28,11 @@ def one_stream(
     conn: JdbcConnection, dialect: Dialect, table: TableRef, options: ModeOptions
 ) -> bool:
     """Whether an append should load through one branch: the server loads one stream into a
-    table without a unique key faster than several (`Dialect.one_stream_without_key`)."""
-    if options.staged or not dialect.one_stream_without_key:
+    table without a unique key faster than several (`Dialect.one_stream_without_key`). A
+    transaction's staged append loads its staging table, which has no key."""
+    if not dialect.one_stream_without_key or (options.staged and not options.stage_append):
         return False
-    return not unique_keys(conn, dialect, table)
+    return options.stage_append or not unique_keys(conn, dialect, table)
 
 
 def apply_plan_for(
