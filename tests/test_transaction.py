@@ -203,7 +203,6 @@ def test_a_driver_failing_around_the_decision_leaves_all_or_nothing(spark, db, p
     _clean(db)
 
 
-@pytest.mark.mysql_ci
 @pytest.mark.mariadb11_ci
 def test_a_reader_never_sees_one_table_changed_without_the_other(spark, db):
     """Transactions add 10 customers with their orders, one after another, while a reader
@@ -276,7 +275,7 @@ def test_a_lone_write_xa_is_unchanged_beside_transactions(spark, db):
 KILLS = [
     pytest.param("driver", "before_local_commit", marks=pytest.mark.ci_postgres),
     pytest.param("tasks", "after_first_commit", marks=pytest.mark.ci_postgres),
-    ("tasks", "before_finish"),
+    pytest.param("tasks", "before_finish", marks=pytest.mark.ci_postgres),
 ]
 
 
