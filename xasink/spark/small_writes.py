@@ -65,7 +65,7 @@ def hold(job: Job, pre: Preflight, df: DataFrame) -> HeldWrite:
 def commit_held(job: Job, held: Sequence[HeldWrite], tables: str) -> PhaseOne:
     """Every held write, and the job's bookkeeping, in one local transaction."""
     first, *rest = held
-    job.plan = dataclasses.replace(first.plan, tables=tables if rest else "")
+    job.plan = dataclasses.replace(first.plan, tables=tables)
     more = [(h.plan, iter(h.batches)) for h in rest]
 
     def write(plan: WritePlan) -> BranchReport:

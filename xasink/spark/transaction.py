@@ -159,7 +159,8 @@ class Transaction:
                 f"per_branch_appends=True takes appends only, not mode={mode!r}: a staged "
                 "apply refused after the appends committed could not take them back."
             )
-        options = dataclasses.replace(options, stage_append=not s.per_branch_appends)
+        staged_append = options.mode == APPEND and not s.per_branch_appends
+        options = dataclasses.replace(options, stage_append=staged_append)
         query = streaming_query_id(df.sparkSession) if s.sink_id else None
         request = write_request(s, TableRef.parse(table), options, create, batch_size, bulk, query)
         with step("spark conf, jars, branch count"):
@@ -247,6 +248,12 @@ class Transaction:
         return job, pre
 
     @property
+    def _named(self) -> str:
+        """The tables a transaction of several writes names in its messages, as the server
+        resolved them ("": one write's plan names its own table)."""
+        return ", ".join(w.table for w in self._writes) if len(self._writes) > 1 else ""
+
+    @property
     def _lease(self) -> float:
         return defaults.LEASE_INTERVALS * self._settings.heartbeat_interval
 
@@ -284,13 +291,13 @@ class Transaction:
             self._end(trace.end(JobOutcome.SKIPPED))
             return
         if self._held is not None:
-            phase_one = commit_held(job, self._held, trace.table)
+            phase_one = commit_held(job, self._held, self._named)
             self._stack.close()
             self._end(trace.end(JobOutcome.COMMITTED), phase_one)
             return
         assert job.plan is not None
         staged = ApplyPlans.of(job.apply).writes[0] if job.apply else None
-        job.plan = dataclasses.replace(job.plan, tables=trace.table, apply=staged, partition_base=0)
+        job.plan = dataclasses.replace(job.plan, tables=self._named, apply=staged, partition_base=0)
         trace.done("write")
         phase_one = job.record_decision(joined(self._parts))
         log.info(
