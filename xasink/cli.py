@@ -110,6 +110,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     recover.add_argument("--dry-run", action="store_true", help="report only; change nothing")
     recover.add_argument(
+        "--participant",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another database of this journal's transactions (repeatable): carry each "
+        "decision to it, as --user",
+    )
+    recover.add_argument(
+        "--participant-password-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="each --participant's password variable, in order (once: for all)",
+    )
+    recover.add_argument(
         "--presume-abort",
         metavar="TAG",
         help="only when the journal is gone for good: roll back the prepared branches "
@@ -203,14 +218,9 @@ def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _connection(args: argparse.Namespace) -> dict[str, Any]:
-    password = None
-    if args.password_env:
-        if args.password_env not in os.environ:
-            raise XasinkError(f"environment variable {args.password_env} is not set")
-        password = os.environ[args.password_env]
     return {
         "user": args.user,
-        "password": password,
+        "password": _env(args.password_env) if args.password_env else None,
         "jars": args.jars,
         "journal_schema": args.journal_schema,
         "xa_datasource": args.xa_datasource,
@@ -218,6 +228,28 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
         "lock_wait_timeout": args.lock_wait,
         "network_timeout": args.network_timeout,
     }
+
+
+def _participants(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each --participant, with --user and its own password (or --password-env's)."""
+    envs, own = args.participant_password_env, _connection(args)
+    if len(envs) > 1 and len(envs) != len(args.participant):
+        raise XasinkError("give --participant-password-env once, or once per --participant")
+    return [
+        {
+            "url": url,
+            "user": own["user"],
+            "jars": own["jars"],
+            "password": _env(envs[i if len(envs) > 1 else 0]) if envs else own["password"],
+        }
+        for i, url in enumerate(args.participant)
+    ]
+
+
+def _env(name: str) -> str:
+    if name not in os.environ:
+        raise XasinkError(f"environment variable {name} is not set")
+    return os.environ[name]
 
 
 def _operate(args: argparse.Namespace) -> Any:
@@ -234,6 +266,7 @@ def _recover(args: argparse.Namespace) -> int:
         grace=args.grace,
         dry_run=args.dry_run,
         presume_abort_tag=args.presume_abort,
+        participants=_participants(args),
         **_connection(args),
     )
     if args.json:

@@ -7,6 +7,7 @@ or merge."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import defaults
 from .protocol import admin
@@ -38,9 +39,11 @@ def recover(
     network_timeout: float = defaults.NETWORK_TIMEOUT,
     lock_wait_timeout: float = defaults.LOCK_WAIT,
     presume_abort_tag: str | None = None,
+    participants: Sequence[str | Mapping[str, Any]] = (),
 ) -> RecoveryReport:
     """Resolve xasink's in-doubt branches in this database: commit what is decided, roll
-    back what is not and whose owner is silent, finish decided staged jobs.
+    back what is not and whose owner is silent, finish decided staged jobs; then carry
+    the decisions of its transactions over several databases to their `participants`.
 
     Args:
         url, user, password, properties, jars, dialect, xa_datasource, connect_timeout,
@@ -53,6 +56,11 @@ def recover(
         presume_abort_tag: without a journal nothing is touched, unless this names the tag
             whose prepared branches are to be rolled back (once older than `grace`, where
             the server tells a branch's age).
+        participants: the other databases of this database's transactions: a URL (with
+            this call's login and jars), or a mapping of these keywords (url, user,
+            password, properties, jars, dialect, xa_datasource). A participant of a
+            pending transaction that is not given, or cannot be reached, is reported as
+            unresolved (`report.ok` is False) and left as it is.
     """
     spec = make_spec(
         url,
@@ -75,4 +83,20 @@ def recover(
         journal_schema=journal_schema,
         lock_wait_timeout=lock_wait_timeout,
         presume_abort_tag=presume_abort_tag,
+        participants=[
+            make_spec(
+                **{
+                    "user": user,
+                    "password": password,
+                    "jars": jars,
+                    "properties": None,
+                    "dialect": None,
+                    "xa_datasource": None,
+                    "connect_timeout": connect_timeout,
+                    "network_timeout": network_timeout,
+                    **({"url": p} if isinstance(p, str) else dict(p)),
+                }
+            )
+            for p in participants
+        ],
     )

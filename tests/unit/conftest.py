@@ -151,6 +151,8 @@ class FakeJournal:
     #: Exceptions the next release_stage calls raise, in order.
     release_failures: list[BaseException] = field(default_factory=list)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    #: The coordinator's link of a participant's job (a transaction over several databases).
+    coordinators: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dialect(self) -> FakeDialect:
@@ -161,6 +163,9 @@ class FakeJournal:
         if record is not None and self.beat_on_read:
             self.jobs[job_id] = replace(record, beats=record.beats + 1)
         return record
+
+    def coordinator(self, conn: Any, job_id: str) -> Any:
+        return self.coordinators.get(job_id)
 
     def state(self, conn: Any, job_id: str) -> str | None:
         record = self.jobs.get(job_id)

@@ -219,6 +219,7 @@ def test_recover_passes_the_connection_and_prints_the_report(monkeypatch, recove
                 "grace": 30.0,
                 "dry_run": False,
                 "presume_abort_tag": None,
+                "participants": [],
                 "user": "app",
                 "password": SECRET,
                 "jars": None,

@@ -94,14 +94,18 @@ def aborted_by_recovery(plan: WritePlan) -> JobAbortedError:
 
 
 def decide(
-    plan: WritePlan, conn: JdbcConnection, winners: list[BranchId], rows_of: dict[int, int]
+    plan: WritePlan,
+    conn: JdbcConnection,
+    winners: list[BranchId],
+    rows_of: dict[int, int],
+    participants: dict[str, list[tuple[int, int, int]]] | None = None,
 ) -> None:
     """Record the commit decision. If that fails ambiguously, settle it with a fence (a
     conditional abort on a fresh connection, which waits for a decision still in flight),
     never with a plain read, which could miss a commit that lands later."""
     keys = [(w.partition, w.attempt, rows_of[w.partition]) for w in winners]
     try:
-        outcome = plan.journal.decide_commit(conn, plan.job_id, keys, plan.sink)
+        outcome = plan.journal.decide_commit(conn, plan.job_id, keys, plan.sink, participants)
     except Exception as exc:
         reason = plan.spec.redact(exc)
         state = fence(plan.spec, plan.journal, plan.job_id)

@@ -179,11 +179,13 @@ class Job:
         stream_key: str | None = None,
         stream_sink: str | None = None,
         one_phase: bool = False,
+        job_id: str | None = None,
     ) -> Begun | Skipped:
         """Resolve what earlier jobs left on the table, skip a decided streaming batch, else
         register a new job (its branches may open from now on). A `one_phase` job is not
         registered: its row is born committed inside its branch
-        (`xasink.driver.one_phase.commit_one_phase`)."""
+        (`xasink.driver.one_phase.commit_one_phase`). A transaction's participant takes the
+        transaction's `job_id`."""
         request, target = self.request, self.request.target
         with step("recovery scan"):
             recovered = (
@@ -206,7 +208,7 @@ class Job:
             self.trace.done("preflight")
             return Skipped(done, recovered)
         with step("job row"):
-            job_id = uuid.uuid4().hex
+            job_id = job_id or uuid.uuid4().hex
             apply = apply_plan_for(
                 request.options, target, columns, pre.targets, job_id, self.journal
             )
@@ -315,16 +317,21 @@ class Job:
         self.trace.done("write")
         return self.record_decision(select_winners(self.plan, messages, branches, planned))
 
-    def record_decision(self, phase_one: PhaseOne) -> PhaseOne:
+    def record_decision(
+        self,
+        phase_one: PhaseOne,
+        participants: dict[str, list[tuple[int, int, int]]] | None = None,
+    ) -> PhaseOne:
         """Record the commit decision for every winner of `phase_one` (a transaction's:
-        every write's), on `self.plan`'s job."""
+        every write's), on `self.plan`'s job; with each participant database's winners
+        (by journal tag) for a transaction over several."""
         assert self.plan is not None
         trace = self.trace
         trace.rows, trace.load_paths = phase_one.rows, phase_one.load_paths
         trace.branches = len(phase_one.winners) + phase_one.empty_partitions
         trigger(self.plan.faults, "before_decision")
         with step("decision"):
-            decide(self.plan, self.conn, phase_one.winners, phase_one.rows_of)
+            decide(self.plan, self.conn, phase_one.winners, phase_one.rows_of, participants)
         self.decided = True
         trace.state = JobState.COMMITTING
         trace.done("decide")

@@ -23,12 +23,14 @@ from .sinks import sink_batch
 
 @dataclass(frozen=True)
 class TableWrite:
-    """One `tx.write`: its table (as the server resolved it), mode, rows and branches."""
+    """One `tx.write`: its table (as the server resolved it), mode, rows and branches, and
+    its database when it is not the transaction's own (its address, without secrets)."""
 
     table: str
     mode: str
     rows: int
     branches: int
+    database: str = ""
 
 
 @dataclass(frozen=True)

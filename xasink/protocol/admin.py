@@ -8,20 +8,24 @@ import contextlib
 import getpass
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT
 from ..errors import ConfigurationError, JournalError
+from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, query
 from ..spec import ConnectionSpec, TableRef
 from ..xid import BranchId, valid_job_id
+from . import links
 from .actions import RecoveryReport
 from .applying import StagedApply
 from .branches import BranchOps, Outcome
 from .connecting import journal_session, open_journal
 from .journal import Journal
+from .participants import finish as finish_participants
+from .participants import given
 from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
 from .schema import SEVERAL_WRITES
 from .states import FINAL_STATES, JobState
@@ -244,7 +248,8 @@ def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry
     whose staging table is gone); returns how many jobs.
 
     Rows that are still evidence stay, whatever the age asked for: a job that some sink's
-    mark names (a replay of its batch reads it), and a job that ended within its own lease
+    mark names (a replay of its batch reads it), a transaction's whose participant is not
+    finished yet (its decision is read from here), and a job that ended within its own lease
     or the default grace (a stalled driver of it may still settle its branches by its
     state)."""
     if older_than_days < 0:
@@ -261,7 +266,8 @@ def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry
         f"AND NOT EXISTS (SELECT 1 FROM {journal.sinks} s WHERE s.job_id = j.job_id)"
     )
     params = (*FINAL_STATES, older_than_days * 86400.0, GRACE)
-    jobs = [str(row[0]) for row in query(conn, old, params)]
+    pending = links.linked_jobs(journal, conn)  # a participant still to finish reads them
+    jobs = [job for row in query(conn, old, params) if (job := str(row[0])) not in pending]
     if dry_run or not jobs:
         return len(jobs)
     journal.forget(conn, jobs)
@@ -307,10 +313,12 @@ def recover(
     journal_schema: str | None = None,
     lock_wait_timeout: float = LOCK_WAIT,
     presume_abort_tag: str | None = None,
+    participants: Sequence[ConnectionSpec] = (),
 ) -> RecoveryReport:
     """Resolve xasink's in-doubt branches in the database `spec` reaches (see `recovery`);
     `staged` applies and drops staged jobs' staging tables. The public entry point is
-    `xasink.recover`.
+    `xasink.recover`. Then carry the decisions of its transactions over several databases
+    to their `participants` (`participants.finish`): one not given is reported as left.
 
     Without a journal nothing is touched, unless `presume_abort_tag` names the tag whose
     prepared branches are to be rolled back (once older than `grace`, where the server
@@ -318,7 +326,21 @@ def recover(
     session, journal = open_journal(spec, journal_schema, lock_wait_timeout, staged=staged)
     with session:
         conn = session.connection
-        return _recover(spec, conn, journal, table, job, grace, dry_run, presume_abort_tag)
+        report = _recover(spec, conn, journal, table, job, grace, dry_run, presume_abort_tag)
+        if presume_abort_tag is None and journal.exists(conn):
+            redact = Redactor([spec.password, *(p.password for p in participants)])
+            with given(participants, staged, lock_wait_timeout) as opener:
+                finish_participants(
+                    journal,
+                    conn,
+                    report,
+                    opener,
+                    job=job,
+                    grace=grace,
+                    dry_run=dry_run,
+                    redact=redact,
+                )
+        return report
 
 
 def _recover(

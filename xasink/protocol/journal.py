@@ -17,7 +17,7 @@ sink's mark `sinkmarks`', and how a staged job is applied the caller's (`applyin
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from ..runtime.jdbc import (
     sql_state,
 )
 from ..spec import ConnectionSpec
-from . import applying, sinkmarks
+from . import applying, links, sinkmarks
 from .applying import StagedApply, StagedPlan
 from .records import OPEN_STATES, JournalReader, Winner
 from .schema import DEFAULT_LOCK_WAIT
@@ -127,6 +127,7 @@ class Journal(JournalReader):
         job_id: str,
         winners: Iterable[tuple[int, int, int]],
         sink: SinkBatch | None = None,
+        participants: Mapping[str, Sequence[tuple[int, int, int]]] | None = None,
     ) -> Decision:
         """Durably record the commit decision. Returns DECIDED, JOB_ENDED (the job is no
         longer running) or BATCH_TAKEN (the sink's mark already reached this batch, belongs
@@ -135,7 +136,9 @@ class Journal(JournalReader):
         `winners` are (partition, attempt, rows). A streaming job's decision also moves its
         sink's mark to its batch, in the same local transaction and only if the mark is
         below it and was not written by another query, so one batch of a sink is decided
-        once, whoever races for it, and a sink is written by one query."""
+        once, whoever races for it, and a sink is written by one query. A transaction over
+        several databases records each participant's winners in its link row, here too
+        (`links.record_winners`)."""
         if sink is not None:
             sinkmarks.register(self, conn, sink.sink_id)
         try:
@@ -157,6 +160,8 @@ class Journal(JournalReader):
                     job_id,
                     winners,
                 )
+                if participants:
+                    links.record_winners(self, conn, job_id, participants)
         except sinkmarks.BatchTaken:  # rolled back: the job is still running, and undecided
             return Decision.BATCH_TAKEN
         return Decision.DECIDED
@@ -365,6 +370,7 @@ class Journal(JournalReader):
             marks = ", ".join("?" for _ in chunk)
             for table in (self.winners, self.markers, self.jobs):
                 execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", chunk)
+            links.forget(self, conn, chunk)
 
     # -- staging tables ----------------------------------------------------------------
     def finished_stages(self, conn: JdbcConnection) -> list[tuple[str, Any]]:

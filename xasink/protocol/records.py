@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, query
+from .links import Link, coordinator_of
 from .schema import SEVERAL_WRITES, JournalLayout
 from .states import FINAL_STATES, JobState
 
@@ -108,6 +109,10 @@ class JournalReader(JournalLayout):
                 )
             )
         return records
+
+    def coordinator(self, conn: JdbcConnection, job_id: str) -> Link | None:
+        """The journal that decides `job_id`, when this one is its participant (`links`)."""
+        return coordinator_of(self, conn, job_id)
 
     def winners_of(self, conn: JdbcConnection, job_id: str) -> frozenset[Winner]:
         rows = query(

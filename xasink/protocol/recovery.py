@@ -11,7 +11,9 @@ committed or rolled back, and its marker (or the job's `committed` state) tells 
 * `aborted`: roll everything back;
 * `running`: alive while its heartbeat is younger than the grace (and the job's own lease),
   and then left alone; otherwise first marked `aborted` (conditionally, so a late decision
-  cannot also win), then rolled back;
+  cannot also win), then rolled back; except a participant's job in a transaction over
+  several databases, which only its coordinator decides (`links`): it is left, whatever
+  its heartbeat, with the command that finishes it;
 * no row in an existing journal: rolled back once prepared longer than the grace (when the
   server says when; otherwise only with a grace of 0);
 * no journal at all: nothing is touched, unless the operator names the tag to presume abort.
@@ -32,6 +34,7 @@ from ..defaults import GRACE as DEFAULT_GRACE
 from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, query
 from ..xid import BranchId, valid_job_id
+from . import links
 from .actions import BranchAction, RecoveryAction, RecoveryReport
 from .applying import JobOrderError, StagedPlan, stored_plan
 from .branches import BranchOps, Outcome
@@ -122,6 +125,12 @@ class _Resolver:
             if self._alive(record):
                 for branch in branches:
                     self._add(branch, RecoveryAction.LEFT, self._alive_detail(record))
+                return
+            coordinator = self.journal.coordinator(self.conn, job_id)
+            if coordinator is not None:  # only its coordinator decides it
+                self.job_action(job_id, RecoveryAction.LEFT, awaits_coordinator(coordinator))
+                for branch in branches:
+                    self._add(branch, RecoveryAction.LEFT, "awaits its coordinator's decision")
                 return
             if self.dry_run:
                 self.roll_back(branches, "no decision, job silent")
@@ -275,6 +284,15 @@ class _Resolver:
                 raise
             self.resolve(job_id)
             self.journal.release_stage(self.conn, job_id, plan)
+
+
+def awaits_coordinator(coordinator: links.Link) -> str:
+    """Why a participant's undecided job is left, and what finishes it."""
+    return (
+        f"a transaction over several databases, decided by the journal at "
+        f"{coordinator.where}: never aborted from here. Finish it with `xasink recover "
+        f"--url {coordinator.address} --participant <this database's URL>`"
+    )
 
 
 _LOST_DETAIL = (

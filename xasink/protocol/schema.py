@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -27,13 +27,19 @@ WINNERS_TABLE = "xasink_winners"
 MARKERS_TABLE = "xasink_markers"
 #: One row per streaming sink: the highest batch id whose commit decision is recorded.
 SINKS_TABLE = "xasink_sinks"
+#: A transaction over several databases: its coordinator, or its participants (`links`).
+LINKS_TABLE = "xasink_links"
 
 #: How a job row's apply plan starts when it holds a transaction's several writes (the
 #: staged apply writes it so): such a row may change any table, its plan says which.
 SEVERAL_WRITES = '{"writes": '
 
-#: The journal's table layout; stored in `xasink_meta`, checked on every use.
+#: The journal's table layout; stored in `xasink_meta`, checked on every use. A journal is
+#: created at version 1; it becomes `LINKED_VERSION` (1 and the links table) the first time
+#: it takes part in a transaction over several databases, so that a release which knows
+#: nothing of links refuses it rather than abort a job another journal decides.
 SCHEMA_VERSION = 1
+LINKED_VERSION = 2
 _LOSS_IF_RECREATED = (
     "an empty stand-in would forget decisions, sink marks or the tag that tells this "
     "journal's prepared branches from every other transaction"
@@ -78,6 +84,10 @@ class JournalLayout:
     @property
     def sinks(self) -> str:
         return self._table(SINKS_TABLE)
+
+    @property
+    def links(self) -> str:
+        return self._table(LINKS_TABLE)
 
     # -- finding it ------------------------------------------------------------------
     @classmethod
@@ -141,6 +151,15 @@ class JournalLayout:
             rows = None
         if rows and int(rows[0][1]) == SCHEMA_VERSION:
             return
+        if rows and int(rows[0][1]) == LINKED_VERSION:
+            if self._table_exists(conn, self.links):
+                return
+            raise JournalError(
+                f"The journal is incomplete: {self.links} is missing although the journal "
+                "took part in a transaction over several databases. xasink will not "
+                f"recreate it ({_LOSS_IF_RECREATED}) and touches nothing until it is "
+                "restored from a backup."
+            )
         for table in (self.meta, self.winners, self.markers, self.sinks):
             if not self._table_exists(conn, table):
                 raise JournalError(
@@ -151,9 +170,9 @@ class JournalLayout:
         if rows is None:
             raise JournalError(
                 f"The journal's tables ({self.meta} and the others) are not laid out as "
-                f"schema version {SCHEMA_VERSION} lays them out (a journal of another xasink "
-                "release, or changed by hand). xasink touches nothing in it: use the release "
-                "that wrote it, or restore it."
+                f"schema version {SCHEMA_VERSION} or {LINKED_VERSION} lays them out (a "
+                "journal of another xasink release, or changed by hand). xasink touches "
+                "nothing in it: use the release that wrote it, or restore it."
             )
         if not rows:
             raise JournalError(
@@ -164,7 +183,7 @@ class JournalLayout:
             )
         raise JournalError(
             f"The journal in {self.meta} has schema version {rows[0][1]}; this xasink reads "
-            f"version {SCHEMA_VERSION}. Use the xasink release that wrote it."
+            f"version {SCHEMA_VERSION} or {LINKED_VERSION}. Use the xasink release that wrote it."
         )
 
     def _check_not_half_gone(self, conn: JdbcConnection) -> None:
@@ -189,6 +208,20 @@ class JournalLayout:
                     self._create(conn)
         self.check_complete(conn)
         return replace(self, tag=str(self._stored_tag(conn)))
+
+    def ensure_linked(
+        self, conn: JdbcConnection, upgrade: Callable[[JdbcConnection], None]
+    ) -> None:
+        """The journal with its links table (`links.ensure`, under the creation lock),
+        before it takes part in a transaction over several databases."""
+        if self._table_exists(conn, self.links) and self._version(conn) == LINKED_VERSION:
+            return
+        with self._creation_lock(conn):
+            upgrade(conn)
+
+    def _version(self, conn: JdbcConnection) -> int:
+        rows = query(conn, f"SELECT version FROM {self.meta} WHERE id = 1")
+        return int(rows[0][0]) if rows else 0
 
     @contextlib.contextmanager
     def _creation_lock(self, conn: JdbcConnection) -> Iterator[None]:
@@ -276,4 +309,11 @@ class JournalLayout:
         ]
 
 
-__all__ = ["DEFAULT_LOCK_WAIT", "SCHEMA_VERSION", "SEVERAL_WRITES", "JournalLayout"]
+__all__ = [
+    "DEFAULT_LOCK_WAIT",
+    "LINKED_VERSION",
+    "LINKS_TABLE",
+    "SCHEMA_VERSION",
+    "SEVERAL_WRITES",
+    "JournalLayout",
+]

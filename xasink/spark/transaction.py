@@ -18,13 +18,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from .. import defaults
 from ..driver.check_cache import CHECKS
 from ..driver.decision import select_winners
 from ..driver.job import Job
+from ..driver.participants import (
+    Member,
+    commit_all,
+    copy_decisions,
+    elsewhere,
+    enlist,
+    winners_of,
+)
 from ..driver.plan import one_stream
 from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
 from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
@@ -39,11 +47,10 @@ from ..driver.transaction import (
 )
 from ..errors import ConfigurationError, XasinkError
 from ..protocol.actions import BranchAction
-from ..protocol.states import JobState
 from ..runtime.jdbc import java_errors_redacted
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
-from ..spec import TableRef
+from ..spec import ConnectionSpec, TableRef
 from ..tables.modes import APPEND, ModeOptions
 from ..tables.staging import ApplyPlans
 from .frame import branch_count, shape_frame, writes_on_driver
@@ -71,8 +78,10 @@ class Transaction:
         self._recovered: list[BranchAction] = []
         self._parts: list[PhaseOne] = []
         self._writes: list[TableWrite] = []
-        self._tables: set[TableRef] = set()
+        self._tables: set[tuple[str, TableRef]] = set()
         self._partitions = 0
+        #: The transaction's other databases, by their connection (`driver.participants`).
+        self._members: dict[ConnectionSpec, Member] = {}
         #: Small writes held for one local transaction while the job is not registered.
         self._held: list[HeldWrite] | None = None
         self._failed: BaseException | None = None
@@ -104,10 +113,22 @@ class Transaction:
         bulk: bool = True,
         max_branches: int | Literal["auto"] | None = "auto",
         driver_write_bytes: int = defaults.DRIVER_WRITE_BYTES,
+        url: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        properties: Mapping[str, object] | None = None,
+        jars: Sequence[str] | None = None,
+        dialect: str | None = None,
+        xa_datasource: str | None = None,
+        journal_schema: str | None = None,
     ) -> None:
         """Write `df` into `table` as part of the transaction: its branches prepare now,
         and nothing of it is visible before the block ends. The keywords are write_xa's.
-        A failure here fails the whole transaction, even when the block goes on."""
+        A failure here fails the whole transaction, even when the block goes on.
+
+        `url` (with `user`, `password`, ...: write_xa's connection keywords) writes into
+        another database, a participant: the transaction's own database (its first write
+        goes there) records the one decision for every database."""
         if self._ended:
             raise ConfigurationError("This transaction has ended: open a new one to write.")
         if self._failed is not None:
@@ -115,9 +136,15 @@ class Transaction:
                 "An earlier write of this transaction failed, so it commits nothing: leave "
                 "the block and run the transaction again."
             ) from self._failed
+        settings = self._settings
+        if url is not None:
+            connection = {"user": user, "password": password, "properties": properties}
+            connection |= {"jars": jars, "dialect": dialect, "xa_datasource": xa_datasource}
+            settings = elsewhere(settings, url, journal_schema, connection)
         try:
-            with java_errors_redacted("tx.write", self._settings.spec.redact):
+            with java_errors_redacted("tx.write", settings.spec.redact):
                 self._write(
+                    settings,
                     df,
                     table,
                     mode,
@@ -139,6 +166,7 @@ class Transaction:
 
     def _write(
         self,
+        s: TransactionSettings,
         df: DataFrame,
         table: str | Sequence[str],
         mode: defaults.Mode,
@@ -152,7 +180,6 @@ class Transaction:
         max_branches: int | Literal["auto"] | None,
         driver_write_bytes: int,
     ) -> None:
-        s = self._settings
         options = ModeOptions.build(mode, key, op, order, op_values, df.columns)
         if s.per_branch_appends and options.mode != APPEND:
             raise ConfigurationError(
@@ -169,7 +196,12 @@ class Transaction:
             ship_jars(df.sparkSession, s.spec.jars)
             on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
             branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
-        job, pre = self._joined(df, request, branches, on_driver)
+        if s is self._settings:
+            job, pre = self._joined(df, request, branches, on_driver)
+        elif self._skipped is not None:
+            return  # a streaming batch decided before: nothing to write
+        else:
+            job, pre = self._elsewhere(df, request, branches)
         if job is None:
             return  # a streaming batch decided before: nothing to write
         self._created |= pre.created
@@ -198,8 +230,12 @@ class Transaction:
         )
         part = select_winners(plan, write_branches(shaped, plan, on_driver), branches, planned)
         self._partitions += branches
-        self._parts.append(part)
-        self._writes.append(TableWrite(str(pre.table), options.mode, part.rows, len(part.winners)))
+        member = self._members.get(s.spec)
+        (member.parts if member else self._parts).append(part)
+        where = member.where if member else ""
+        self._writes.append(
+            TableWrite(str(pre.table), options.mode, part.rows, len(part.winners), where)
+        )
 
     def _joined(
         self, df: DataFrame, request: JobRequest, branches: int, on_driver: bool
@@ -220,7 +256,7 @@ class Transaction:
             )
             self._job = job
             pre = job.preflight(df.schema, needed)
-            self._check_table(pre.table)
+            self._check_table(job, pre.table)
             staged = request.options.staged
             small = on_driver and (not staged or job.can_stage_temporarily())
             begun = job.begin(pre, df.columns, self._lease, one_phase=small)
@@ -235,7 +271,7 @@ class Transaction:
         else:
             job.request = request
             pre = job.preflight(df.schema, needed)
-            self._check_table(pre.table)
+            self._check_table(job, pre.table)
             assert self._trace is not None
             self._trace.table += f", {request.target}"
             if self._skipped is not None:
@@ -245,6 +281,35 @@ class Transaction:
                 self._promote(job)
                 job.request = resolved
             self._recovered += add_write(job, pre, df.columns, self._held is None)
+        return job, pre
+
+    def _elsewhere(
+        self, df: DataFrame, request: JobRequest, branches: int
+    ) -> tuple[Job | None, Preflight]:
+        """A write into another database: its participant job (opened and enlisted at its
+        first write) with this write added. The coordinator's job must exist, registered."""
+        coordinator = self._job
+        if coordinator is None:
+            raise ConfigurationError(
+                "The first write of a transaction goes into its own database (the url of "
+                "xasink.transaction), which records the decision: write there first, then "
+                "tx.write(..., url=...) into the others."
+            )
+        if self._held is not None:
+            self._promote(coordinator)
+        member = self._members.get(request.spec)
+        job = member.job if member else self._stack.enter_context(Job.opened(request))
+        job.request = request
+        pre = job.preflight(df.schema, branches)
+        self._check_table(job, pre.table)
+        if member is None:
+            self._recovered += enlist(coordinator, job, pre, df.columns, self._lease)
+            member = self._members[request.spec] = Member(job)
+            self._stack.enter_context(job.running(self._settings.heartbeat_interval))
+        else:
+            self._recovered += add_write(job, pre, df.columns)
+        assert self._trace is not None
+        self._trace.table += f", {member.where}:{request.target}"
         return job, pre
 
     @property
@@ -270,13 +335,13 @@ class Transaction:
         self._parts += parts
         self._partitions += len(parts)
 
-    def _check_table(self, table: TableRef) -> None:
-        if table in self._tables:
+    def _check_table(self, job: Job, table: TableRef) -> None:
+        if (job.journal.tag, table) in self._tables:
             raise ConfigurationError(
                 f"{table} is written twice in one transaction: union the DataFrames (or "
                 "deduplicate them) and write it once."
             )
-        self._tables.add(table)
+        self._tables.add((job.journal.tag, table))
 
     # -- the block's end ---------------------------------------------------------------
     def _commit(self) -> None:
@@ -299,15 +364,17 @@ class Transaction:
         staged = ApplyPlans.of(job.apply).writes[0] if job.apply else None
         job.plan = dataclasses.replace(job.plan, tables=self._named, apply=staged, partition_base=0)
         trace.done("write")
-        phase_one = job.record_decision(joined(self._parts))
+        members = list(self._members.values())
+        phase_one = job.record_decision(joined(self._parts), winners_of(members) or None)
+        copy_decisions(job, members)
         log.info(
             "xasink job %s: %d branches of %d writes prepared (%d rows) and commit decided",
             job.job_id,
-            len(phase_one.winners),
+            len(phase_one.winners) + sum(len(m.phase_one().winners) for m in members),
             len(self._writes),
-            phase_one.rows,
+            phase_one.rows + sum(m.phase_one().rows for m in members),
         )
-        losers = job.commit(phase_one)
+        losers = job.commit(phase_one) + commit_all(job, members)
         self._stack.close()  # heartbeat stopped, staging tables dropped, session kept
         self._end(trace.end(JobOutcome.COMMITTED), phase_one, losers)
 
@@ -324,43 +391,4 @@ class Transaction:
         )
 
 
-@contextlib.contextmanager
-def run(tx: Transaction) -> Iterator[Transaction]:
-    """The block's rules: an exception inside, or a write that failed even if the block
-    went on, aborts the transaction; leaving it normally commits every write."""
-    try:
-        yield tx
-        if tx._failed is not None:
-            raise ConfigurationError(
-                "A write of this transaction failed, so it committed nothing (the block "
-                "went on after the failure): fix the cause and run the transaction again."
-            ) from tx._failed
-        _ended(tx)
-    except BaseException as exc:
-        _failed(tx, exc)
-        raise
-    finally:
-        tx._ended = True
-
-
-@tracked
-def _ended(tx: Transaction) -> None:
-    with java_errors_redacted("the transaction's commit", tx._settings.spec.redact):
-        tx._commit()
-
-
-def _failed(tx: Transaction, exc: BaseException) -> None:
-    """The block or the commit failed: abort unless decided (`Job.running`), log its end."""
-    if isinstance(exc, XasinkError) and tx.job_id and exc.job_id is None:
-        exc.job_id = tx.job_id
-    trace = tx._trace
-    if trace is not None and tx._held is not None and trace.state == JobState.RUNNING:
-        trace.state = JobState.ABORTED  # held: nothing of the job exists
-    try:
-        tx._stack.__exit__(type(exc), exc, exc.__traceback__)
-    finally:
-        if trace is not None and trace.ended is None:
-            trace.failed(exc)
-
-
-__all__ = ["TableWrite", "Transaction", "TransactionResult", "run"]
+__all__ = ["TableWrite", "Transaction", "TransactionResult"]

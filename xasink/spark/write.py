@@ -10,18 +10,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .. import defaults
+from ..driver.participants import abort_all
 from ..driver.report import JobEnd, JobOutcome, PhaseSeconds
 from ..driver.request import PhaseOne
 from ..driver.sinks import sink_batch
 from ..driver.transaction import TransactionSettings
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DecisionUnknownError, XasinkError
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
-from ..runtime.jdbc import redacting_java_errors
+from ..protocol.states import JobState
+from ..runtime.jdbc import java_errors_redacted, redacting_java_errors
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
 from ..tables.modes import APPEND
-from .transaction import Transaction, run
+from .transaction import Transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -299,6 +301,47 @@ def _settings(
         sink_id,
         batch_id,
     )
+
+
+@contextlib.contextmanager
+def run(tx: Transaction) -> Iterator[Transaction]:
+    """The block's rules: an exception inside, or a write that failed even if the block
+    went on, aborts the transaction; leaving it normally commits every write."""
+    try:
+        yield tx
+        if tx._failed is not None:
+            raise ConfigurationError(
+                "A write of this transaction failed, so it committed nothing (the block "
+                "went on after the failure): fix the cause and run the transaction again."
+            ) from tx._failed
+        _ended(tx)
+    except BaseException as exc:
+        _failed(tx, exc)
+        raise
+    finally:
+        tx._ended = True
+
+
+@tracked
+def _ended(tx: Transaction) -> None:
+    with java_errors_redacted("the transaction's commit", tx._settings.spec.redact):
+        tx._commit()
+
+
+def _failed(tx: Transaction, exc: BaseException) -> None:
+    """The block or the commit failed: abort unless decided (`Job.running`), log its end."""
+    if isinstance(exc, XasinkError) and tx.job_id and exc.job_id is None:
+        exc.job_id = tx.job_id
+    trace = tx._trace
+    if trace is not None and tx._held is not None and trace.state == JobState.RUNNING:
+        trace.state = JobState.ABORTED  # held: nothing of the job exists
+    if tx._job is not None and tx._members and not isinstance(exc, DecisionUnknownError):
+        abort_all(tx._job, list(tx._members.values()))  # the coordinator's first
+    try:
+        tx._stack.__exit__(type(exc), exc, exc.__traceback__)
+    finally:
+        if trace is not None and trace.ended is None:
+            trace.failed(exc)
 
 
 #: What WriteResult takes from the job's end as it is (the job-end line shows the same).

@@ -1,0 +1,210 @@
+"""A transaction's other databases on the driver: each is a participant with its own job
+row under the transaction's job id, its own branches and markers, tied to the coordinator
+(the transaction's own database, which records the one decision) by `protocol.links`.
+
+The steps, in the order the protocol needs them (model/participants.pml checks them):
+
+1. `enlist`: the coordinator records the participant (only while the job is running),
+   then the participant records its coordinator, then its job row. A participant's job
+   never aborts itself: only after the coordinator's job is aborted (`abort_all`).
+2. The coordinator's decision carries every participant's winners (`winners_of`).
+3. `copy_decisions`: each participant's row moves to `committing` with its winners; from
+   then on its own database's recovery can finish it.
+4. `commit_all`: each participant's phase 2 and apply, then its link is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CommitError, ConfigurationError, JobAbortedError
+from ..masking import mask_url
+from ..protocol import links
+from ..protocol.actions import BranchAction
+from ..protocol.connecting import make_spec
+from ..protocol.participants import copy_decision
+from ..protocol.states import JobState
+from ..spec import ConnectionSpec
+from ..tables.staging import ApplyPlan, ApplyPlans
+from .job import Job
+from .request import PhaseOne, Preflight
+from .transaction import TransactionSettings, joined
+
+log = logging.getLogger("xasink")
+
+
+def address(spec: ConnectionSpec) -> str:
+    """Where a database is, as its peer's link row records it: no secret, no property."""
+    return mask_url(spec.url).split("?", 1)[0]
+
+
+@dataclass
+class Member:
+    """One participant database of a transaction: its job and its writes' phase one."""
+
+    job: Job
+    parts: list[PhaseOne] = field(default_factory=list)
+
+    @property
+    def tag(self) -> str:
+        return self.job.journal.tag
+
+    @property
+    def where(self) -> str:
+        return address(self.job.spec)
+
+    def phase_one(self) -> PhaseOne:
+        return joined(self.parts)
+
+
+def elsewhere(
+    settings: TransactionSettings,
+    url: str,
+    journal_schema: str | None,
+    connection: dict[str, Any],
+) -> TransactionSettings:
+    """A participant's settings: its own database and journal, the transaction's timeouts
+    and retries, and no sink (the coordinator's decision moves the stream's mark)."""
+    spec = make_spec(
+        url,
+        **connection,
+        connect_timeout=settings.spec.connect_timeout,
+        network_timeout=settings.spec.network_timeout,
+    )
+    return dataclasses.replace(
+        settings, spec=spec, journal_schema=journal_schema, sink_id=None, batch_id=None
+    )
+
+
+def enlist(
+    coordinator: Job, member: Job, pre: Preflight, columns: Sequence[str], lease: float
+) -> list[BranchAction]:
+    """A participant's first write: the links on both sides, then its job row under the
+    coordinator's job id (its branches may open from then on). Returns what recovery of
+    its table did first."""
+    job_id = coordinator.job_id
+    assert job_id is not None
+    if member.journal.tag == coordinator.journal.tag:
+        raise ConfigurationError(
+            f"url={address(member.spec)} reaches the transaction's own database (the same "
+            "journal): leave url out of this tx.write."
+        )
+    links.ensure(coordinator.journal, coordinator.conn)
+    links.ensure(member.journal, member.conn)
+    here = address(member.spec)
+    if not links.add_participant(
+        coordinator.journal,
+        coordinator.conn,
+        job_id,
+        member.journal.tag,
+        here,
+        member.journal.schema,
+    ):
+        raise JobAbortedError(
+            f"Job {job_id} was aborted by a recovery run while the transaction was writing "
+            "(its heartbeat looked older than that run's grace). Nothing was committed. Run "
+            "the transaction again."
+        )
+    links.add_coordinator(
+        member.journal,
+        member.conn,
+        job_id,
+        coordinator.journal.tag,
+        address(coordinator.spec),
+        coordinator.journal.schema,
+    )
+    begun = member.begin(pre, columns, lease, job_id=job_id)
+    member.decided = True  # only its coordinator decides, and only abort_all aborts it
+    return begun.recovered
+
+
+def winners_of(members: Sequence[Member]) -> dict[str, list[tuple[int, int, int]]]:
+    """Each participant's winners, (partition, attempt, rows), keyed by its journal tag."""
+    result = {}
+    for m in members:
+        phase_one = m.phase_one()
+        result[m.tag] = [
+            (w.partition, w.attempt, phase_one.rows_of[w.partition]) for w in phase_one.winners
+        ]
+    return result
+
+
+def copy_decisions(coordinator: Job, members: Sequence[Member]) -> None:
+    """Record the coordinator's decision in every participant (step 3)."""
+    winners = winners_of(members)
+    for m in members:
+        try:
+            state = copy_decision(m.job.journal, m.job.conn, str(m.job.job_id), winners[m.tag])
+        except Exception as exc:
+            raise _undone(coordinator, m, m.job.spec.redact(exc)) from None
+        if state not in (JobState.COMMITTING, JobState.COMMITTED):
+            raise _undone(coordinator, m, f"its job is {state or 'missing'} there")
+        m.job.trace.state = JobState.COMMITTING
+
+
+def commit_all(coordinator: Job, members: Sequence[Member]) -> int:
+    """Each participant's phase 2 and apply, in the order of their first write; returns
+    how many losing attempts were rolled back."""
+    losers = 0
+    for m in members:
+        job = m.job
+        assert job.plan is not None
+        first = _first_staged(job)
+        job.plan = dataclasses.replace(job.plan, apply=first, partition_base=0)
+        losers += job.commit(m.phase_one())
+        try:
+            links.mark_done(coordinator.journal, coordinator.conn, str(job.job_id), m.tag)
+        except Exception as exc:  # recovery from the coordinator marks it done
+            log.warning(
+                "xasink job %s: participant %s finished, not yet marked so (%s)",
+                job.job_id,
+                m.where,
+                coordinator.spec.redact(exc),
+            )
+    return losers
+
+
+def _first_staged(job: Job) -> ApplyPlan | None:
+    """The job's first staged write (its row's plan names every write)."""
+    return ApplyPlans.of(job.apply).writes[0] if job.apply else None
+
+
+def abort_all(coordinator: Job, members: Sequence[Member]) -> None:
+    """The block failed before the decision: abort the coordinator's job first, then,
+    once it is aborted, every participant's (never before: only the coordinator decides)."""
+    if coordinator.job_id is None or coordinator.decided:
+        return
+    coordinator.abort()
+    if coordinator.trace.state != JobState.ABORTED:
+        return  # not settled: recovery from the coordinator finishes the participants
+    for m in members:
+        m.job.abort()
+        if m.job.trace.state == JobState.ABORTED:
+            with contextlib.suppress(Exception):  # else recovery from the coordinator does
+                links.mark_done(coordinator.journal, coordinator.conn, coordinator.job_id, m.tag)
+
+
+def _undone(coordinator: Job, m: Member, why: str) -> CommitError:
+    return CommitError(
+        f"Job {coordinator.job_id} is decided for commit, but its decision could not be "
+        f"recorded in participant {m.where} ({why}). Nothing is lost: finish it with "
+        f"`xasink recover --url {address(coordinator.spec)} --participant {m.where}`. Do "
+        "not run the transaction again."
+    )
+
+
+__all__ = [
+    "Member",
+    "abort_all",
+    "address",
+    "commit_all",
+    "copy_decisions",
+    "elsewhere",
+    "enlist",
+    "winners_of",
+]

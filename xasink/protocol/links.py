@@ -1,0 +1,234 @@
+"""The links of a transaction over several databases: which journal decides a job, and
+which journals hold its other branches.
+
+The transaction's own database is the coordinator: its journal records the one decision.
+Every other database written is a participant, with its own job row under the same job
+id, its own branches (XIDs with its own journal's tag) and its own markers. One row of
+`xasink_links` on each side ties them together:
+
+* in the coordinator, one row per participant (role `participant`), recorded before the
+  participant's job row exists, and only while the job is running (`add_participant`), so
+  that recovery from the coordinator knows every participant that may hold a branch; the
+  decision writes each participant's winners into its row in the decision's own local
+  transaction (`record_winners`); the row is `done` once the participant is final;
+* in a participant, one row naming the coordinator (role `coordinator`), recorded before
+  its job row: a running job with such a row is never aborted by that database's own
+  recovery, whatever its heartbeat, because only the coordinator may decide it.
+
+The table joins a journal the first time the journal takes part in such a transaction,
+and the journal's version becomes 2 (`ensure`): a release that knows nothing of links
+refuses the journal instead of aborting a participant's job it cannot see is coordinated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime.jdbc import JdbcConnection, execute, query
+from .schema import LINKED_VERSION, LINKS_TABLE, JournalLayout
+from .states import JobState
+
+#: A link row's role: the peer named is the job's coordinator, or one of its participants.
+COORDINATOR, PARTICIPANT = "coordinator", "participant"
+#: A participant's link in the coordinator: still to finish, or final there.
+PENDING, DONE = "pending", "done"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link row: the peer journal (its tag, where it is, its schema) of a job."""
+
+    job_id: str
+    peer: str
+    role: str
+    address: str
+    schema: str | None
+    #: A participant's winners, (partition, attempt, rows), recorded with the decision.
+    winners: tuple[tuple[int, int, int], ...] = ()
+    state: str = PENDING
+
+    @property
+    def where(self) -> str:
+        """The peer as a person reads it: its address, schema and journal tag."""
+        schema = f", journal schema {self.schema}" if self.schema else ""
+        return f"{self.address} (journal tag {self.peer}{schema})"
+
+
+def ensure(layout: JournalLayout, conn: JdbcConnection) -> None:
+    """The journal, ready to take part in a transaction over several databases (DDL,
+    before any branch opens)."""
+    layout.ensure_linked(conn, lambda c: _upgrade(layout, c))
+
+
+def _upgrade(layout: JournalLayout, conn: JdbcConnection) -> None:
+    """The links table, then version 2 (under the creation lock; idempotent, so a crash
+    between the two steps is finished by the next call)."""
+    d = layout.dialect
+    columns = (
+        "job_id VARCHAR(64) NOT NULL, peer VARCHAR(16) NOT NULL, role VARCHAR(16) NOT NULL, "
+        f"address {d.text_type} NOT NULL, peer_schema {d.text_type}, winners "
+        f"{d.long_text_type}, state VARCHAR(16) NOT NULL, PRIMARY KEY (job_id, peer)"
+    )
+    for sql in d.create_table_sql(layout.links, LINKS_TABLE, columns):
+        execute(conn, sql)
+    execute(
+        conn,
+        f"UPDATE {layout.meta} SET version = ? WHERE id = 1 AND version < ?",
+        (LINKED_VERSION, LINKED_VERSION),
+    )
+
+
+def add_participant(
+    layout: JournalLayout,
+    conn: JdbcConnection,
+    job_id: str,
+    peer: str,
+    address: str,
+    schema: str | None,
+) -> bool:
+    """Record a participant of a running job, before the participant's job row exists.
+    False: the job is no longer running (a recovery run aborted it)."""
+    changed = execute(
+        conn,
+        f"INSERT INTO {layout.links} (job_id, peer, role, address, peer_schema, state) "
+        f"SELECT job_id, ?, ?, ?, ?, ? FROM {layout.jobs} WHERE job_id = ? AND state = ?",
+        (peer, PARTICIPANT, address, schema, PENDING, job_id, JobState.RUNNING),
+    )
+    return changed == 1
+
+
+def add_coordinator(
+    layout: JournalLayout,
+    conn: JdbcConnection,
+    job_id: str,
+    peer: str,
+    address: str,
+    schema: str | None,
+) -> None:
+    """Record, in a participant, the journal that decides `job_id` (before its job row)."""
+    execute(
+        conn,
+        f"INSERT INTO {layout.links} (job_id, peer, role, address, peer_schema, state) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (job_id, peer, COORDINATOR, address, schema, PENDING),
+    )
+
+
+def record_winners(
+    layout: JournalLayout,
+    conn: JdbcConnection,
+    job_id: str,
+    winners: Mapping[str, Sequence[tuple[int, int, int]]],
+) -> None:
+    """Each participant's winners into its link row (inside the decision's transaction)."""
+    for peer, keys in winners.items():
+        execute(
+            conn,
+            f"UPDATE {layout.links} SET winners = ? WHERE job_id = ? AND peer = ? AND role = ?",
+            (json.dumps([list(k) for k in keys]), job_id, peer, PARTICIPANT),
+        )
+
+
+def mark_done(layout: JournalLayout, conn: JdbcConnection, job_id: str, peer: str) -> None:
+    """A participant's part of the job is final: recovery from the coordinator skips it."""
+    execute(
+        conn,
+        f"UPDATE {layout.links} SET state = ? WHERE job_id = ? AND peer = ? AND role = ?",
+        (DONE, job_id, peer, PARTICIPANT),
+    )
+
+
+def coordinator_of(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> Link | None:
+    """The journal that decides `job_id`, when this journal is one of its participants."""
+    found = _links(layout, conn, "job_id = ? AND role = ?", (job_id, COORDINATOR))
+    return found[0] if found else None
+
+
+def participants(
+    layout: JournalLayout, conn: JdbcConnection, job_id: str | None = None, pending: bool = True
+) -> list[Link]:
+    """The participants this coordinator recorded (of `job_id`; still pending only)."""
+    where, params = "role = ?", [PARTICIPANT]
+    if job_id is not None:
+        where += " AND job_id = ?"
+        params.append(job_id)
+    if pending:
+        where += " AND state = ?"
+        params.append(PENDING)
+    return _links(layout, conn, where, tuple(params))
+
+
+def linked_jobs(layout: JournalLayout, conn: JdbcConnection) -> set[str]:
+    """Jobs with a link row here (either role): `xasink prune` keeps their rows while a
+    participant is pending, and a participant's are read by its coordinator."""
+    return {link.job_id for link in _links(layout, conn, "state = ?", (PENDING,))}
+
+
+def forget(layout: JournalLayout, conn: JdbcConnection, jobs: Sequence[str]) -> None:
+    """Delete the link rows of these long finished jobs (`xasink prune`)."""
+    marks = ", ".join("?" for _ in jobs)
+    try:
+        execute(conn, f"DELETE FROM {layout.links} WHERE job_id IN ({marks})", tuple(jobs))
+    except Exception as exc:
+        if not layout.dialect.is_missing_table(exc):
+            raise
+
+
+def _links(
+    layout: JournalLayout, conn: JdbcConnection, where: str, params: tuple[Any, ...]
+) -> list[Link]:
+    """Link rows; none in a journal that never took part in such a transaction."""
+    try:
+        rows = query(
+            conn,
+            f"SELECT job_id, peer, role, address, peer_schema, winners, state "
+            f"FROM {layout.links} WHERE {where} ORDER BY job_id, peer",
+            params,
+        )
+    except Exception as exc:
+        if layout.dialect.is_missing_table(exc):
+            return []
+        raise
+    return [
+        Link(
+            str(job_id),
+            str(peer),
+            str(role),
+            str(address),
+            None if schema is None else str(schema),
+            _winners(winners),
+            str(state),
+        )
+        for job_id, peer, role, address, schema, winners, state in rows
+    ]
+
+
+def _winners(text: object) -> tuple[tuple[int, int, int], ...]:
+    if text is None:
+        return ()
+    return tuple((int(p), int(a), int(r)) for p, a, r in json.loads(str(text)))
+
+
+def winner_keys(winners: Iterable[tuple[int, int, int]]) -> frozenset[tuple[int, int]]:
+    return frozenset((p, a) for p, a, _ in winners)
+
+
+__all__ = [
+    "COORDINATOR",
+    "DONE",
+    "PARTICIPANT",
+    "PENDING",
+    "Link",
+    "add_coordinator",
+    "add_participant",
+    "coordinator_of",
+    "ensure",
+    "forget",
+    "linked_jobs",
+    "mark_done",
+    "participants",
+    "record_winners",
+]

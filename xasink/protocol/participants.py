@@ -1,0 +1,178 @@
+"""Finishing a transaction's participants from its coordinator: the decision recorded in
+the coordinator's journal is carried to every participant database (`links` says which).
+
+The coordinator's job row decides for every database:
+
+* `committing` or later: the participant's job is decided too. Its own row moves from
+  `running` to `committing` with its winners (`copy_decision`; the same conditional change
+  as the coordinator's own decision), and from then on that database's own recovery can
+  finish it alone;
+* `aborted`: the participant's job is aborted and its branches rolled back;
+* `running`: its driver is alive (recovery from the coordinator aborted it otherwise);
+  nothing is done.
+
+A participant whose coordinator decided nothing is never touched by anyone but the
+coordinator's driver or recovery (`recovery.awaits_coordinator`): a decided branch is never
+rolled back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime.jdbc import JdbcConnection
+from ..spec import ConnectionSpec
+from . import links
+from .actions import BranchAction, RecoveryAction, RecoveryReport
+from .applying import StagedApply
+from .branches import BranchOps
+from .connecting import open_journal
+from .journal import Journal
+from .links import Link
+from .recovery import resolve_in_doubt
+from .states import Decision, JobState
+
+log = logging.getLogger("xasink")
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A participant database as recovery reaches it: its journal, connection and ops."""
+
+    spec: ConnectionSpec
+    conn: JdbcConnection
+    journal: Journal
+    ops: BranchOps
+
+
+#: Opens the participant a link names (None: not given); raises when it cannot be reached.
+Opener = Callable[[links.Link], AbstractContextManager[Participant | None]]
+
+
+def copy_decision(
+    journal: Journal, conn: JdbcConnection, job_id: str, winners: Sequence[tuple[int, int, int]]
+) -> str | None:
+    """Record the coordinator's commit decision in a participant's journal; returns the
+    participant's job state afterwards (`committing`, or later when it was copied before)."""
+    if journal.decide_commit(conn, job_id, winners) == Decision.DECIDED:
+        return JobState.COMMITTING
+    return journal.state(conn, job_id)
+
+
+def finish(
+    coordinator: Journal,
+    conn: JdbcConnection,
+    report: RecoveryReport,
+    opener: Opener,
+    *,
+    job: str | None = None,
+    grace: float,
+    dry_run: bool,
+    redact: Callable[[object], str] = str,
+) -> None:
+    """Carry every decided (or aborted) job's outcome to its pending participants, after
+    the coordinator's own recovery ran; what was done goes into `report`. A participant
+    that is not given or cannot be reached is reported, never skipped silently."""
+    for link in links.participants(coordinator, conn, job):
+        state = coordinator.state(conn, link.job_id)
+        if state in (None, JobState.RUNNING):
+            why = "no job row" if state is None else "still running (its driver is alive)"
+            _add(report, link, RecoveryAction.LEFT, f"coordinator's job {why}")
+            continue
+        try:
+            with opener(link) as participant:
+                if participant is None:
+                    _add(
+                        report,
+                        link,
+                        RecoveryAction.LEFT,
+                        f"not given: pass --participant with its URL (participants=[...]) "
+                        f"to finish it ({'commit' if state != JobState.ABORTED else 'abort'})",
+                    )
+                    continue
+                done = _finish_one(participant, link, state, report, grace, dry_run)
+                if done and not dry_run:
+                    links.mark_done(coordinator, conn, link.job_id, link.peer)
+        except Exception as exc:
+            _add(report, link, RecoveryAction.FAILED, f"unreachable: {redact(exc)}")
+
+
+def _finish_one(
+    p: Participant,
+    link: links.Link,
+    decided: str,
+    report: RecoveryReport,
+    grace: float,
+    dry_run: bool,
+) -> bool:
+    """One participant of one job, as its coordinator decided; True once it is final."""
+    job_id, journal, conn = link.job_id, p.journal, p.conn
+    found = journal.state(conn, job_id)
+    if decided == JobState.ABORTED:
+        if found == JobState.RUNNING and not dry_run and journal.abort(conn, job_id):
+            _add(report, link, RecoveryAction.ABORTED, "its coordinator aborted the job")
+    elif found == JobState.RUNNING and not dry_run:
+        copy_decision(journal, conn, job_id, link.winners)
+        _add(report, link, RecoveryAction.COMMITTED, "the coordinator's decision recorded here")
+    sub = resolve_in_doubt(p.ops, conn, journal, job=job_id, grace=grace, dry_run=dry_run)
+    where = f"participant {link.where}"
+    report.actions += [
+        BranchAction(a.job_id, a.partition, a.attempt, a.action, f"{where}: {a.detail}")
+        for a in sub.actions
+    ]
+    final = journal.state(conn, job_id)
+    return final in (None, JobState.COMMITTED, JobState.ABORTED, JobState.ABANDONED)
+
+
+def _add(report: RecoveryReport, link: links.Link, action: RecoveryAction, detail: str) -> None:
+    entry = BranchAction(link.job_id, -1, -1, action, f"participant {link.where}: {detail}")
+    report.actions.append(entry)
+    level = logging.WARNING if entry.unresolved else logging.INFO
+    log.log(level, "xasink recover: %s", entry.line())
+
+
+@contextlib.contextmanager
+def given(
+    specs: Sequence[ConnectionSpec], staged: StagedApply[Any], lock_wait: float
+) -> Iterator[Opener]:
+    """Opens the given participant whose journal (in the schema a link names) has the
+    link's tag; each database is opened once, on first need, and closed at the end."""
+    with contextlib.ExitStack() as stack:
+        found: dict[tuple[int, str | None], Participant] = {}
+
+        @contextlib.contextmanager
+        def opener(link: Link) -> Iterator[Participant | None]:
+            failure: Exception | None = None
+            for index, spec in enumerate(specs):
+                key = (index, link.schema)
+                if key not in found:
+                    try:
+                        session, journal = open_journal(spec, link.schema, lock_wait, staged=staged)
+                    except Exception as exc:
+                        failure = failure or exc
+                        continue
+                    stack.enter_context(session)
+                    ops = stack.enter_context(BranchOps(spec, journal))
+                    found[key] = Participant(spec, session.connection, journal, ops)
+                if found[key].journal.tag == link.peer:
+                    yield found[key]
+                    return
+            if failure is not None:  # perhaps the one it names
+                raise failure
+            yield None
+
+        yield opener
+
+
+@contextlib.contextmanager
+def none_given(link: links.Link) -> Iterator[Participant | None]:
+    """The opener when no participant is given: each pending one is reported as left."""
+    yield None
+
+
+__all__ = ["Opener", "Participant", "copy_decision", "finish", "given", "none_given"]
