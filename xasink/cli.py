@@ -109,21 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         "jobs that are still writing",
     )
     recover.add_argument("--dry-run", action="store_true", help="report only; change nothing")
-    recover.add_argument(
-        "--participant",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="another database of this journal's transactions (repeatable): carry each "
-        "decision to it, as --user",
-    )
-    recover.add_argument(
-        "--participant-password-env",
-        action="append",
-        default=[],
-        metavar="VAR",
-        help="each --participant's password variable, in order (once: for all)",
-    )
+    _add_participants(recover)
     recover.add_argument(
         "--presume-abort",
         metavar="TAG",
@@ -162,6 +148,24 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="count only")
     _add_check(commands, common)
     return parser
+
+
+def _add_participants(recover: argparse.ArgumentParser) -> None:
+    recover.add_argument(
+        "--participant",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another database of this journal's transactions (repeatable): carry each "
+        "decision to it, as --user",
+    )
+    recover.add_argument(
+        "--participant-password-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="each --participant's password variable, in order (once: for all)",
+    )
 
 
 def _add_resolve(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -230,23 +234,18 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _participants(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each --participant, with --user and its own password (or --password-env's)."""
+def _participants(args: argparse.Namespace) -> list[dict[str, Any]]:  # with --user
     envs, own = args.participant_password_env, _connection(args)
     if len(envs) > 1 and len(envs) != len(args.participant):
         raise XasinkError("give --participant-password-env once, or once per --participant")
-    return [
-        {
-            "url": url,
-            "user": own["user"],
-            "jars": own["jars"],
-            "password": _env(envs[i if len(envs) > 1 else 0]) if envs else own["password"],
-        }
-        for i, url in enumerate(args.participant)
-    ]
+    found = []
+    for i, url in enumerate(args.participant):
+        pw = _env(envs[min(i, len(envs) - 1)]) if envs else own["password"]
+        found.append({"url": url, "user": own["user"], "jars": own["jars"], "password": pw})
+    return found
 
 
-def _env(name: str) -> str:
+def _env(name: str) -> str:  # a password, from the variable an option names
     if name not in os.environ:
         raise XasinkError(f"environment variable {name} is not set")
     return os.environ[name]

@@ -22,6 +22,7 @@ POINTS = (
     "after_prepare",
     "before_decision",
     "after_decision",
+    "before_participants",
     "after_first_commit",
     "before_finish",
     "before_local_commit",

@@ -105,7 +105,7 @@ def decide(
     never with a plain read, which could miss a commit that lands later."""
     keys = [(w.partition, w.attempt, rows_of[w.partition]) for w in winners]
     try:
-        outcome = plan.journal.decide_commit(conn, plan.job_id, keys, plan.sink, participants)
+        outcome = plan.journal.decide_commit(conn, plan.job_id, keys, plan.sink, participants or {})
     except Exception as exc:
         reason = plan.spec.redact(exc)
         state = fence(plan.spec, plan.journal, plan.job_id)

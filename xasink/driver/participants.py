@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._testing.faults import trigger
 from ..errors import CommitError, ConfigurationError, JobAbortedError
 from ..masking import mask_url
 from ..protocol import links
@@ -136,6 +137,10 @@ def winners_of(members: Sequence[Member]) -> dict[str, list[tuple[int, int, int]
 
 def copy_decisions(coordinator: Job, members: Sequence[Member]) -> None:
     """Record the coordinator's decision in every participant (step 3)."""
+    if not members:
+        return
+    assert coordinator.plan is not None
+    trigger(coordinator.plan.faults, "before_participants")
     winners = winners_of(members)
     for m in members:
         try:

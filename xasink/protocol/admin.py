@@ -271,6 +271,7 @@ def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry
     if dry_run or not jobs:
         return len(jobs)
     journal.forget(conn, jobs)
+    links.forget(journal, conn, jobs)
     return len(jobs)
 
 

@@ -127,18 +127,16 @@ class Journal(JournalReader):
         job_id: str,
         winners: Iterable[tuple[int, int, int]],
         sink: SinkBatch | None = None,
-        participants: Mapping[str, Sequence[tuple[int, int, int]]] | None = None,
+        participants: Mapping[str, Sequence[tuple[int, int, int]]] = {},
     ) -> Decision:
         """Durably record the commit decision. Returns DECIDED, JOB_ENDED (the job is no
         longer running) or BATCH_TAKEN (the sink's mark already reached this batch, belongs
         to another query, or was reset meanwhile: nothing was recorded).
 
-        `winners` are (partition, attempt, rows). A streaming job's decision also moves its
-        sink's mark to its batch, in the same local transaction and only if the mark is
-        below it and was not written by another query, so one batch of a sink is decided
-        once, whoever races for it, and a sink is written by one query. A transaction over
-        several databases records each participant's winners in its link row, here too
-        (`links.record_winners`)."""
+        `winners` are (partition, attempt, rows); `participants`, the winners of a
+        transaction's other databases (into their link rows, `links`). A streaming job's
+        decision also moves its sink's mark to its batch, in the same local transaction, if
+        the mark is below it and not another query's: one batch is decided once."""
         if sink is not None:
             sinkmarks.register(self, conn, sink.sink_id)
         try:
@@ -160,8 +158,7 @@ class Journal(JournalReader):
                     job_id,
                     winners,
                 )
-                if participants:
-                    links.record_winners(self, conn, job_id, participants)
+                links.record_winners(self, conn, job_id, participants)
         except sinkmarks.BatchTaken:  # rolled back: the job is still running, and undecided
             return Decision.BATCH_TAKEN
         return Decision.DECIDED
@@ -370,7 +367,6 @@ class Journal(JournalReader):
             marks = ", ".join("?" for _ in chunk)
             for table in (self.winners, self.markers, self.jobs):
                 execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", chunk)
-            links.forget(self, conn, chunk)
 
     # -- staging tables ----------------------------------------------------------------
     def finished_stages(self, conn: JdbcConnection) -> list[tuple[str, Any]]:
@@ -385,8 +381,7 @@ class Journal(JournalReader):
 
     def _batch(
         self, conn: JdbcConnection, sql: str, job_id: str, branches: Iterable[tuple[int, ...]]
-    ) -> None:
-        """Run `sql` once per (job, partition, attempt, ...), as one JDBC batch."""
+    ) -> None:  # `sql` once per (job, partition, attempt, ...), as one JDBC batch
         execute_many(conn, sql, [(job_id, *numbers) for numbers in branches])
 
     # -- streaming sinks -----------------------------------------------------------------

@@ -169,12 +169,15 @@ def linked_jobs(layout: JournalLayout, conn: JdbcConnection) -> set[str]:
 
 def forget(layout: JournalLayout, conn: JdbcConnection, jobs: Sequence[str]) -> None:
     """Delete the link rows of these long finished jobs (`xasink prune`)."""
-    marks = ", ".join("?" for _ in jobs)
-    try:
-        execute(conn, f"DELETE FROM {layout.links} WHERE job_id IN ({marks})", tuple(jobs))
-    except Exception as exc:
-        if not layout.dialect.is_missing_table(exc):
-            raise
+    for start in range(0, len(jobs), 500):
+        chunk = tuple(jobs[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        try:
+            execute(conn, f"DELETE FROM {layout.links} WHERE job_id IN ({marks})", chunk)
+        except Exception as exc:
+            if not layout.dialect.is_missing_table(exc):
+                raise
+            return
 
 
 def _links(

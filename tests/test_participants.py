@@ -1,0 +1,172 @@
+"""`xasink.transaction` over two databases: PostgreSQL coordinates, MariaDB (or MySQL) takes
+part. Customers and their orders (a foreign key) go into PostgreSQL, an audit table into the
+other database, under one decision: every table of both databases changes, or none, through
+exceptions, failures around the decision, driver kills and unreachable participants; the
+participant's own recovery never rolls back what its coordinator decided. Rows are read with
+psycopg/pymysql; nothing may be left prepared or staged in either database.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from support import connection_args, job_states, stage_tables, xasink_cli
+from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
+
+from xasink import ConfigurationError, transaction
+from xasink._testing.faults import Fault, injected
+
+AUDIT_ROWS = 25
+
+
+@pytest.fixture(params=["mariadb", "mysql"])
+def other(request: pytest.FixtureRequest):
+    """The participant's server (MySQL's case runs once, for its own XA behaviour)."""
+    return request.getfixturevalue(request.param)
+
+
+def _audit(server) -> str:
+    table = f"au_{uuid.uuid4().hex[:10]}"
+    _sql(server, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, note VARCHAR(32))")
+    return table
+
+
+def _audit_frame(spark, first: int = 0):
+    df = spark.createDataFrame(
+        [(i, f"n{i}") for i in range(first, first + AUDIT_ROWS)], "id long, note string"
+    )
+    df.cache().count()
+    return df
+
+
+def _links(server) -> dict[str, str]:
+    """Each link row's job and state in this database's journal ({} without the table)."""
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        try:
+            cursor.execute("SELECT job_id, role, state FROM xasink_links")
+        except Exception:
+            return {}
+        return {f"{row[0]}:{row[1]}": str(row[2]) for row in cursor.fetchall()}
+
+
+def _clean(*servers) -> None:
+    for server in servers:
+        assert server.prepared_transactions() == [], f"{server.kind}: prepared left behind"
+        assert stage_tables(server) == [], f"{server.kind}: a staging table left behind"
+
+
+def _in(server, **extra) -> dict[str, object]:
+    return {**connection_args(server), **extra}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_two_databases_commit_together(spark, postgres, other, path):
+    """PostgreSQL's two tables (child written first) and the other database's table: one
+    job id in both journals, committed in both, the participant's link done."""
+    if other.kind == "mysql" and path == "driver":
+        pytest.skip("MySQL's case runs once, on the tasks path")
+    parent, child = _tables(postgres)
+    audit = _audit(other)
+    parents, children = _frames(spark)
+    with transaction(**connection_args(postgres)) as tx:
+        tx.write(children, child, **PATHS[path])
+        tx.write(_audit_frame(spark), audit, **_in(other, **PATHS[path]))
+        tx.write(parents, parent, mode="upsert", key="id", **PATHS[path])
+    result = tx.result
+    assert result is not None and result.outcome == "committed"
+    assert [w.database != "" for w in result.writes] == [False, True, False]
+    want_parents, want_children = _expected()
+    assert _ids(postgres, parent) == want_parents
+    assert _ids(postgres, child) == want_children
+    assert _ids(other, audit) == list(range(AUDIT_ROWS))
+    assert job_states(postgres)[result.job_id] == "committed"
+    assert job_states(other)[result.job_id] == "committed"
+    assert _links(postgres)[f"{result.job_id}:participant"] == "done"
+    assert f"{result.job_id}:coordinator" in _links(other)
+    _clean(postgres, other)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_exception_in_the_block_leaves_nothing_in_either_database(
+    spark, postgres, mariadb, path
+):
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    with (
+        pytest.raises(RuntimeError, match="changed my mind"),
+        transaction(**connection_args(postgres)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS[path])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS[path]))
+        raise RuntimeError("changed my mind")
+    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert job_states(postgres)[tx.job_id] == "aborted"
+    assert job_states(mariadb)[tx.job_id] == "aborted"
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    _clean(postgres, mariadb)
+
+
+def test_the_first_write_goes_to_the_coordinator(spark, postgres, mariadb):
+    audit = _audit(mariadb)
+    first = "first write of a transaction goes into its own"
+    with pytest.raises(ConfigurationError, match=first), transaction(**_in(postgres)) as tx:
+        tx.write(_audit_frame(spark), audit, **_in(mariadb))
+    assert _ids(mariadb, audit) == []
+    _clean(postgres, mariadb)
+
+
+def _recover(server, *args: str, participants=()):
+    extra: list[str] = []
+    for p in participants:
+        extra += ["--participant", p.jdbc_url]
+    return xasink_cli(server, "recover", "--grace", "0", *extra, *args)
+
+
+@pytest.mark.parametrize("point", ["before_decision", "before_participants", "before_finish"])
+def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
+    spark, postgres, mariadb, point
+):
+    """Before the decision: nothing, both jobs aborted by the driver itself. Decided but
+    not yet copied to the participant: the participant's own recovery leaves its branches
+    prepared (it names the coordinator and the command), recovery from the coordinator
+    without the participant says it is missing, and with it finishes everything. Copied
+    (the coordinator's finish failed): the participant's own recovery finishes its part."""
+    parent, child = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, children = _frames(spark)
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault(point, "raise")),
+        transaction(**connection_args(postgres)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+        tx.write(children, child, **PATHS["tasks"])
+    decided, copied = point != "before_decision", point == "before_finish"
+    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert job_states(postgres)[tx.job_id] == ("committing" if decided else "aborted")
+    alone = _recover(mariadb)
+    if decided and not copied:
+        assert alone.returncode == 1, alone.stdout + alone.stderr
+        assert f"--url {postgres.jdbc_url.split('?')[0]} --participant" in alone.stdout
+        assert len(mariadb.prepared_transactions()) == 2, "a decided branch was touched"
+        assert job_states(mariadb)[tx.job_id] == "running"
+        missing = _recover(postgres)
+        assert missing.returncode == 1 and "not given: pass --participant" in missing.stdout
+        assert _ids(mariadb, audit) == []
+    else:
+        assert alone.returncode == 0, alone.stdout + alone.stderr
+    everything = _recover(postgres, participants=[mariadb])
+    assert everything.returncode == 0, everything.stdout + everything.stderr
+    want_parents, want_children = _expected() if decided else ([], [])
+    assert _ids(postgres, parent) == want_parents
+    assert _ids(postgres, child) == want_children
+    assert _ids(mariadb, audit) == (list(range(AUDIT_ROWS)) if decided else [])
+    final = "committed" if decided else "aborted"
+    assert job_states(postgres)[tx.job_id] == final
+    assert job_states(mariadb)[tx.job_id] == final
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    _clean(postgres, mariadb)
