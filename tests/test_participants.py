@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from support import connection_args, job_states, stage_tables, xasink_cli
+from support import WatchedDriver, connection_args, job_states, stage_tables, xasink_cli
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
 
 from xasink import ConfigurationError, transaction
@@ -170,3 +170,45 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
     assert job_states(mariadb)[tx.job_id] == final
     assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
     _clean(postgres, mariadb)
+
+
+#: Where a driver is killed: before the decision, decided but not yet copied to the
+#: participant, or after the coordinator's first commit (copied).
+KILLS = ["before_decision", "before_participants", "after_first_commit"]
+
+
+@pytest.mark.parametrize("point", KILLS)
+def test_a_driver_killed_then_recovered_from_the_coordinator(postgres, mariadb, point):
+    """SIGKILL of the driver's whole process group, then `xasink recover --participant`:
+    the three tables of both databases whole once decided, all untouched otherwise."""
+    parent, child = _tables(postgres)
+    audit = _audit(mariadb)
+    args = [postgres.jdbc_url, postgres.user, parent, child, point, "tasks"]
+    env = {"XASINK_TEST_PARTICIPANT": f"{mariadb.jdbc_url} {audit}"}
+    driver = WatchedDriver("transaction_driver.py", args, postgres.password, env)
+    try:
+        assert driver.wait_for(f"XASINK-FAULT {point}"), driver.tail()
+    finally:
+        driver.kill()
+    done = _recover(postgres, participants=[mariadb])
+    assert done.returncode == 0, done.stdout + done.stderr
+    decided = point != "before_decision"
+    want_parents, want_children = _expected() if decided else ([], [])
+    assert _ids(postgres, parent) == want_parents
+    assert _ids(postgres, child) == want_children
+    assert _ids(mariadb, audit) == (list(range(AUDIT_ROWS)) if decided else [])
+    job_id = _job_on(mariadb, audit)
+    final = "committed" if decided else "aborted"
+    assert (job_states(postgres)[job_id], job_states(mariadb)[job_id]) == (final, final)
+    assert _links(postgres)[f"{job_id}:participant"] == "done"
+    _clean(postgres, mariadb)
+
+
+def _job_on(server, table: str) -> str:
+    """The one job that wrote `table` (its row, read in that database's journal)."""
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SELECT job_id FROM xasink_jobs WHERE target_table LIKE %s", (f"%{table}",))
+        rows = cursor.fetchall()
+    assert len(rows) == 1, rows
+    return str(rows[0][0])

@@ -4,8 +4,10 @@ Usage: python transaction_driver.py URL USER PARENT CHILD FAULT_POINT PATH [SINK
 It writes test_transaction's customers into PARENT and their orders into CHILD in one
 transaction, the small frames held for one local transaction (PATH `driver`) or written by
 tasks (`tasks`); with SINK:BATCH, as that batch of a stream. The password comes from
-XASINK_TEST_PASSWORD. At FAULT_POINT it prints `XASINK-FAULT <point>` and waits to be
-killed. It ends by printing `RESULT {...}`, or `ERROR <class>: <message>` (exit 3).
+XASINK_TEST_PASSWORD. With XASINK_TEST_PARTICIPANT="URL TABLE", test_participants' audit
+rows go into TABLE of that other database (same login) between the two writes. At
+FAULT_POINT it prints `XASINK-FAULT <point>` and waits to be killed. It ends by printing
+`RESULT {...}`, or `ERROR <class>: <message>` (exit 3).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import sys
 
 from support import spark_builder
+from test_participants import _audit_frame
 from test_transaction import PATHS, _frames
 
 from xasink import transaction
@@ -32,12 +35,17 @@ def main() -> None:
     faults = [Fault(point, "hang", attempt_number=None)] if point != "none" else []
     parents, children = _frames(spark)
     password = os.environ["XASINK_TEST_PASSWORD"]
+    participant = os.environ.get("XASINK_TEST_PARTICIPANT", "")
     try:
         with (
             injected(*faults),
             transaction(url, user=user, password=password, heartbeat_interval=1.0, **stream) as tx,
         ):
             tx.write(children, child, **PATHS[path])
+            if participant:
+                other_url, audit = participant.split()
+                other = {"url": other_url, "user": user, "password": password}
+                tx.write(_audit_frame(spark), audit, **other, **PATHS[path])
             tx.write(parents, parent, mode="upsert", key="id", **PATHS[path])
     except Exception as exc:
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
