@@ -136,6 +136,12 @@ inline rollback_branch(b) {
   :: else -> CRASH; atomic { k = LOWEST(m); m = m & ~(1 << k); rollback_branch(k); k = 0 } \
   od
 
+#ifndef MUTANT_MARKER_ACROSS
+#define SETTLED_BY(b) DB(b)               /* the branch's own database's job row */
+#else
+#define SETTLED_BY(b) DC                  /* the coordinator's */
+#endif
+
 /* BranchOps.commit(b): XA COMMIT; XAER_NOTA and not listed -> the marker in b's own
    database, then that database's job state (out: O_NONE or O_GONE on entry) */
 inline commit_branch(b) {
@@ -154,7 +160,7 @@ inline commit_branch(b) {
        atomic { if :: mk & (1 << (b)) -> out = O_ALREADY :: else -> out = O_NOMARK fi }
   :: out == O_NOMARK ->
        CRASH;
-       atomic { if :: job[DB(b)] == J_COMMITTED -> out = O_ALREADY :: else -> out = O_LOST fi }
+       atomic { if :: job[SETTLED_BY(b)] == J_COMMITTED -> out = O_ALREADY :: else -> out = O_LOST fi }
   :: out >= O_COMMITTED -> break
   od;
   assert(out != O_ALREADY || br[b] == B_COMMIT);  /* (4) the marker rule, per database */
@@ -243,15 +249,21 @@ proctype D() {
 #endif
   };
   if :: !st -> goto abort_path :: else fi;    /* JobAbortedError */
-  joined = 1;
   FAIL;
+#ifndef MUTANT_ROW_BEFORE_LINK
   plink = 1;                                  /* step 3b: links.add_coordinator */
   FAIL;
-  atomic {                                    /* step 3b: P's job row (INSERT) */
+#endif
+  atomic {                                    /* step 3b: P's job row (Job.begin) */
     if :: job[DP] == J_NONE -> job[DP] = J_RUNNING; st = 1 :: else -> st = 0 fi
   };
-  if :: !st -> goto abort_path :: else fi;    /* duplicate key: fenced by a recovery */
+  if :: !st -> goto abort_path :: else fi;    /* duplicate key: a recovery fenced P */
+  joined = 1;                                 /* a member: abort_all aborts it */
   FAIL;
+#ifdef MUTANT_ROW_BEFORE_LINK
+  plink = 1;                                  /* the coordinator link after the row */
+  FAIL;
+#endif
   br[WP] = B_PREP;                            /* step 3c: P's branch prepares */
   FAIL;
 #ifdef MUTANT_PARTICIPANT_EARLY
@@ -422,7 +434,10 @@ dead:
 init {
   atomic {
     job[DC] = J_RUNNING;                      /* step 1: begin_job */
-    run D(); run RC(); run RP();
+    run D(); run RC();
+#ifndef NO_RP
+    run RP();
+#endif
 #ifdef TWO_RC
     run RC();
 #endif

@@ -8,9 +8,13 @@ psycopg/pymysql; nothing may be left prepared or staged in either database.
 
 from __future__ import annotations
 
+import socket
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from servers import restart_server, start_mariadb
 from support import WatchedDriver, connection_args, job_states, stage_tables, xasink_cli
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
 
@@ -212,3 +216,71 @@ def _job_on(server, table: str) -> str:
         rows = cursor.fetchall()
     assert len(rows) == 1, rows
     return str(rows[0][0])
+
+
+def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
+    spark, postgres, mariadb
+):
+    """Decided, not yet copied: recovery from the coordinator finishes everything it can
+    reach (PostgreSQL's tables), says which participant it could not reach and exits 1;
+    the participant's branches stay prepared. Once reachable, it is finished too."""
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault("before_participants", "raise")),
+        transaction(**connection_args(postgres)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    closed = mariadb.jdbc_url.replace(f":{mariadb.port}/", f":{_closed_port()}/")
+    cut = xasink_cli(postgres, "recover", "--grace", "0", "--participant", closed)
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    assert "action=failed" in cut.stdout and "unreachable" in cut.stdout
+    assert mariadb.password not in cut.stdout + cut.stderr
+    assert _ids(postgres, parent) == _expected()[0], "the reachable database is finished"
+    assert _ids(mariadb, audit) == [] and len(mariadb.prepared_transactions()) == 2
+    everything = _recover(postgres, participants=[mariadb])
+    assert everything.returncode == 0, everything.stdout + everything.stderr
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert job_states(mariadb)[tx.job_id] == "committed"
+    _clean(postgres, mariadb)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def restarted_mariadb() -> Iterator[Any]:
+    """A throwaway MariaDB of its own (never the shared one): the test crashes it."""
+    with start_mariadb() as server:
+        if server.source != "local":
+            pytest.skip("restarts need a server started from local binaries")
+        yield server
+
+
+def test_a_participant_restarted_between_prepare_and_the_decision(
+    spark, postgres, restarted_mariadb
+):
+    """The participant's server is SIGKILLed and started again after its branches
+    prepared: they survive, and the transaction commits in both databases."""
+    other = restarted_mariadb
+    parent, child = _tables(postgres)
+    audit = _audit(other)
+    parents, children = _frames(spark)
+    with transaction(**connection_args(postgres)) as tx:
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(other, **PATHS["tasks"]))
+        restart_server(other)
+        tx.write(children, child, **PATHS["tasks"])
+    assert tx.result is not None and tx.result.outcome == "committed"
+    want_parents, want_children = _expected()
+    assert _ids(postgres, parent) == want_parents
+    assert _ids(postgres, child) == want_children
+    assert _ids(other, audit) == list(range(AUDIT_ROWS))
+    assert job_states(other)[tx.job_id] == "committed"
+    _clean(postgres, other)

@@ -356,6 +356,7 @@ class Journal:
     def __init__(self, tag="a1b2c3d4", exists=True, damage=None, records=(), server_ages=True):
         self.tag, self.schema, self._exists, self._damage = tag, None, exists, damage
         self.records = list(records)
+        self.coordinators: dict = {}
         self.jobs, self.sinks, self.meta = "jobs", "sinks", "meta"
         ages = "SELECT gid, age FROM pg_prepared_xacts" if server_ages else None
         self.dialect = SimpleNamespace(prepared_ages_sql=lambda: ages, age_sql=lambda c: c)
@@ -369,6 +370,9 @@ class Journal:
 
     def jobs_in_state(self, conn, state):
         return [r for r in self.records if r.state == state]
+
+    def coordinator(self, conn, job_id):
+        return self.coordinators.get(job_id)
 
 
 class Ops:
@@ -431,3 +435,20 @@ def test_no_journal_is_healthy_and_a_damaged_one_is_not_read(monkeypatch, fakes)
     result = health.assess(Ops([fakes.branch(0, 7)]), None, damaged, max_age=1, grace=1)
     assert kinds(result.problems) == [("journal-damaged", "")]
     assert result.jobs_by_state == {} and len(result.branches) == 1
+
+
+def test_a_participants_silent_job_names_its_coordinator_and_the_command(monkeypatch, fakes):
+    """A transaction's participant: never "recover aborts it" (only its coordinator
+    decides), but who decides and the command that finishes it."""
+    from xasink.protocol.links import Link
+
+    mine = fakes.branch(0, 7)
+    journal = Journal(records=[fakes.record("running", heartbeat_age=900.0)])
+    journal.coordinators[JOB] = Link(JOB, "c0ffee00", "coordinator", "jdbc:postgresql://h/db", None)
+    answers(monkeypatch, journal, {mine: 500.0})
+    result = health.assess(Ops([mine]), None, journal, max_age=120.0, grace=120.0)
+    assert kinds(result.problems) == [("prepared-too-long", JOB), ("silent-job", JOB)]
+    for problem in result.problems:
+        assert "aborts it" not in problem.detail and "rolls them back" not in problem.detail
+        assert "--url jdbc:postgresql://h/db --participant" in problem.detail
+        assert "journal tag c0ffee00" in problem.detail

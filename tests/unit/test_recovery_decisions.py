@@ -419,3 +419,18 @@ def test_report_lines_summary_and_json():
         "action": "already gone",
         "detail": "",
     }
+
+
+@pytest.mark.parametrize("grace", [0.0, 120.0])
+def test_a_participants_silent_job_is_never_aborted_from_its_own_database(fakes, grace):
+    """Only the coordinator decides a transaction's participant: however silent, its job is
+    left, with who decides and the command that finishes it; nothing is rolled back."""
+    from xasink.protocol.links import Link
+
+    journal, ops = setup(fakes, "running", (), [(0, 0), (1, 0)], heartbeat_age=10_000.0)
+    journal.coordinators[JOB] = Link(JOB, "c0ffee00", "coordinator", "jdbc:mariadb://h/db", None)
+    actions = run(fakes, journal, ops, grace=grace)
+    assert [a[:3] for a in actions] == [(-1, -1, "left"), (0, 0, "left"), (1, 0, "left")]
+    assert "--url jdbc:mariadb://h/db --participant" in actions[0][3]
+    assert ops.calls == [] and journal.calls == []
+    assert journal.jobs[JOB].state == "running"

@@ -43,8 +43,8 @@ from ..tables.columns import TableColumn
 from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .check_cache import UNCACHED, CheckCache
 from .decision import decide, select_winners
-from .phase_two import abort_job, commit_all
-from .plan import apply_plan_for, load_target
+from .phase_two import abort_job, commit_all, on_live_connection
+from .plan import apply_plan_for, bulk_available, load_target
 from .preflight import can_stage_temporarily, preflight, recover_table
 from .report import JobOutcome, JobTrace
 from .request import Begun, JobRequest, PhaseOne, Preflight, Skipped
@@ -297,7 +297,7 @@ class Job:
                 self.journal,
                 self.job_id,
                 request.batch_size,
-                bulk=request.bulk and _bulk_available(dialect, self.conn),
+                bulk=request.bulk and bulk_available(dialect, self.conn),
                 faults=request.faults,
                 column_types=tuple(c.type_name for c in columns),
                 apply=self.current,
@@ -398,9 +398,14 @@ class Job:
         """Drop a final job's staging table; one still in doubt stays for `xasink recover`."""
         if self.apply is None or self.job_id is None:
             return
-        try:
-            if self.journal.state(self.conn, self.job_id) in FINAL_STATES:
-                self.journal.release_stage(self.conn, self.job_id, self.apply)
+        job_id, plan = self.job_id, self.apply
+
+        def release(conn: JdbcConnection) -> None:
+            if self.journal.state(conn, job_id) in FINAL_STATES:
+                self.journal.release_stage(conn, job_id, plan)
+
+        try:  # on a fresh connection if the server restarted meanwhile
+            on_live_connection(self.plan, self.conn, release) if self.plan else release(self.conn)
         except Exception as exc:
             log.warning(
                 "xasink job %s: staging table %s left in place (%s); `xasink recover` drops it",
@@ -408,10 +413,3 @@ class Job:
                 ", ".join(map(str, self.apply.stages)),
                 self.spec.redact(exc),
             )
-
-
-def _bulk_available(dialect: Dialect, conn: JdbcConnection) -> bool:
-    problem = dialect.bulk_problem(conn)
-    if problem:
-        log.warning("xasink: bulk loading is off (%s); writing with batched INSERTs", problem)
-    return problem is None

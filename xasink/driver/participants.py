@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,11 +29,13 @@ from ..masking import mask_url
 from ..protocol import links
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
+from ..protocol.journal import Journal
 from ..protocol.participants import copy_decision
 from ..protocol.states import JobState
 from ..spec import ConnectionSpec
 from ..tables.staging import ApplyPlan, ApplyPlans
 from .job import Job
+from .phase_two import on_live_connection
 from .request import PhaseOne, Preflight
 from .transaction import TransactionSettings, joined
 
@@ -143,13 +146,20 @@ def copy_decisions(coordinator: Job, members: Sequence[Member]) -> None:
     trigger(coordinator.plan.faults, "before_participants")
     winners = winners_of(members)
     for m in members:
-        try:
-            state = copy_decision(m.job.journal, m.job.conn, str(m.job.job_id), winners[m.tag])
+        job, keys = m.job, winners[m.tag]
+        assert job.plan is not None
+        try:  # on a fresh connection if the participant restarted since its writes
+            copy = functools.partial(_copy, job.journal, str(job.job_id), keys)
+            state = on_live_connection(job.plan, job.conn, copy)
         except Exception as exc:
             raise _undone(coordinator, m, m.job.spec.redact(exc)) from None
         if state not in (JobState.COMMITTING, JobState.COMMITTED):
             raise _undone(coordinator, m, f"its job is {state or 'missing'} there")
         m.job.trace.state = JobState.COMMITTING
+
+
+def _copy(journal: Journal, job_id: str, keys: Sequence[tuple[int, int, int]], conn: Any) -> Any:
+    return copy_decision(journal, conn, job_id, keys)
 
 
 def commit_all(coordinator: Job, members: Sequence[Member]) -> int:

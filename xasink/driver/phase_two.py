@@ -72,7 +72,7 @@ def commit_all(
     return losers
 
 
-def _on_live_connection(plan: WritePlan, conn: JdbcConnection, call: Callable[[Any], T]) -> T:
+def on_live_connection(plan: WritePlan, conn: JdbcConnection, call: Callable[[Any], T]) -> T:
     """`call(conn)`; if that fails because `conn` died (e.g. the server restarted during
     phase 2), once more on a fresh journal connection."""
     try:
@@ -144,7 +144,7 @@ def _finish(
     is reported only for a job that is `committed`, by this call or by another process."""
     journal = plan.journal
     try:
-        finished, refusal = _on_live_connection(
+        finished, refusal = on_live_connection(
             plan, conn, lambda c: _finish_in_order(plan, ops, c, winners)
         )
     except JobOrderError as exc:
@@ -172,7 +172,7 @@ def _finish(
         raise refused(plan.target, plan.job_id, plan.spec.redact(refusal))
     if finished:
         return
-    state = _on_live_connection(plan, conn, lambda c: journal.state(c, plan.job_id))
+    state = on_live_connection(plan, conn, lambda c: journal.state(c, plan.job_id))
     if state == JobState.COMMITTED:
         log.info("xasink job %s: another process (a recovery run) finished it", plan.job_id)
         return

@@ -124,3 +124,11 @@ def _steering_types(
             apply_plan.stage_columns[len(targets) :], options.steering, strict=True
         )
     ]
+
+
+def bulk_available(dialect: Dialect, conn: JdbcConnection) -> bool:
+    """Whether the dialect's bulk load works on this server (else batched INSERTs)."""
+    problem = dialect.bulk_problem(conn)
+    if problem:
+        log.warning("xasink: bulk loading is off (%s); writing with batched INSERTs", problem)
+    return problem is None

@@ -26,7 +26,7 @@ from .connecting import journal_session, open_journal
 from .journal import Journal
 from .participants import finish as finish_participants
 from .participants import given
-from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
+from .recovery import awaits_coordinator, describe, no_journal, presume_abort, resolve_in_doubt
 from .schema import SEVERAL_WRITES
 from .states import FINAL_STATES, JobState
 
@@ -141,6 +141,9 @@ def _blocker(
         silent = float(beat) if beat is not None else float("inf")
         if silent < max(grace, float(lease or 0)):
             return f"writing (heartbeat {silent:.0f}s ago)"
+        coordinator = journal.coordinator(conn, job_id)
+        if coordinator is not None:
+            return f"silent for {silent:.0f}s; {awaits_coordinator(coordinator)}"
         return f"silent for {silent:.0f}s: `xasink recover` aborts it"
     if state != JobState.COMMITTING:
         return f"unknown state {state!r}"

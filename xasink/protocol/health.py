@@ -27,7 +27,7 @@ from .branches import BranchOps
 from .connecting import journal_session
 from .journal import Journal
 from .records import OPEN_STATES, JobRecord
-from .recovery import describe
+from .recovery import awaits_coordinator, describe
 from .states import FINAL_STATES, JobState, TextEnum
 
 
@@ -154,8 +154,9 @@ def assess(
     branches.sort(key=lambda b: (-(b.age_seconds or 0.0), b.job_id, b.partition))
     if status is JournalStatus.OK:
         open_jobs = {r.job_id: r for s in OPEN_STATES for r in journal.jobs_in_state(conn, s)}
-        problems += _branch_problems(branches, open_jobs, max_age, grace, age_source)
-        problems += _job_problems(open_jobs.values(), counts, grace)
+        waiting = _awaiting_coordinator(conn, journal, open_jobs.values())
+        problems += _branch_problems(branches, open_jobs, max_age, grace, age_source, waiting)
+        problems += _job_problems(open_jobs.values(), counts, grace, waiting)
     return HealthReport(
         describe(journal) if status is not JournalStatus.MISSING else _missing(journal),
         status,
@@ -242,6 +243,7 @@ def _branch_problems(
     max_age: float,
     grace: float,
     age_source: str,
+    waiting: Mapping[str, str] = {},
 ) -> list[Problem]:
     """One line per job whose branches are prepared longer than `max_age` (a branch
     without a job row, whose age the server does not tell, counts: no writer makes one).
@@ -266,7 +268,7 @@ def _branch_problems(
         else:  # the server does not say when: the job's start bounds it
             age = f"in doubt since its job began {max(ages):.0f}s ago"
         partitions = sorted({b.partition for b in found})[:20]
-        advice = _advice(found[0].job_state, open_jobs.get(job_id), grace)
+        advice = waiting.get(job_id) or _advice(found[0].job_state, open_jobs.get(job_id), grace)
         detail = (
             f"{len(found)} branch(es) of partition(s) {partitions} {age}, over --max-age "
             f"{max_age:g}s; {advice}"
@@ -293,8 +295,24 @@ def _advice(state: str | None, record: JobRecord | None, grace: float) -> str:
     return f"job in unknown state {state!r}"
 
 
+def _awaiting_coordinator(
+    conn: JdbcConnection, journal: Journal, open_jobs: Iterable[JobRecord]
+) -> dict[str, str]:
+    """What finishes each running job whose coordinator is another journal (`links`)."""
+    found = {}
+    for record in open_jobs:
+        if record.state == JobState.RUNNING:
+            link = journal.coordinator(conn, record.job_id)
+            if link is not None:
+                found[record.job_id] = awaits_coordinator(link)
+    return found
+
+
 def _job_problems(
-    open_jobs: Iterable[JobRecord], counts: Mapping[str, int], grace: float
+    open_jobs: Iterable[JobRecord],
+    counts: Mapping[str, int],
+    grace: float,
+    waiting: Mapping[str, str] = {},
 ) -> list[Problem]:
     """Open jobs whose owner is silent past its lease, and states this release does not
     know (a newer xasink wrote them: use it)."""
@@ -308,7 +326,9 @@ def _job_problems(
         )
         if record.state == JobState.RUNNING:
             kind, what = ProblemKind.SILENT_JOB, "undecided, owner silent"
-            todo = "`xasink recover` aborts it and rolls its branches back"
+            todo = waiting.get(record.job_id) or (
+                "`xasink recover` aborts it and rolls its branches back"
+            )
         else:
             kind, what = ProblemKind.UNFINISHED_DECISION, "decided but unfinished, owner silent"
             todo = "`xasink recover` finishes it; `xasink jobs` says what blocks it if it stays"
