@@ -36,11 +36,14 @@ apply-snapshot-sink | -DSNAPSHOT -DSINK -DRESET
 tx          | -DPROGRESS
 tx-1p       | -DONE_PHASE -DNO_Q -DPROGRESS
 tx-2        | -DTWO_TX -DNO_Q -DPROGRESS
+mdb         | 
+mdb-loser   | -DLOSER
+mdb-2rc     | -DTWO_RC -DNO_RP
 liveness    | '
 
 # each mutant of xasink.pml runs in the "append" configuration (plus its own switches);
-# sink-*, streams-*, apply-*, tx-* and live-* mutants in sink.pml, streams.pml, apply.pml,
-# transaction.pml and liveness.pml
+# sink-*, streams-*, apply-*, tx-*, mdb-* and live-* mutants in sink.pml, streams.pml,
+# apply.pml, transaction.pml, participants.pml and liveness.pml
 MUTANTS='A | -DMUTANT_A | recovery lists XA RECOVER before reading the job row
 B | -DMUTANT_B | NOTA + not listed + no marker = LOST, without reading the job state
 C | -DMUTANT_C | a failed journal existence check presumes abort at once
@@ -69,6 +72,14 @@ apply-snapshot | -DSNAPSHOT -DPROGRESS | sessions at REPEATABLE READ with snapsh
 tx-two-applies | -DMUTANT_TWO_APPLIES | the tables of a transaction applied in two local transactions, a COMMIT between them
 tx-first-table | -DMUTANT_FIRST_TABLE_ORDER | the order checks find the row of a transaction by its target_table (its first table) only
 tx-lock-order | -DTWO_TX -DNO_Q -DMUTANT_PLAN_ORDER_LOCKS | the apply locks of a job taken in the order of its plan, not sorted
+mdb-early | -DMUTANT_PARTICIPANT_EARLY | the driver commits the branch in the participant before the coordinator records the decision
+mdb-alone | -DMUTANT_PARTICIPANT_ALONE | recovery of the participant alone aborts a silent running job that has its coordinator link
+mdb-abort-p | -DMUTANT_ABORT_P_FIRST_AFTER_DECISION | a failure after the decision aborts the participant first, then tries the coordinator
+mdb-stale-winners | -DMUTANT_STALE_WINNERS | recovery copies the winners of the participant read with the pending links, before the state in the coordinator
+mdb-no-fence | -DMUTANT_NO_FENCE | recovery of an aborted job takes a participant without its job row as final, the link done
+mdb-links-only | -DMUTANT_LINKS_ONLY | the final recovery reaches the participant only through pending links, not its own resolution
+mdb-row-first | -DMUTANT_ROW_BEFORE_LINK | the job row in the participant written before its coordinator link
+mdb-marker | -DMUTANT_MARKER_ACROSS | XAER_NOTA in the participant settled by the job state in the coordinator, not its own
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 
@@ -79,6 +90,7 @@ model_of() {
     streams*|mutant-streams*) echo "$here/streams.pml" ;;
     apply*|mutant-apply*) echo "$here/apply.pml" ;;
     tx*|mutant-tx*) echo "$here/transaction.pml" ;;
+    mdb*|mutant-mdb*) echo "$here/participants.pml" ;;
     live*|mutant-live*) echo "$here/liveness.pml" ;;
     *) echo "$here/xasink.pml" ;;
   esac

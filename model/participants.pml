@@ -3,59 +3,78 @@
  *
  * One job J. Each database has its own job row for J, its own branch of J (the winning
  * attempt of its write's one partition; with -DLOSER also a losing attempt in P, which may
- * prepare at any time, even after everything else: a zombie), its own markers, and its side
- * of the link: in C, a row for (J, P) (pending, then done; P's winners recorded with the
- * decision), in P a row naming C as J's coordinator. The protocol's steps:
+ * prepare at any time once P's row exists, even after everything else: a zombie), its own
+ * markers, and its side of the link: in C, a row for (J, P) (pending, then done; P's
+ * winners recorded with the decision), in P a row naming C as J's coordinator. The
+ * protocol's steps:
  *
  *   1. C: J running (begin_job);
  *   2. C's branch prepares;
  *   3. the first write into P: a. C: the link (J, P) pending, only while J is running in C
  *      (INSERT ... SELECT ... WHERE state = running); none inserted: J was aborted, fail;
- *      b. P: the coordinator link, then P's job row J running; c. P's branch prepares;
+ *      b. P: the coordinator link, then P's job row J running (an INSERT: it fails on a row
+ *      already there); c. P's branch prepares;
  *   4. the decision, one local transaction in C: J running -> committing (conditional), C's
  *      winners, P's winners into the link row;
  *   5. the decision copied to P: P's J running -> committing with its winners (idempotent);
  *   6. phase 2 and finish in C, then in P (commit the winner, roll back the other attempts,
  *      J -> committed with the markers' DELETE);
  *   7. C: the link done.
- * A failure before step 4 aborts C's J first, then (once it is aborted) P's, and rolls back
- * their branches. A failure from step 4 on aborts nothing.
+ * A failure before step 4 aborts C's J first, then (once it is aborted) P's if P's row was
+ * written, rolls back their branches and marks the link done. From step 4 on a failure
+ * aborts nothing.
  *
- * Actors: the driver D (crashes, or fails before the decision, between any two steps); a
- * recovery from C with P, RC, concurrent: C's own resolution (a running J is taken as
- * silent or not, a silent one aborted conditionally, as in xasink.pml), then every pending
- * link: C's J running -> left; aborted -> P's J aborted, its branches rolled back; committing
- * or committed -> the decision copied to P if P's J is still running, P rolled forward and
- * finished; the link done once P's J is final; a recovery of P alone, RP, concurrent: a
- * running J with a coordinator link is never aborted, a committing one is rolled forward and
- * finished, an aborted one's branches are rolled back; with -DLOSER, L, the losing attempt.
- * Once everything has stopped, a fault-free recovery from C with P runs to completion (RC,
- * then P's own resolution, RP).
+ * Actors, each of which may crash between any two steps:
+ *   - D, the driver; before the decision it may also fail (the block raises, a write fails);
+ *   - RC, a recovery from C with P (xasink recover --url C --participant P), concurrent:
+ *     C's own resolution (a running J is taken as alive, or as silent and then aborted
+ *     conditionally, as in xasink.pml), then the pending link: C's J running -> left;
+ *     aborted -> P's J running -> aborted, or, when P has no row of J, that row INSERTed
+ *     aborted (a fence: D's own INSERT of it then fails), P's branches rolled back;
+ *     committing or committed -> the link's winners read (after C's state), the decision
+ *     copied to P if P's J is still running, P rolled forward and finished; the link done
+ *     once P's J is final;
+ *   - RP, a recovery of P alone (xasink recover --url P, or a write's startup recovery in
+ *     P), concurrent: a running J with a coordinator link is left, whatever its heartbeat; a
+ *     committing one is rolled forward and finished; an aborted one's branches rolled back;
+ *   - L (-DLOSER), the losing attempt in P.
+ * Once everything has stopped, a fault-free recovery from C with P runs to completion, then
+ * P's own resolution (as RP: a zombie that prepared after the link was done is only seen
+ * there).
  *
  * One step = one SQL statement, local transaction, XA call, XA RECOVER listing or journal
  * read. A branch's work (start, rows, marker INSERT, END, PREPARE) is invisible until it
- * commits, so it is one step; the writer's check that J is running is a plain read before
- * it, left out (a branch may prepare after a recovery aborted J: the zombie window).
+ * commits, so it is one step; the writer's plain read that J is running comes before it and
+ * is left out (a branch may prepare after a recovery aborted J: the zombie window).
  *
  * Asserted:
  *   (1) all or nothing, at the end: C's branch committed iff P's is, and iff C's J was
- *       decided; nothing left prepared, both rows final, the link not pending;
- *   (2) no branch of J commits (in P or C) before C's decision is recorded (at each commit);
- *   (3) a branch whose decision is recorded in C is never rolled back, in C or P (at each
- *       rollback);
- *   (4) the marker rule, per database: an XA COMMIT answered XAER_NOTA is settled by the
- *       marker in the branch's own database, then that database's job state; "committed"
- *       only for a committed branch, "lost" only for a rolled-back one.
+ *       decided; nothing left prepared, both rows final (P's: or none), the link not
+ *       pending, no marker left;
+ *   (2) no branch commits (in P or C) before C's decision is recorded, and only a winner
+ *       (at each XA COMMIT);
+ *   (3) a branch whose decision is recorded in C (its winner) is never rolled back, in C or
+ *       P, by anyone (at each XA ROLLBACK);
+ *   (4) the marker rule, per database: an XA COMMIT answered XAER_NOTA (not listed) is
+ *       settled by the marker in the branch's own database, then that database's job
+ *       state: "committed" only for a committed branch, "lost" only for a rolled-back one.
  *
- * Switches: -DLOSER (the losing attempt in P), -DTWO_RC (a second concurrent RC); one of
- * -DMUTANT_PARTICIPANT_EARLY (the driver commits P's branch before the decision),
- * -DMUTANT_PARTICIPANT_ALONE (P's own recovery aborts a silent running J although it has a
- * coordinator link, and rolls back its branch), -DMUTANT_ABORT_P_FIRST_AFTER_DECISION (a
- * failure after step 4 aborts P, then tries C), -DMUTANT_NO_FENCE (recovery from C, finding
- * no row of J in P for an aborted J, takes P as final and marks the link done: the driver
- * may still insert P's row), -DMUTANT_LINKS_ONLY (the final recovery reaches P only through
- * pending links, never P's own resolution), -DMUTANT_UNCONDITIONAL_LINK (step 3a without
- * its condition: no counterexample, see model/README.md).
+ * Switches: -DLOSER; -DTWO_RC (a second concurrent RC); -DNO_RP (no concurrent RP). One of
+ * these re-introduces a bug (model/README.md has their counterexamples):
+ *   -DMUTANT_PARTICIPANT_EARLY   the driver commits P's branch before the decision;
+ *   -DMUTANT_PARTICIPANT_ALONE   P's own recovery aborts a silent running J although it has
+ *                                a coordinator link, and rolls back its branch;
+ *   -DMUTANT_ABORT_P_FIRST_AFTER_DECISION  a failure after step 4 aborts P first, then
+ *                                tries C (which is decided);
+ *   -DMUTANT_STALE_WINNERS       RC takes P's winners from its scan of the pending links,
+ *                                read before C's state;
+ *   -DMUTANT_NO_FENCE            RC, finding no row of J in P for an aborted J, takes P as
+ *                                final and marks the link done;
+ *   -DMUTANT_LINKS_ONLY          the final recovery reaches P only through pending links;
+ *   -DMUTANT_ROW_BEFORE_LINK     step 3b writes P's job row before its coordinator link;
+ *   -DMUTANT_MARKER_ACROSS       a branch's XAER_NOTA settled by the coordinator's job state;
+ *   -DMUTANT_UNCONDITIONAL_LINK  step 3a without its condition: this one verifies (no
+ *                                counterexample, see model/README.md).
  * model/check.sh lists the configurations that `make model` verifies.
  */
 
@@ -160,7 +179,9 @@ inline commit_branch(b) {
        atomic { if :: mk & (1 << (b)) -> out = O_ALREADY :: else -> out = O_NOMARK fi }
   :: out == O_NOMARK ->
        CRASH;
-       atomic { if :: job[SETTLED_BY(b)] == J_COMMITTED -> out = O_ALREADY :: else -> out = O_LOST fi }
+       atomic {
+         if :: job[SETTLED_BY(b)] == J_COMMITTED -> out = O_ALREADY :: else -> out = O_LOST fi
+       }
   :: out >= O_COMMITTED -> break
   od;
   assert(out != O_ALREADY || br[b] == B_COMMIT);  /* (4) the marker rule, per database */
@@ -238,7 +259,7 @@ proctype D() {
   byte st, lst, k, out;
   bit joined;
 
-  FAIL;                                       /* step 1 (init): J running in C */
+  FAIL;                                       /* (step 1, J running in C, is in init) */
   br[WC] = B_PREP;                            /* step 2: C's branch prepares */
   FAIL;
   atomic {                                    /* step 3a: links.add_participant */

@@ -22,6 +22,7 @@ from xasink import ConfigurationError, transaction
 from xasink._testing.faults import Fault, injected
 
 AUDIT_ROWS = 25
+CUSTOMERS_LATER = 1000
 
 
 @pytest.fixture(params=["mariadb", "mysql"])
@@ -284,3 +285,32 @@ def test_a_participant_restarted_between_prepare_and_the_decision(
     assert _ids(other, audit) == list(range(AUDIT_ROWS))
     assert job_states(other)[tx.job_id] == "committed"
     _clean(postgres, other)
+
+
+def test_the_next_transaction_finishes_what_an_earlier_one_left_in_its_participant(
+    spark, postgres, mariadb
+):
+    """Decided, never copied to the participant: the next transaction into the same two
+    databases carries that decision there before it writes, and says so in its result."""
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault("before_participants", "raise")),
+        transaction(**connection_args(postgres)) as first,
+    ):
+        first.write(parents, parent, **PATHS["tasks"])
+        first.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    assert _ids(mariadb, audit) == []
+    later, _ = _frames(spark, first=CUSTOMERS_LATER)
+    with transaction(**connection_args(postgres)) as tx:
+        tx.write(later, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark, first=AUDIT_ROWS), audit, **_in(mariadb))
+    assert _ids(mariadb, audit) == list(range(2 * AUDIT_ROWS))
+    assert _ids(postgres, parent) == _expected()[0] + _expected(CUSTOMERS_LATER)[0]
+    assert job_states(mariadb)[first.job_id] == "committed"
+    assert _links(postgres)[f"{first.job_id}:participant"] == "done"
+    assert tx.result is not None
+    assert any(a.job_id == first.job_id and a.action == "committed" for a in tx.result.recovered)
+    _clean(postgres, mariadb)

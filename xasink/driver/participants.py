@@ -30,7 +30,7 @@ from ..protocol import links
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..protocol.journal import Journal
-from ..protocol.participants import copy_decision
+from ..protocol.participants import Participant, copy_decision, settle_earlier
 from ..protocol.states import JobState
 from ..spec import ConnectionSpec
 from ..tables.staging import ApplyPlan, ApplyPlans
@@ -89,8 +89,8 @@ def enlist(
     coordinator: Job, member: Job, pre: Preflight, columns: Sequence[str], lease: float
 ) -> list[BranchAction]:
     """A participant's first write: the links on both sides, then its job row under the
-    coordinator's job id (its branches may open from then on). Returns what recovery of
-    its table did first."""
+    coordinator's job id (its branches may open from then on). What earlier transactions
+    of the coordinator left there is finished first; returns what recovery did."""
     job_id = coordinator.job_id
     assert job_id is not None
     if member.journal.tag == coordinator.journal.tag:
@@ -101,6 +101,12 @@ def enlist(
     links.ensure(coordinator.journal, coordinator.conn)
     links.ensure(member.journal, member.conn)
     here = address(member.spec)
+    reached = Participant(member.spec, member.conn, member.journal, member.ops)
+    settled = (
+        settle_earlier(coordinator.journal, coordinator.conn, reached, member.request.grace)
+        if member.request.recover_first
+        else []
+    )
     if not links.add_participant(
         coordinator.journal,
         coordinator.conn,
@@ -124,7 +130,7 @@ def enlist(
     )
     begun = member.begin(pre, columns, lease, job_id=job_id)
     member.decided = True  # only its coordinator decides, and only abort_all aborts it
-    return begun.recovered
+    return settled + begun.recovered
 
 
 def winners_of(members: Sequence[Member]) -> dict[str, list[tuple[int, int, int]]]:

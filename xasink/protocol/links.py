@@ -148,10 +148,18 @@ def coordinator_of(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> 
 
 
 def participants(
-    layout: JournalLayout, conn: JdbcConnection, job_id: str | None = None, pending: bool = True
+    layout: JournalLayout,
+    conn: JdbcConnection,
+    job_id: str | None = None,
+    pending: bool = True,
+    peer: str | None = None,
 ) -> list[Link]:
-    """The participants this coordinator recorded (of `job_id`; still pending only)."""
+    """The participants this coordinator recorded (of `job_id`, in journal `peer`; still
+    pending only)."""
     where, params = "role = ?", [PARTICIPANT]
+    if peer is not None:
+        where += " AND peer = ?"
+        params.append(peer)
     if job_id is not None:
         where += " AND job_id = ?"
         params.append(job_id)

@@ -74,11 +74,12 @@ def finish(
     grace: float,
     dry_run: bool,
     redact: Callable[[object], str] = str,
+    peer: str | None = None,
 ) -> None:
     """Carry every decided (or aborted) job's outcome to its pending participants, after
     the coordinator's own recovery ran; what was done goes into `report`. A participant
     that is not given or cannot be reached is reported, never skipped silently."""
-    for link in links.participants(coordinator, conn, job):
+    for link in links.participants(coordinator, conn, job, peer=peer):
         state = coordinator.state(conn, link.job_id)
         if state in (None, JobState.RUNNING):
             why = "no job row" if state is None else "still running (its driver is alive)"
@@ -169,10 +170,30 @@ def given(
         yield opener
 
 
-@contextlib.contextmanager
-def none_given(link: links.Link) -> Iterator[Participant | None]:
-    """The opener when no participant is given: each pending one is reported as left."""
-    yield None
+def settle_earlier(
+    coordinator: Journal, conn: JdbcConnection, here: Participant, grace: float
+) -> list[BranchAction]:
+    """What earlier transactions of this coordinator left in the participant `here` (a
+    decision not yet copied, an abort not yet carried), finished by a transaction that is
+    about to write there; returns what was done."""
+
+    @contextlib.contextmanager
+    def opener(link: Link) -> Iterator[Participant | None]:
+        yield here
+
+    report = RecoveryReport(dry_run=False)
+    redact = here.spec.redact
+    finish(
+        coordinator,
+        conn,
+        report,
+        opener,
+        grace=grace,
+        dry_run=False,
+        redact=redact,
+        peer=here.journal.tag,
+    )
+    return [a for a in report.actions if a.action != RecoveryAction.LEFT]
 
 
-__all__ = ["Opener", "Participant", "copy_decision", "finish", "given", "none_given"]
+__all__ = ["Opener", "Participant", "copy_decision", "finish", "given", "settle_earlier"]
