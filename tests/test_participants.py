@@ -8,6 +8,7 @@ psycopg/pymysql; nothing may be left prepared or staged in either database.
 
 from __future__ import annotations
 
+import json
 import socket
 import uuid
 from collections.abc import Iterator
@@ -15,7 +16,14 @@ from typing import Any
 
 import pytest
 from servers import restart_server, start_mariadb
-from support import WatchedDriver, connection_args, job_states, stage_tables, xasink_cli
+from support import (
+    WatchedDriver,
+    connection_args,
+    job_states,
+    sink_mark,
+    stage_tables,
+    xasink_cli,
+)
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
 
 from xasink import ConfigurationError, transaction
@@ -313,4 +321,39 @@ def test_the_next_transaction_finishes_what_an_earlier_one_left_in_its_participa
     assert _links(postgres)[f"{first.job_id}:participant"] == "done"
     assert tx.result is not None
     assert any(a.job_id == first.job_id and a.action == "committed" for a in tx.result.recovered)
+    _clean(postgres, mariadb)
+
+
+def test_a_stream_batch_fanned_out_to_two_databases_is_written_once(postgres, mariadb):
+    """A foreachBatch fan-out into both databases: the driver is killed once the decision
+    is recorded but before it reached the participant; the batch replayed by a new driver
+    is skipped whole, and that replay carries the first run's decision to the participant."""
+    parent, child = _tables(postgres)
+    audit = _audit(mariadb)
+    sink = f"fanout-{uuid.uuid4().hex[:8]}"
+    env = {"XASINK_TEST_PARTICIPANT": f"{mariadb.jdbc_url} {audit}"}
+    base = [postgres.jdbc_url, postgres.user, parent, child]
+    first = WatchedDriver(
+        "transaction_driver.py",
+        [*base, "before_participants", "tasks", f"{sink}:0"],
+        postgres.password,
+        env,
+    )
+    try:
+        assert first.wait_for("XASINK-FAULT before_participants"), first.tail()
+    finally:
+        first.kill()
+    replay = WatchedDriver(
+        "transaction_driver.py", [*base, "none", "tasks", f"{sink}:0"], postgres.password, env
+    )
+    assert replay.finish() == 0, replay.tail()
+    final = [ln for ln in replay.output if ln.startswith("RESULT ")]
+    assert final and json.loads(final[-1][7:])["skipped"], replay.tail()
+    want_parents, want_children = _expected()
+    assert _ids(postgres, parent) == want_parents
+    assert _ids(postgres, child) == want_children
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    job_id = _job_on(mariadb, audit)
+    assert (job_states(postgres)[job_id], job_states(mariadb)[job_id]) == ("committed",) * 2
+    assert sink_mark(postgres, sink) == (0, job_id)
     _clean(postgres, mariadb)

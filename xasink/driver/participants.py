@@ -101,12 +101,7 @@ def enlist(
     links.ensure(coordinator.journal, coordinator.conn)
     links.ensure(member.journal, member.conn)
     here = address(member.spec)
-    reached = Participant(member.spec, member.conn, member.journal, member.ops)
-    settled = (
-        settle_earlier(coordinator.journal, coordinator.conn, reached, member.request.grace)
-        if member.request.recover_first
-        else []
-    )
+    settled = settle_left(coordinator, member)
     if not links.add_participant(
         coordinator.journal,
         coordinator.conn,
@@ -131,6 +126,16 @@ def enlist(
     begun = member.begin(pre, columns, lease, job_id=job_id)
     member.decided = True  # only its coordinator decides, and only abort_all aborts it
     return settled + begun.recovered
+
+
+def settle_left(coordinator: Job, member: Job) -> list[BranchAction]:
+    """What earlier transactions of the coordinator left in this participant (a decision
+    that never reached it, an abort not carried there), finished before a write there, or
+    instead of it when a stream's batch was decided before and is skipped."""
+    if not member.journal.tag or not member.request.recover_first:
+        return []  # no journal there: nothing was ever written
+    reached = Participant(member.spec, member.conn, member.journal, member.ops)
+    return settle_earlier(coordinator.journal, coordinator.conn, reached, member.request.grace)
 
 
 def winners_of(members: Sequence[Member]) -> dict[str, list[tuple[int, int, int]]]:
@@ -227,5 +232,6 @@ __all__ = [
     "copy_decisions",
     "elsewhere",
     "enlist",
+    "settle_left",
     "winners_of",
 ]

@@ -31,6 +31,7 @@ from ..driver.participants import (
     copy_decisions,
     elsewhere,
     enlist,
+    settle_left,
     winners_of,
 )
 from ..driver.plan import one_stream
@@ -198,8 +199,10 @@ class Transaction:
             branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
         if s is self._settings:
             job, pre = self._joined(df, request, branches, on_driver)
-        elif self._skipped is not None:
-            return  # a streaming batch decided before: nothing to write
+        elif self._skipped is not None and self._job is not None:  # decided before
+            replayed = self._stack.enter_context(Job.opened(request))
+            self._recovered += settle_left(self._job, replayed)
+            return
         else:
             job, pre = self._elsewhere(df, request, branches)
         if job is None:
