@@ -59,6 +59,7 @@ OPT_IN: dict[str, tuple[str, str]] = {
     "mariadb11": ("XASINK_TEST_MARIADB11", MARIADB11_CI),
 }
 CI_POSTGRES = "ci_postgres"
+FULL_ONLY = "full_only"
 #: Where each pytest process records the servers it tested, for `python -m tests.servers_report`.
 SERVERS_RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
 _unavailable: dict[str, str] = {}
@@ -79,6 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARIADB11_CI}: runs on MariaDB 11.8 in every run (the rest of its cases: "
         "make test-mariadb11)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{FULL_ONLY}: left out of make test (a repeat of a case it runs); make test-full runs it",
     )
     config.addinivalue_line(
         "markers",
@@ -112,7 +117,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         dropped += [
             item
             for item in items
-            if item.get_closest_marker(CI_POSTGRES) and _database(item) not in (None, "postgres")
+            if (item.get_closest_marker(CI_POSTGRES) and _database(item) not in (None, "postgres"))
+            or item.get_closest_marker(FULL_ONLY)
         ]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -187,7 +187,11 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
 
 #: Where a driver is killed: before the decision, decided but not yet copied to the
 #: participant, or after the coordinator's first commit (copied).
-KILLS = ["before_decision", "before_participants", "after_first_commit"]
+KILLS = [
+    pytest.param("before_decision", marks=pytest.mark.full_only),
+    "before_participants",
+    pytest.param("after_first_commit", marks=pytest.mark.full_only),
+]
 
 
 @pytest.mark.parametrize("point", KILLS)
