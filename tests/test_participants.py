@@ -24,6 +24,7 @@ from support import (
     stage_tables,
     xasink_cli,
 )
+from test_exactly_once import failed_tasks
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
 
 from xasink import ConfigurationError, transaction
@@ -119,6 +120,26 @@ def test_an_exception_in_the_block_leaves_nothing_in_either_database(
     assert job_states(postgres)[tx.job_id] == "aborted"
     assert job_states(mariadb)[tx.job_id] == "aborted"
     assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    _clean(postgres, mariadb)
+
+
+def test_a_task_dying_after_prepare_in_the_participant_keeps_exactly_once(spark, postgres, mariadb):
+    """A participant's task attempt dies after its PREPARE (before its message reached the
+    driver): Spark retries it, the prepared duplicate is rolled back, each row is in once."""
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    group = f"xasink-test-{uuid.uuid4().hex[:8]}"
+    spark.sparkContext.setJobGroup(group, "xasink test")
+    # The coordinator's write has partitions 0 and 1; the participant's, 2 and 3.
+    dies = Fault("after_prepare", "exit", partition=3)
+    with injected(dies), transaction(**connection_args(postgres)) as tx:
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    assert failed_tasks(spark, group) == 1, "the injected fault did not fail a task"
+    assert _ids(postgres, parent) == _expected()[0]
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert job_states(mariadb)[tx.job_id] == "committed"
     _clean(postgres, mariadb)
 
 
