@@ -170,9 +170,10 @@ def participants(
 
 
 def linked_jobs(layout: JournalLayout, conn: JdbcConnection) -> set[str]:
-    """Jobs with a link row here (either role): `xasink prune` keeps their rows while a
-    participant is pending, and a participant's are read by its coordinator."""
-    return {link.job_id for link in _links(layout, conn, "state = ?", (PENDING,))}
+    """Jobs of this coordinator with a participant still to finish: `xasink prune` keeps
+    their rows, which the participant's decision is read from."""
+    pending = _links(layout, conn, "role = ? AND state = ?", (PARTICIPANT, PENDING))
+    return {link.job_id for link in pending}
 
 
 def forget(layout: JournalLayout, conn: JdbcConnection, jobs: Sequence[str]) -> None:

@@ -79,12 +79,18 @@ def finish(
     """Carry every decided (or aborted) job's outcome to its pending participants, after
     the coordinator's own recovery ran; what was done goes into `report`. A participant
     that is not given or cannot be reached is reported, never skipped silently."""
-    for link in links.participants(coordinator, conn, job, peer=peer):
-        state = coordinator.state(conn, link.job_id)
+    for listed in links.participants(coordinator, conn, job, peer=peer):
+        state = coordinator.state(conn, listed.job_id)
         if state in (None, JobState.RUNNING):
             why = "no job row" if state is None else "still running (its driver is alive)"
-            _add(report, link, RecoveryAction.LEFT, f"coordinator's job {why}")
+            _add(report, listed, RecoveryAction.LEFT, f"coordinator's job {why}")
             continue
+        # Read again after the state: the decision writes the winners with it, so a link
+        # listed before a decision that landed meanwhile has none (model: stale winners).
+        found = links.participants(coordinator, conn, listed.job_id, peer=listed.peer)
+        if not found:
+            continue  # finished by another process meanwhile
+        link = found[0]
         try:
             with opener(link) as participant:
                 if participant is None:
