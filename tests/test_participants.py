@@ -27,7 +27,7 @@ from support import (
 from test_exactly_once import failed_tasks
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
 
-from xasink import ConfigurationError, transaction
+from xasink import ConfigurationError, JobAbortedError, transaction
 from xasink._testing.faults import Fault, injected
 
 AUDIT_ROWS = 25
@@ -381,4 +381,38 @@ def test_a_stream_batch_fanned_out_to_two_databases_is_written_once(postgres, ma
     job_id = _job_on(mariadb, audit)
     assert (job_states(postgres)[job_id], job_states(mariadb)[job_id]) == ("committed",) * 2
     assert sink_mark(postgres, sink) == (0, job_id)
+    _clean(postgres, mariadb)
+
+
+def test_a_participant_registered_after_its_coordinator_aborted_is_fenced(
+    spark, postgres, mariadb, monkeypatch
+):
+    """Recovery from the coordinator (grace 0) aborts the job between the coordinator's
+    link and the participant's job row: it leaves an aborted row there (a fence), so the
+    driver's registration fails, nothing prepares, and the error says to run it again."""
+    from xasink.driver import participants
+
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    original = participants.links.add_coordinator
+    races, registered = [], []
+
+    def recovery_first(*args, **kwargs):
+        races.append(_recover(postgres, participants=[mariadb]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(participants.links, "add_coordinator", recovery_first)
+    with (
+        pytest.raises(JobAbortedError, match="aborted by a recovery run"),
+        transaction(**connection_args(postgres)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+        registered.append(True)  # not reached: the registration itself fails
+    assert races and "fence" in races[0].stdout, races
+    assert registered == []
+    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert job_states(postgres)[tx.job_id] == "aborted"
+    assert job_states(mariadb)[tx.job_id] == "aborted"
     _clean(postgres, mariadb)

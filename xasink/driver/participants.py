@@ -110,11 +110,7 @@ def enlist(
         here,
         member.journal.schema,
     ):
-        raise JobAbortedError(
-            f"Job {job_id} was aborted by a recovery run while the transaction was writing "
-            "(its heartbeat looked older than that run's grace). Nothing was committed. Run "
-            "the transaction again."
-        )
+        raise _aborted(job_id)
     links.add_coordinator(
         member.journal,
         member.conn,
@@ -123,7 +119,12 @@ def enlist(
         address(coordinator.spec),
         coordinator.journal.schema,
     )
-    begun = member.begin(pre, columns, lease, job_id=job_id)
+    try:
+        begun = member.begin(pre, columns, lease, job_id=job_id)
+    except Exception:
+        if member.journal.state(member.conn, job_id) == JobState.ABORTED:  # recovery's fence
+            raise _aborted(job_id) from None
+        raise
     member.decided = True  # only its coordinator decides, and only abort_all aborts it
     return settled + begun.recovered
 
@@ -213,6 +214,14 @@ def abort_all(coordinator: Job, members: Sequence[Member]) -> None:
         if m.job.trace.state == JobState.ABORTED:
             with contextlib.suppress(Exception):  # else recovery from the coordinator does
                 links.mark_done(coordinator.journal, coordinator.conn, coordinator.job_id, m.tag)
+
+
+def _aborted(job_id: str) -> JobAbortedError:
+    return JobAbortedError(
+        f"Job {job_id} was aborted by a recovery run while the transaction was writing "
+        "(its heartbeat looked older than that run's grace). Nothing was committed. Run "
+        "the transaction again."
+    )
 
 
 def _undone(coordinator: Job, m: Member, why: str) -> CommitError:

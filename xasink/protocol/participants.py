@@ -120,8 +120,11 @@ def _finish_one(
     """One participant of one job, as its coordinator decided; True once it is final."""
     job_id, journal, conn = link.job_id, p.journal, p.conn
     found = journal.state(conn, job_id)
-    if decided == JobState.ABORTED:
-        if found == JobState.RUNNING and not dry_run and journal.abort(conn, job_id):
+    if decided == JobState.ABORTED and not dry_run:
+        if found is None:  # a fence: a driver that registers it later fails on its row
+            found = journal.fence_one_phase(conn, job_id, "", "xasink recover", _FENCED)
+            _add(report, link, RecoveryAction.ABORTED, _FENCED)
+        if found == JobState.RUNNING and journal.abort(conn, job_id):
             _add(report, link, RecoveryAction.ABORTED, "its coordinator aborted the job")
     elif found == JobState.RUNNING and not dry_run:
         copy_decision(journal, conn, job_id, link.winners)
@@ -134,6 +137,12 @@ def _finish_one(
     ]
     final = journal.state(conn, job_id)
     return final in (None, JobState.COMMITTED, JobState.ABORTED, JobState.ABANDONED)
+
+
+_FENCED = (
+    "its coordinator aborted the transaction before this participant registered it: the "
+    "row keeps a late registration from preparing anything (model: fence)"
+)
 
 
 def _add(report: RecoveryReport, link: links.Link, action: RecoveryAction, detail: str) -> None:
