@@ -9,6 +9,7 @@ psycopg/pymysql; nothing may be left prepared or staged in either database.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from support import (
 from test_exactly_once import failed_tasks
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
 
-from xasink import ConfigurationError, JobAbortedError, transaction
+from xasink import CommitError, ConfigurationError, JobAbortedError, transaction
 from xasink._testing.faults import Fault, injected
 
 AUDIT_ROWS = 25
@@ -153,10 +154,17 @@ def test_the_first_write_goes_to_the_coordinator(spark, postgres, mariadb):
 
 
 def _recover(server, *args: str, participants=()):
+    """`xasink recover` with grace 0; each participant's password from its own variable."""
     extra: list[str] = []
     for p in participants:
-        extra += ["--participant", p.jdbc_url]
+        extra += ["--participant", p.jdbc_url, "--participant-password-env", _password_env(p)]
     return xasink_cli(server, "recover", "--grace", "0", *extra, *args)
+
+
+def _password_env(server) -> str:
+    name = f"XASINK_TEST_{server.kind.upper()}_PASSWORD"
+    os.environ[name] = server.password
+    return name
 
 
 @pytest.mark.parametrize("point", ["before_decision", "before_participants", "before_finish"])
@@ -188,9 +196,17 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
         assert f"--url {postgres.jdbc_url.split('?')[0]} --participant" in alone.stdout
         assert len(mariadb.prepared_transactions()) == 2, "a decided branch was touched"
         assert job_states(mariadb)[tx.job_id] == "running"
+        health = xasink_cli(mariadb, "check", "--grace", "0", "--max-age", "0")
+        assert health.returncode == 1 and "silent-job" in health.stdout, health.stdout
+        assert "--participant" in health.stdout and "aborts it" not in health.stdout
         missing = _recover(postgres)
         assert missing.returncode == 1 and "not given: pass --participant" in missing.stdout
         assert _ids(mariadb, audit) == []
+        pending = xasink_cli(postgres, "check")
+        assert pending.returncode == 1 and "participant-pending" in pending.stdout
+        listed = xasink_cli(postgres, "jobs", "--json")
+        blocker = next(j["blocker"] for j in json.loads(listed.stdout) if j["job_id"] == tx.job_id)
+        assert "--participant" in blocker, blocker
     else:
         assert alone.returncode == 0, alone.stdout + alone.stderr
     everything = _recover(postgres, participants=[mariadb])
@@ -258,6 +274,35 @@ def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
     """Decided, not yet copied: recovery from the coordinator finishes everything it can
     reach (PostgreSQL's tables), says which participant it could not reach and exits 1;
     the participant's branches stay prepared. Once reachable, it is finished too."""
+    tx, parent, audit = _decided_not_delivered(spark, postgres, mariadb)
+    closed = mariadb.jdbc_url.replace(f":{mariadb.port}/", f":{_closed_port()}/")
+    pw = _password_env(mariadb)
+    cut = xasink_cli(
+        postgres,
+        "recover",
+        "--grace",
+        "0",
+        "--participant",
+        closed,
+        "--participant-password-env",
+        pw,
+    )
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    assert "action=failed" in cut.stdout and "cannot reach it" in cut.stdout
+    assert mariadb.password not in cut.stdout + cut.stderr
+    assert _ids(postgres, parent) == _expected()[0], "the reachable database is finished"
+    assert _ids(mariadb, audit) == [] and len(mariadb.prepared_transactions()) == 2
+    everything = _recover(postgres, participants=[mariadb])
+    assert everything.returncode == 0, everything.stdout + everything.stderr
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert job_states(mariadb)[tx.job_id] == "committed"
+    _clean(postgres, mariadb)
+
+
+def _decided_not_delivered(spark, postgres, mariadb):
+    """A transaction into both databases whose driver failed once the decision was
+    recorded, before it reached the participant: (its handle, PostgreSQL's table, the
+    participant's table)."""
     parent, _ = _tables(postgres)
     audit = _audit(mariadb)
     parents, _ = _frames(spark)
@@ -268,18 +313,7 @@ def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
     ):
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
-    closed = mariadb.jdbc_url.replace(f":{mariadb.port}/", f":{_closed_port()}/")
-    cut = xasink_cli(postgres, "recover", "--grace", "0", "--participant", closed)
-    assert cut.returncode == 1, cut.stdout + cut.stderr
-    assert "action=failed" in cut.stdout and "unreachable" in cut.stdout
-    assert mariadb.password not in cut.stdout + cut.stderr
-    assert _ids(postgres, parent) == _expected()[0], "the reachable database is finished"
-    assert _ids(mariadb, audit) == [] and len(mariadb.prepared_transactions()) == 2
-    everything = _recover(postgres, participants=[mariadb])
-    assert everything.returncode == 0, everything.stdout + everything.stderr
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
-    assert job_states(mariadb)[tx.job_id] == "committed"
-    _clean(postgres, mariadb)
+    return tx, parent, audit
 
 
 def _closed_port() -> int:
@@ -325,16 +359,7 @@ def test_the_next_transaction_finishes_what_an_earlier_one_left_in_its_participa
 ):
     """Decided, never copied to the participant: the next transaction into the same two
     databases carries that decision there before it writes, and says so in its result."""
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
-    with (
-        pytest.raises(Exception),  # noqa: B017
-        injected(Fault("before_participants", "raise")),
-        transaction(**connection_args(postgres)) as first,
-    ):
-        first.write(parents, parent, **PATHS["tasks"])
-        first.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    first, parent, audit = _decided_not_delivered(spark, postgres, mariadb)
     assert _ids(mariadb, audit) == []
     later, _ = _frames(spark, first=CUSTOMERS_LATER)
     with transaction(**connection_args(postgres)) as tx:
@@ -415,4 +440,42 @@ def test_a_participant_registered_after_its_coordinator_aborted_is_fenced(
     assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
     assert job_states(postgres)[tx.job_id] == "aborted"
     assert job_states(mariadb)[tx.job_id] == "aborted"
+    _clean(postgres, mariadb)
+
+
+def test_a_participants_refused_apply_after_the_decision_waits_decided_for_a_person(
+    spark, postgres, mariadb
+):
+    """The coordinator's tables are committed when the participant's table refuses its
+    rows (a CHECK constraint): the participant's job is not aborted (that would leave the
+    databases disagreeing) but stays decided, the error says so and names the command;
+    once the constraint is mended, recovery applies it there too."""
+    parent, _ = _tables(postgres)
+    audit = f"au_{uuid.uuid4().hex[:10]}"
+    _sql(
+        mariadb,
+        f"CREATE TABLE {audit} (id BIGINT PRIMARY KEY, note VARCHAR(32), "
+        f"CONSTRAINT {audit}_small CHECK (id < 10))",
+    )
+    parents, _ = _frames(spark)
+    with (
+        pytest.raises(CommitError, match="--participant") as error,
+        transaction(**connection_args(postgres)) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    assert "do not run the write again" in str(error.value).lower()
+    assert _ids(postgres, parent) == _expected()[0]
+    assert _ids(mariadb, audit) == []
+    assert job_states(mariadb)[tx.job_id] == "committing"
+    _sql(mariadb, f"ALTER TABLE {audit} DROP CONSTRAINT {audit}_small")
+    done = _recover(mariadb)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert job_states(mariadb)[tx.job_id] == "committed"
+    # The coordinator learns it with the participant's URL, and lets the link go.
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "pending"
+    settled = _recover(postgres, participants=[mariadb])
+    assert settled.returncode == 0, settled.stdout + settled.stderr
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
     _clean(postgres, mariadb)

@@ -18,7 +18,7 @@ from .masking import Redactor
 from .operations import recover
 from .protocol.admin import abandon, list_jobs, operate, prune
 from .protocol.health import check_health
-from .rendering import check_json, check_prometheus, check_text
+from .rendering import check_json, check_prometheus, check_text, duration
 from .tables.applier import STAGED_APPLY
 
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
@@ -157,7 +157,7 @@ def _add_participants(recover: argparse.ArgumentParser) -> None:
         default=[],
         metavar="URL",
         help="another database of this journal's transactions (repeatable): carry each "
-        "decision to it, as --user",
+        "decision to it, as --user or its URL's user=",
     )
     recover.add_argument(
         "--participant-password-env",
@@ -234,14 +234,15 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _participants(args: argparse.Namespace) -> list[dict[str, Any]]:  # with --user
+def _participants(args: argparse.Namespace) -> list[dict[str, Any]]:
     envs, own = args.participant_password_env, _connection(args)
-    if len(envs) > 1 and len(envs) != len(args.participant):
+    if len(envs) not in (0, 1, len(args.participant)) or (envs and not args.participant):
         raise XasinkError("give --participant-password-env once, or once per --participant")
     found = []
-    for i, url in enumerate(args.participant):
-        pw = _env(envs[min(i, len(envs) - 1)]) if envs else own["password"]
-        found.append({"url": url, "user": own["user"], "jars": own["jars"], "password": pw})
+    for i, url in enumerate(args.participant):  # never --url's password: its own, or none
+        pw = _env(envs[min(i, len(envs) - 1)]) if envs else None
+        user = None if "user=" in url else own["user"]  # the URL's own login, else --user
+        found.append({"url": url, "user": user, "jars": own["jars"], "password": pw})
     return found
 
 
@@ -295,7 +296,7 @@ def _jobs(args: argparse.Namespace) -> int:
         )
         for j in found:
             rows = "-" if j.rows is None else str(j.rows)
-            age = "-" if j.age_seconds is None else _duration(j.age_seconds)
+            age = "-" if j.age_seconds is None else duration(j.age_seconds)
             print(
                 f"{j.job_id:32}  {j.state:10}  {j.mode:9}  {rows:>10}  {age:>8}  {j.table}",
                 file=args.out,
@@ -305,13 +306,6 @@ def _jobs(args: argparse.Namespace) -> int:
                 if note:
                     print(f"{'':32}  -> {note}", file=args.out)
     return EXIT_UNRESOLVED if any(j.blocker for j in found) else EXIT_OK
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
 
 
 def _confirmed(args: argparse.Namespace, ask: Callable[[str], str], what: str, word: str) -> bool:

@@ -56,9 +56,10 @@ def recover(
         presume_abort_tag: without a journal nothing is touched, unless this names the tag
             whose prepared branches are to be rolled back (once older than `grace`, where
             the server tells a branch's age).
-        participants: the other databases of this database's transactions: a URL (with
-            this call's login and jars), or a mapping of these keywords (url, user,
-            password, properties, jars, dialect, xa_datasource). A participant of a
+        participants: the other databases of this database's transactions: a URL (this
+            call's user and jars, no password), or a mapping of these keywords (url, user,
+            password, properties, jars, dialect, xa_datasource). This call's password is
+            never sent to another server. A participant of a
             pending transaction that is not given, or cannot be reached, is reported as
             unresolved (`report.ok` is False) and left as it is.
     """
@@ -87,7 +88,7 @@ def recover(
             make_spec(
                 **{
                     "user": user,
-                    "password": password,
+                    "password": None,  # never this database's, unless given for it
                     "jars": jars,
                     "properties": None,
                     "dialect": None,

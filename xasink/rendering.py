@@ -42,6 +42,14 @@ def check_json(report: HealthReport) -> str:
     return json.dumps(report.as_dict(), indent=2)
 
 
+def duration(seconds: float) -> str:
+    """An age as a person reads it: 45s, 12.5m, 3.0h, 2.1d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
 def label_value(value: str) -> str:
     """A label value escaped as the exposition format asks: backslash, double quote and
     line feed (sink ids are the user's strings)."""

@@ -29,6 +29,12 @@ class ConnectionSpec:
         return mask_url(self.url)
 
     @property
+    def address(self) -> str:
+        """Where the database is, as other databases' journals record it: the URL without
+        its parameters (no password, no property) and without a password in it."""
+        return self.masked_url.split("?", 1)[0]
+
+    @property
     def redact(self) -> Redactor:
         return Redactor([self.password])
 

@@ -357,6 +357,7 @@ class Journal:
         self.tag, self.schema, self._exists, self._damage = tag, None, exists, damage
         self.records = list(records)
         self.coordinators: dict = {}
+        self.pending: list = []
         self.jobs, self.sinks, self.meta = "jobs", "sinks", "meta"
         ages = "SELECT gid, age FROM pg_prepared_xacts" if server_ages else None
         self.dialect = SimpleNamespace(prepared_ages_sql=lambda: ages, age_sql=lambda c: c)
@@ -373,6 +374,12 @@ class Journal:
 
     def coordinator(self, conn, job_id):
         return self.coordinators.get(job_id)
+
+    def pending_participants(self, conn):
+        return self.pending
+
+    def state(self, conn, job_id):
+        return next((r.state for r in self.records if r.job_id == job_id), None)
 
 
 class Ops:
@@ -452,3 +459,14 @@ def test_a_participants_silent_job_names_its_coordinator_and_the_command(monkeyp
         assert "aborts it" not in problem.detail and "rolls them back" not in problem.detail
         assert "--url jdbc:postgresql://h/db --participant" in problem.detail
         assert "journal tag c0ffee00" in problem.detail
+
+
+def test_a_coordinators_ended_job_with_a_pending_participant_is_a_problem(monkeypatch, fakes):
+    from xasink.protocol.links import Link
+
+    journal = Journal(records=[fakes.record("committed", heartbeat_age=5.0)])
+    journal.pending = [Link(JOB, "c0ffee00", "participant", "jdbc:mariadb://h/dw", None)]
+    answers(monkeypatch, journal, {})
+    result = health.assess(Ops([]), None, journal, max_age=120.0, grace=120.0)
+    assert kinds(result.problems) == [("participant-pending", JOB)]
+    assert "--participant jdbc:mariadb://h/dw" in result.problems[0].detail

@@ -24,15 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._testing.faults import trigger
-from ..errors import CommitError, ConfigurationError, JobAbortedError
-from ..masking import mask_url
+from ..errors import CommitError, ConfigurationError, JobAbortedError, XasinkError
 from ..protocol import links
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..protocol.journal import Journal
 from ..protocol.participants import Participant, copy_decision, settle_earlier
 from ..protocol.states import JobState
-from ..spec import ConnectionSpec
 from ..tables.staging import ApplyPlan, ApplyPlans
 from .job import Job
 from .phase_two import on_live_connection
@@ -40,11 +38,6 @@ from .request import PhaseOne, Preflight
 from .transaction import TransactionSettings, joined
 
 log = logging.getLogger("xasink")
-
-
-def address(spec: ConnectionSpec) -> str:
-    """Where a database is, as its peer's link row records it: no secret, no property."""
-    return mask_url(spec.url).split("?", 1)[0]
 
 
 @dataclass
@@ -60,7 +53,7 @@ class Member:
 
     @property
     def where(self) -> str:
-        return address(self.job.spec)
+        return self.job.spec.address
 
     def phase_one(self) -> PhaseOne:
         return joined(self.parts)
@@ -85,6 +78,23 @@ def elsewhere(
     )
 
 
+def same_database(coordinator: Job, opened: Job, members: Sequence[Job]) -> None:
+    """Refuse a participant that is a database the transaction writes already (the same
+    journal, reached by another URL): one database, one part of the transaction."""
+    tag = opened.journal.tag
+    if tag and tag == coordinator.journal.tag:
+        raise ConfigurationError(
+            f"url={opened.spec.address} reaches the transaction's own database (the same "
+            "journal): leave url out of this tx.write."
+        )
+    for other in members:
+        if tag and tag == other.journal.tag:
+            raise ConfigurationError(
+                f"url={opened.spec.address} reaches the same database as url="
+                f"{other.spec.address} (the same journal): write both with the same url."
+            )
+
+
 def enlist(
     coordinator: Job, member: Job, pre: Preflight, columns: Sequence[str], lease: float
 ) -> list[BranchAction]:
@@ -93,14 +103,9 @@ def enlist(
     of the coordinator left there is finished first; returns what recovery did."""
     job_id = coordinator.job_id
     assert job_id is not None
-    if member.journal.tag == coordinator.journal.tag:
-        raise ConfigurationError(
-            f"url={address(member.spec)} reaches the transaction's own database (the same "
-            "journal): leave url out of this tx.write."
-        )
     links.ensure(coordinator.journal, coordinator.conn)
     links.ensure(member.journal, member.conn)
-    here = address(member.spec)
+    here = member.spec.address
     settled = settle_left(coordinator, member)
     if not links.add_participant(
         coordinator.journal,
@@ -116,7 +121,7 @@ def enlist(
         member.conn,
         job_id,
         coordinator.journal.tag,
-        address(coordinator.spec),
+        coordinator.spec.address,
         coordinator.journal.schema,
     )
     try:
@@ -227,20 +232,35 @@ def _aborted(job_id: str) -> JobAbortedError:
 def _undone(coordinator: Job, m: Member, why: str) -> CommitError:
     return CommitError(
         f"Job {coordinator.job_id} is decided for commit, but its decision could not be "
-        f"recorded in participant {m.where} ({why}). Nothing is lost: finish it with "
-        f"`xasink recover --url {address(coordinator.spec)} --participant {m.where}`. Do "
-        "not run the transaction again."
+        f"recorded in participant {m.where} ({why}). Do not run the transaction again."
     )
+
+
+def recover_command(coordinator: Job, members: Sequence[Member]) -> str:
+    """The command that finishes a transaction in every one of its databases."""
+    schema = coordinator.journal.schema
+    command = f"xasink recover --url {coordinator.spec.address}"
+    command += f" --journal-schema {schema}" if schema else ""
+    return command + "".join(f" --participant {m.where}" for m in members)
+
+
+def with_command(exc: XasinkError, coordinator: Job, members: Sequence[Member]) -> None:
+    """A failure after the decision names the command that finishes every database."""
+    if members and exc.args:
+        command = recover_command(coordinator, members)
+        exc.args = (f"{exc.args[0]} It has other databases: `{command}` finishes all.",)
 
 
 __all__ = [
     "Member",
     "abort_all",
-    "address",
     "commit_all",
     "copy_decisions",
     "elsewhere",
     "enlist",
+    "recover_command",
+    "same_database",
     "settle_left",
     "winners_of",
+    "with_command",
 ]

@@ -136,6 +136,10 @@ def _blocker(
 ) -> str:
     mine = prepared.get(job_id, [])
     if state in FINAL_STATES:
+        pending = links.participants(journal, conn, job_id)
+        if pending:
+            where = " ".join(f"--participant {p.address}" for p in pending)
+            return f"not yet {state} in its other database(s): `xasink recover {where}`"
         return f"{len(mine)} straggler branch(es): run `xasink recover`" if mine else ""
     if state == JobState.RUNNING:
         silent = float(beat) if beat is not None else float("inf")
@@ -195,6 +199,14 @@ def abandon(
         )
     if record.state in FINAL_STATES:
         raise ConfigurationError(f"Job {job_id} is already {record.state}; nothing to abandon.")
+    link = links.linked(journal, conn, job_id)
+    if link is not None:
+        raise ConfigurationError(
+            f"Job {job_id} is one transaction over several databases (with {link.where}): "
+            "ending it in one of them would commit it in some and not in others. Finish it "
+            "from its coordinator: `xasink recover --participant URL`, with the coordinator's "
+            "--url (`xasink jobs` names it)."
+        )
     running = record.state == JobState.RUNNING
     final = JobState.ABORTED if running or record.staged else JobState.ABANDONED
     who, what = _operator(ops), _resolution(record.state, final, reason)

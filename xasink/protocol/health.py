@@ -45,6 +45,8 @@ class ProblemKind(TextEnum):
     SILENT_JOB = "silent-job"
     #: Decided (committing), and its owner silent past its lease: phase 2 stopped.
     UNFINISHED_DECISION = "unfinished-decision"
+    #: A transaction over several databases, over here, not yet carried to a participant.
+    PARTICIPANT_PENDING = "participant-pending"
     UNKNOWN_STATE = "unknown-state"
 
 
@@ -157,6 +159,7 @@ def assess(
         waiting = _awaiting_coordinator(conn, journal, open_jobs.values())
         problems += _branch_problems(branches, open_jobs, max_age, grace, age_source, waiting)
         problems += _job_problems(open_jobs.values(), counts, grace, waiting)
+        problems += _pending_participants(conn, journal)
     return HealthReport(
         describe(journal) if status is not JournalStatus.MISSING else _missing(journal),
         status,
@@ -306,6 +309,21 @@ def _awaiting_coordinator(
             if link is not None:
                 found[record.job_id] = awaits_coordinator(link)
     return found
+
+
+def _pending_participants(conn: JdbcConnection, journal: Journal) -> list[Problem]:
+    """Transactions this coordinator ended (committed, or aborted) whose participant does
+    not know it yet: its branches hold their locks until recovery carries it there."""
+    problems = []
+    for link in journal.pending_participants(conn):
+        state = journal.state(conn, link.job_id)
+        if state in FINAL_STATES:
+            detail = (
+                f"{state} here, not yet in participant {link.where}: `xasink recover "
+                f"--participant {link.address}` (with this --url) finishes it there"
+            )
+            problems.append(Problem(ProblemKind.PARTICIPANT_PENDING, link.job_id, detail))
+    return problems
 
 
 def _job_problems(

@@ -112,8 +112,7 @@ class Journal(JournalReader):
         return execute(conn, sql, (plan.to_json(), job_id, JobState.RUNNING)) == 1
 
     def heartbeat(self, conn: JdbcConnection, job_id: str, lease: float | None = None) -> None:
-        """Prove the job's owner alive; `lease` replaces the job's lease (a format("xasink")
-        job's writing tasks, once they run, keep a shorter one than its start)."""
+        """Prove the job's owner alive; `lease` replaces its lease (a format job's tasks')."""
         execute(
             conn,
             f"UPDATE {self.jobs} SET heartbeat_at = {self.dialect.now_sql}, beats = beats + 1, "
@@ -333,10 +332,12 @@ class Journal(JournalReader):
 
     def abandon(self, conn: JdbcConnection, job_id: str) -> bool:
         """Abort a decided *staged* job that can never be applied (the target refused its
-        rows, or a winner was lost). Its apply is one transaction, so the target was never
-        changed, and a streaming job's sink mark goes back with the state. An append job is
-        never abandoned here: other branches' rows are in the table (an operator closes it
-        with `xasink resolve --abandon`)."""
+        rows, or a winner was lost): its apply is one transaction, the target unchanged, a
+        stream's sink mark goes back with it. Never an append job (other branches' rows are
+        in: `xasink resolve --abandon`), nor one of several databases (others may hold
+        theirs: it waits for a person, decided)."""
+        if links.linked(self, conn, job_id):
+            return False
         with local_transaction(conn):
             ended = self._end(conn, job_id, JobState.COMMITTING, JobState.ABORTED, staged_only=True)
             if ended:
@@ -392,8 +393,7 @@ class Journal(JournalReader):
         return sinkmarks.read(self, conn, sink_id, for_update)
 
     def reset_sink(self, conn: JdbcConnection, sink_id: str) -> SinkMark | None:
-        """Forget a sink's mark unless a job of the sink is running or deciding; returns
-        the mark forgotten (see `sinkmarks.reset`)."""
+        """Forget a sink's mark unless one of its jobs is open (`sinkmarks.reset`)."""
         return sinkmarks.reset(self, conn, sink_id)
 
     # -- inside a branch (executor) ------------------------------------------------------

@@ -169,6 +169,13 @@ def participants(
     return _links(layout, conn, where, tuple(params))
 
 
+def linked(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> Link | None:
+    """A link of `job_id` in either role: the job is part of a transaction over several
+    databases, which no database may end alone once it is decided."""
+    found = _links(layout, conn, "job_id = ?", (job_id,))
+    return found[0] if found else None
+
+
 def linked_jobs(layout: JournalLayout, conn: JdbcConnection) -> set[str]:
     """Jobs of this coordinator with a participant still to finish: `xasink prune` keeps
     their rows, which the participant's decision is read from."""
@@ -192,7 +199,8 @@ def forget(layout: JournalLayout, conn: JdbcConnection, jobs: Sequence[str]) -> 
 def _links(
     layout: JournalLayout, conn: JdbcConnection, where: str, params: tuple[Any, ...]
 ) -> list[Link]:
-    """Link rows; none in a journal that never took part in such a transaction."""
+    """Link rows; none in a journal that never took part in such a transaction (its
+    version says so, read after the failed read: a table made since is seen)."""
     try:
         rows = query(
             conn,
@@ -200,8 +208,8 @@ def _links(
             f"FROM {layout.links} WHERE {where} ORDER BY job_id, peer",
             params,
         )
-    except Exception as exc:
-        if layout.dialect.is_missing_table(exc):
+    except Exception as exc:  # MySQL denies a table it does not let this login see
+        if layout.dialect.is_missing_table(exc) or layout.version(conn) < LINKED_VERSION:
             return []
         raise
     return [
@@ -239,6 +247,7 @@ __all__ = [
     "coordinator_of",
     "ensure",
     "forget",
+    "linked",
     "linked_jobs",
     "mark_done",
     "participants",

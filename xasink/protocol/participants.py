@@ -35,7 +35,7 @@ from .connecting import open_journal
 from .journal import Journal
 from .links import Link
 from .recovery import resolve_in_doubt
-from .states import Decision, JobState
+from .states import FINAL_STATES, Decision, JobState
 
 log = logging.getLogger("xasink")
 
@@ -82,7 +82,11 @@ def finish(
     for listed in links.participants(coordinator, conn, job, peer=peer):
         state = coordinator.state(conn, listed.job_id)
         if state in (None, JobState.RUNNING):
-            why = "no job row" if state is None else "still running (its driver is alive)"
+            why = (
+                "no job row"
+                if state is None
+                else "still running (alive, or not aborted by this run)"
+            )
             _add(report, listed, RecoveryAction.LEFT, f"coordinator's job {why}")
             continue
         # Read again after the state: the decision writes the winners with it, so a link
@@ -106,7 +110,7 @@ def finish(
                 if done and not dry_run:
                     links.mark_done(coordinator, conn, link.job_id, link.peer)
         except Exception as exc:
-            _add(report, link, RecoveryAction.FAILED, f"unreachable: {redact(exc)}")
+            _add(report, link, RecoveryAction.FAILED, f"cannot reach it or log in: {redact(exc)}")
 
 
 def _finish_one(
@@ -117,18 +121,25 @@ def _finish_one(
     grace: float,
     dry_run: bool,
 ) -> bool:
-    """One participant of one job, as its coordinator decided; True once it is final."""
+    """One participant of one job, as its coordinator decided; True once it is final as
+    decided (a contradiction, which only a person can have made, is reported, not done)."""
     job_id, journal, conn = link.job_id, p.journal, p.conn
+    commit = decided != JobState.ABORTED
     found = journal.state(conn, job_id)
-    if decided == JobState.ABORTED and not dry_run:
-        if found is None:  # a fence: a driver that registers it later fails on its row
-            found = journal.fence_one_phase(conn, job_id, "", "xasink recover", _FENCED)
+    if found in (None, JobState.RUNNING) and dry_run:
+        what = RecoveryAction.WOULD_COMMIT if commit else RecoveryAction.WOULD_ROLLBACK
+        _add(report, link, what, f"as its coordinator decided ({decided})")
+        return False
+    if found is None and not commit:  # a fence: a driver registering it later fails on it
+        found = journal.fence_one_phase(conn, job_id, "", "xasink recover", _FENCED)
+        if found == JobState.ABORTED:
             _add(report, link, RecoveryAction.ABORTED, _FENCED)
-        if found == JobState.RUNNING and journal.abort(conn, job_id):
+    if found == JobState.RUNNING:
+        if commit:
+            copy_decision(journal, conn, job_id, link.winners)
+            _add(report, link, RecoveryAction.COMMITTED, "the coordinator's decision recorded")
+        elif journal.abort(conn, job_id):
             _add(report, link, RecoveryAction.ABORTED, "its coordinator aborted the job")
-    elif found == JobState.RUNNING and not dry_run:
-        copy_decision(journal, conn, job_id, link.winners)
-        _add(report, link, RecoveryAction.COMMITTED, "the coordinator's decision recorded here")
     sub = resolve_in_doubt(p.ops, conn, journal, job=job_id, grace=grace, dry_run=dry_run)
     where = f"participant {link.where}"
     report.actions += [
@@ -136,7 +147,18 @@ def _finish_one(
         for a in sub.actions
     ]
     final = journal.state(conn, job_id)
-    return final in (None, JobState.COMMITTED, JobState.ABORTED, JobState.ABANDONED)
+    expected = (JobState.COMMITTED,) if commit else (JobState.ABORTED,)
+    if final is None or final in expected:
+        return True
+    if final in FINAL_STATES:  # ended there by a person against the coordinator's decision
+        _add(
+            report,
+            link,
+            RecoveryAction.FAILED,
+            f"its job is {final} there although its coordinator decided {decided}: the "
+            "databases disagree. Compare the rows of both and mend them by hand",
+        )
+    return False
 
 
 _FENCED = (
@@ -148,7 +170,9 @@ _FENCED = (
 def _add(report: RecoveryReport, link: links.Link, action: RecoveryAction, detail: str) -> None:
     entry = BranchAction(link.job_id, -1, -1, action, f"participant {link.where}: {detail}")
     report.actions.append(entry)
-    level = logging.WARNING if entry.unresolved else logging.INFO
+    level = (
+        logging.WARNING if action in (RecoveryAction.LOST, RecoveryAction.FAILED) else logging.INFO
+    )
     log.log(level, "xasink recover: %s", entry.line())
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, query
-from .links import Link, coordinator_of
+from .links import Link, coordinator_of, participants
 from .schema import SEVERAL_WRITES, JournalLayout
 from .states import FINAL_STATES, JobState
 
@@ -113,6 +113,10 @@ class JournalReader(JournalLayout):
     def coordinator(self, conn: JdbcConnection, job_id: str) -> Link | None:
         """The journal that decides `job_id`, when this one is its participant (`links`)."""
         return coordinator_of(self, conn, job_id)
+
+    def pending_participants(self, conn: JdbcConnection) -> list[Link]:
+        """Participants of this coordinator's transactions not finished yet (`links`)."""
+        return participants(self, conn)
 
     def winners_of(self, conn: JdbcConnection, job_id: str) -> frozenset[Winner]:
         rows = query(

@@ -288,10 +288,11 @@ class _Resolver:
 
 def awaits_coordinator(coordinator: links.Link) -> str:
     """Why a participant's undecided job is left, and what finishes it."""
+    schema = f" --journal-schema {coordinator.schema}" if coordinator.schema else ""
     return (
         f"a transaction over several databases, decided by the journal at "
         f"{coordinator.where}: never aborted from here. Finish it with `xasink recover "
-        f"--url {coordinator.address} --participant <this database's URL>`"
+        f"--url {coordinator.address}{schema} --participant <this database's URL>`"
     )
 
 

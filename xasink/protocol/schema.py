@@ -214,12 +214,13 @@ class JournalLayout:
     ) -> None:
         """The journal with its links table (`links.ensure`, under the creation lock),
         before it takes part in a transaction over several databases."""
-        if self._table_exists(conn, self.links) and self._version(conn) == LINKED_VERSION:
+        if self._table_exists(conn, self.links) and self.version(conn) == LINKED_VERSION:
             return
         with self._creation_lock(conn):
             upgrade(conn)
 
-    def _version(self, conn: JdbcConnection) -> int:
+    def version(self, conn: JdbcConnection) -> int:
+        """The journal's version as stored now (0: no meta row)."""
         rows = query(conn, f"SELECT version FROM {self.meta} WHERE id = 1")
         return int(rows[0][0]) if rows else 0
 

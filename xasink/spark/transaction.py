@@ -31,8 +31,10 @@ from ..driver.participants import (
     copy_decisions,
     elsewhere,
     enlist,
+    same_database,
     settle_left,
     winners_of,
+    with_command,
 )
 from ..driver.plan import one_stream
 from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
@@ -46,7 +48,8 @@ from ..driver.transaction import (
     joined,
     write_request,
 )
-from ..errors import ConfigurationError, XasinkError
+from ..errors import ConfigurationError, DecisionUnknownError, XasinkError
+from ..masking import Redactor
 from ..protocol.actions import BranchAction
 from ..runtime.jdbc import java_errors_redacted
 from ..runtime.shutdown import tracked
@@ -143,7 +146,7 @@ class Transaction:
             connection |= {"jars": jars, "dialect": dialect, "xa_datasource": xa_datasource}
             settings = elsewhere(settings, url, journal_schema, connection)
         try:
-            with java_errors_redacted("tx.write", settings.spec.redact):
+            with java_errors_redacted("tx.write", self.redactor(settings.spec)):
                 self._write(
                     settings,
                     df,
@@ -197,7 +200,7 @@ class Transaction:
             ship_jars(df.sparkSession, s.spec.jars)
             on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
             branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
-        if s is self._settings:
+        if s.spec == self._settings.spec and s.journal_schema == self._settings.journal_schema:
             job, pre = self._joined(df, request, branches, on_driver)
         elif self._skipped is not None and self._job is not None:  # decided before
             replayed = self._stack.enter_context(Job.opened(request))
@@ -302,6 +305,8 @@ class Transaction:
             self._promote(coordinator)
         member = self._members.get(request.spec)
         job = member.job if member else self._stack.enter_context(Job.opened(request))
+        if member is None:
+            same_database(coordinator, job, [m.job for m in self._members.values()])
         job.request = request
         pre = job.preflight(df.schema, branches)
         self._check_table(job, pre.table)
@@ -314,6 +319,11 @@ class Transaction:
         assert self._trace is not None
         self._trace.table += f", {member.where}:{request.target}"
         return job, pre
+
+    def redactor(self, *more: ConnectionSpec) -> Redactor:
+        """Every password of the transaction's databases (and of `more`), for its errors."""
+        specs = [self._settings.spec, *(m.job.spec for m in self._members.values()), *more]
+        return Redactor(s.password for s in specs)
 
     @property
     def _named(self) -> str:
@@ -368,16 +378,21 @@ class Transaction:
         job.plan = dataclasses.replace(job.plan, tables=self._named, apply=staged, partition_base=0)
         trace.done("write")
         members = list(self._members.values())
-        phase_one = job.record_decision(joined(self._parts), winners_of(members) or None)
-        copy_decisions(job, members)
-        log.info(
-            "xasink job %s: %d branches of %d writes prepared (%d rows) and commit decided",
-            job.job_id,
-            len(phase_one.winners) + sum(len(m.phase_one().winners) for m in members),
-            len(self._writes),
-            phase_one.rows + sum(m.phase_one().rows for m in members),
-        )
-        losers = job.commit(phase_one) + commit_all(job, members)
+        try:
+            phase_one = job.record_decision(joined(self._parts), winners_of(members) or None)
+            copy_decisions(job, members)
+            log.info(
+                "xasink job %s: %d branches of %d writes prepared (%d rows) and commit decided",
+                job.job_id,
+                len(phase_one.winners) + sum(len(m.phase_one().winners) for m in members),
+                len(self._writes),
+                phase_one.rows + sum(m.phase_one().rows for m in members),
+            )
+            losers = job.commit(phase_one) + commit_all(job, members)
+        except XasinkError as exc:
+            if job.decided or isinstance(exc, DecisionUnknownError):
+                with_command(exc, job, members)
+            raise
         self._stack.close()  # heartbeat stopped, staging tables dropped, session kept
         self._end(trace.end(JobOutcome.COMMITTED), phase_one, losers)
 

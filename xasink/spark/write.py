@@ -324,7 +324,7 @@ def run(tx: Transaction) -> Iterator[Transaction]:
 
 @tracked
 def _ended(tx: Transaction) -> None:
-    with java_errors_redacted("the transaction's commit", tx._settings.spec.redact):
+    with java_errors_redacted("the transaction's commit", tx.redactor()):
         tx._commit()
 
 
