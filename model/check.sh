@@ -125,13 +125,24 @@ EOF_LIST
   for p in $pids; do wait "$p" || exit 2; done
 }
 
-# verify NAME: run pan exhaustively; sets $errors $states $secs $log
+# search NAME: run pan exhaustively, its output in build/NAME/pan.out
+search() {
+  flags=
+  liveness "$1" && flags="-a -f"
+  # shellcheck disable=SC2086
+  (cd "$build/$1" && ./pan -m200000 -w25 $flags >pan.out 2>&1)
+}
+
+# search_all LIST PREFIX: `search` every name of LIST, two at a time (one per core), each
+# as soon as a core is free (`xargs -P 2`: one long search does not hold up the rest)
+search_all() {
+  echo "$1" | while IFS='|' read -r name _; do echo "$2$(echo $name)"; done |
+    xargs -P 2 -I NAME sh "$here/check.sh" search NAME
+}
+
+# verify NAME: read the search's result; sets $errors $states $secs $log
 verify() {
   log="$build/$1/pan.out"
-  search=
-  liveness "$1" && search="-a -f"
-  # shellcheck disable=SC2086
-  (cd "$build/$1" && ./pan -m200000 -w25 $search >"$log" 2>&1)
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$log")
   states=$(sed -n 's/^ *\([0-9][0-9.e+]*\) states, stored.*/\1/p' "$log")
   secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' "$log")
@@ -142,8 +153,12 @@ verify() {
 
 start=$(date +%s)
 case "${1:-}" in
+search)  # one search, for search_all
+  search "$2"
+  ;;
 model)
   build_all "$CONFIGS" "" "" || exit 2
+  search_all "$CONFIGS" ""
   echo "$CONFIGS" | while IFS='|' read -r name flags; do
     name=$(echo $name)
     verify "$name"
@@ -160,6 +175,7 @@ model)
 mutants)
   caught='assertion violated\|pan:1: invalid end state\|acceptance cycle'
   build_all "$MUTANTS" "mutant-" "$MUTANT_BASE" || exit 2
+  search_all "$MUTANTS" "mutant-"
   echo "$MUTANTS" | while IFS='|' read -r name flags what; do
     name=$(echo $name)
     verify "mutant-$name"

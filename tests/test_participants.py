@@ -103,6 +103,31 @@ def test_two_databases_commit_together(spark, postgres, other, path):
     _clean(postgres, other)
 
 
+def test_mariadb_coordinates_and_postgresql_takes_part(spark, postgres, mariadb):
+    """The roles the other way round: MariaDB's journal decides, PostgreSQL's follows, and
+    a decision that never reached PostgreSQL is carried there by recovery from MariaDB."""
+    parent, child = _tables(mariadb)
+    audit = _audit(postgres)
+    parents, children = _frames(spark)
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault("before_participants", "raise")),
+        transaction(**connection_args(mariadb)) as tx,
+    ):
+        tx.write(children, child, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(postgres, **PATHS["tasks"]))
+        tx.write(parents, parent, mode="upsert", key="id", **PATHS["tasks"])
+    assert _ids(postgres, audit) == [] and job_states(postgres)[tx.job_id] == "running"
+    done = _recover(mariadb, participants=[postgres])
+    assert done.returncode == 0, done.stdout + done.stderr
+    want_parents, want_children = _expected()
+    assert _ids(mariadb, parent) == want_parents
+    assert _ids(mariadb, child) == want_children
+    assert _ids(postgres, audit) == list(range(AUDIT_ROWS))
+    assert (job_states(mariadb)[tx.job_id], job_states(postgres)[tx.job_id]) == ("committed",) * 2
+    _clean(postgres, mariadb)
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 def test_an_exception_in_the_block_leaves_nothing_in_either_database(
     spark, postgres, mariadb, path

@@ -274,7 +274,7 @@ def test_a_lone_write_xa_is_unchanged_beside_transactions(spark, db):
 #: transaction, or the tasks' branches prepared), or after the decision.
 KILLS = [
     pytest.param("driver", "before_local_commit", marks=pytest.mark.ci_postgres),
-    pytest.param("tasks", "after_first_commit", marks=pytest.mark.ci_postgres),
+    pytest.param("tasks", "after_first_commit", marks=pytest.mark.full_only),
     pytest.param("tasks", "before_finish", marks=pytest.mark.ci_postgres),
 ]
 
@@ -304,6 +304,7 @@ def test_a_driver_killed_then_recovered_leaves_all_or_nothing(db, path, point):
 
 
 @pytest.mark.ci_postgres
+@pytest.mark.full_only  # make test runs test_participants' fan-out to two tables and a database
 def test_a_stream_batch_fanned_out_to_two_tables_is_written_once(db):
     """A foreachBatch fan-out: the batch's driver is killed after its decision, and the
     batch replayed by a new driver is skipped whole, the first run's rows finished by the
