@@ -24,18 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._testing.faults import trigger
-from ..errors import CommitError, ConfigurationError, JobAbortedError, XasinkError
+from ..errors import CommitError, ConfigurationError, XasinkError
 from ..protocol import links
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..protocol.journal import Journal
 from ..protocol.participants import Participant, copy_decision, settle_earlier
 from ..protocol.states import JobState
-from ..tables.staging import ApplyPlan, ApplyPlans
 from .job import Job
 from .phase_two import on_live_connection
 from .request import PhaseOne, Preflight
-from .transaction import TransactionSettings, joined
+from .transaction import TransactionSettings, aborted_while_writing, first_staged, joined
 
 log = logging.getLogger("xasink")
 
@@ -115,7 +114,7 @@ def enlist(
         here,
         member.journal.schema,
     ):
-        raise _aborted(job_id)
+        raise aborted_while_writing(job_id)
     links.add_coordinator(
         member.journal,
         member.conn,
@@ -128,7 +127,7 @@ def enlist(
         begun = member.begin(pre, columns, lease, job_id=job_id)
     except Exception:
         if member.journal.state(member.conn, job_id) == JobState.ABORTED:  # recovery's fence
-            raise _aborted(job_id) from None
+            raise aborted_while_writing(job_id) from None
         raise
     member.decided = True  # only its coordinator decides, and only abort_all aborts it
     return settled + begun.recovered
@@ -186,7 +185,7 @@ def commit_all(coordinator: Job, members: Sequence[Member]) -> int:
     for m in members:
         job = m.job
         assert job.plan is not None
-        first = _first_staged(job)
+        first = first_staged(job)
         job.plan = dataclasses.replace(job.plan, apply=first, partition_base=0)
         losers += job.commit(m.phase_one())
         try:
@@ -199,11 +198,6 @@ def commit_all(coordinator: Job, members: Sequence[Member]) -> int:
                 coordinator.spec.redact(exc),
             )
     return losers
-
-
-def _first_staged(job: Job) -> ApplyPlan | None:
-    """The job's first staged write (its row's plan names every write)."""
-    return ApplyPlans.of(job.apply).writes[0] if job.apply else None
 
 
 def abort_all(coordinator: Job, members: Sequence[Member]) -> None:
@@ -219,14 +213,6 @@ def abort_all(coordinator: Job, members: Sequence[Member]) -> None:
         if m.job.trace.state == JobState.ABORTED:
             with contextlib.suppress(Exception):  # else recovery from the coordinator does
                 links.mark_done(coordinator.journal, coordinator.conn, coordinator.job_id, m.tag)
-
-
-def _aborted(job_id: str) -> JobAbortedError:
-    return JobAbortedError(
-        f"Job {job_id} was aborted by a recovery run while the transaction was writing "
-        "(its heartbeat looked older than that run's grace). Nothing was committed. Run "
-        "the transaction again."
-    )
 
 
 def _undone(coordinator: Job, m: Member, why: str) -> CommitError:

@@ -12,7 +12,7 @@ from ..errors import JobAbortedError
 from ..protocol.actions import BranchAction
 from ..spec import ConnectionSpec, TableRef
 from ..tables.modes import ModeOptions
-from ..tables.staging import ApplyPlans, temporary_stage
+from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .job import Job
 from .plan import apply_plan_for
 from .preflight import recover_table
@@ -130,14 +130,24 @@ def add_write(
     elif apply is not None:
         grown = ApplyPlans.of(job.apply).adding(apply) if job.apply else apply
         if not job.journal.store_plan(job.conn, job.job_id, grown):
-            raise JobAbortedError(
-                f"Job {job.job_id} was aborted by a recovery run while the transaction "
-                "was writing (its heartbeat looked older than that run's grace). Nothing "
-                "was committed. Run the transaction again."
-            )
+            raise aborted_while_writing(job.job_id)
         job.apply = grown
     job.current = apply
     return recovered
+
+
+def aborted_while_writing(job_id: str) -> JobAbortedError:
+    """A recovery run aborted the job between two of its writes: nothing is committed."""
+    return JobAbortedError(
+        f"Job {job_id} was aborted by a recovery run while the transaction was writing "
+        "(its heartbeat looked older than that run's grace). Nothing was committed. Run "
+        "the transaction again."
+    )
+
+
+def first_staged(job: Job) -> ApplyPlan | None:
+    """The job's first staged write: the plan its WritePlan names (its row names all)."""
+    return ApplyPlans.of(job.apply).writes[0] if job.apply else None
 
 
 def joined(parts: Sequence[PhaseOne]) -> PhaseOne:
@@ -157,7 +167,9 @@ __all__ = [
     "TransactionEnd",
     "TransactionResult",
     "TransactionSettings",
+    "aborted_while_writing",
     "add_write",
+    "first_staged",
     "joined",
     "write_request",
 ]

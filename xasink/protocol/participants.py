@@ -95,8 +95,10 @@ def finish(
         if not found:
             continue  # finished by another process meanwhile
         link = found[0]
+        reached = False
         try:
             with opener(link) as participant:
+                reached = participant is not None
                 if participant is None:
                     _add(
                         report,
@@ -110,7 +112,8 @@ def finish(
                 if done and not dry_run:
                     links.mark_done(coordinator, conn, link.job_id, link.peer)
         except Exception as exc:
-            _add(report, link, RecoveryAction.FAILED, f"cannot reach it or log in: {redact(exc)}")
+            what = "finishing it failed" if reached else "cannot reach it or log in"
+            _add(report, link, RecoveryAction.FAILED, f"{what}: {redact(exc)}")
 
 
 def _finish_one(

@@ -45,6 +45,7 @@ from ..driver.transaction import (
     TransactionResult,
     TransactionSettings,
     add_write,
+    first_staged,
     joined,
     write_request,
 )
@@ -56,7 +57,6 @@ from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
 from ..spec import ConnectionSpec, TableRef
 from ..tables.modes import APPEND, ModeOptions
-from ..tables.staging import ApplyPlans
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
 from .small_writes import HeldWrite, commit_held, hold, promote
@@ -374,7 +374,7 @@ class Transaction:
             self._end(trace.end(JobOutcome.COMMITTED), phase_one)
             return
         assert job.plan is not None
-        staged = ApplyPlans.of(job.apply).writes[0] if job.apply else None
+        staged = first_staged(job)
         job.plan = dataclasses.replace(job.plan, tables=self._named, apply=staged, partition_base=0)
         trace.done("write")
         members = list(self._members.values())
