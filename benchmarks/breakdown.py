@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks import cpu
 from benchmarks.contenders import CONTENDERS, Contender, Target, write_xa
 from benchmarks.databases import Database, start_database
 from benchmarks.measure import Timing, run_rounds
@@ -129,6 +131,16 @@ def _timed(action: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
+def _timed_cpu(action: Callable[[], Any]) -> tuple[float, dict[str, float], Any]:
+    """Seconds, and the core-seconds spent meanwhile (benchmarks/cpu.py): the machine's
+    busy time, the database servers' and the rest (Spark, its Python workers, xasink)."""
+    before = cpu.read()
+    seconds, result = _timed(action)
+    spent = cpu.spent(before, cpu.read())
+    spent["client"] = spent["machine"] - spent["server"]
+    return seconds, spent, result
+
+
 def _pg_types(db: Database, table: str) -> list[str]:
     """The table's type names in column order, as pgjdbc reports them (int8, float8, ...)."""
     with contextlib.closing(db.connect()) as conn, conn.cursor() as cursor:
@@ -151,7 +163,13 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
     df.count()
     columns = list(df.columns)
     jars = [find_driver_jar("postgres"), find_driver_jar("mariadb")]
-    report: dict[str, Any] = {"rows": rows, "partitions": 4, "databases": {}}
+    report: dict[str, Any] = {
+        "rows": rows,
+        "partitions": 4,
+        "databases": {},
+        "xasink": _measured_xasink(),
+        "load_average_start": os.getloadavg(),
+    }
     with contextlib.ExitStack() as stack:
         for kind in databases:
             db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
@@ -164,21 +182,26 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
                 "+ java crossing": _drain(_encode_and_cross(make, [j for j in jars if j])),
             }
             samples: dict[str, list[float]] = {name: [] for name in [*pipelines, "write_xa"]}
+            cores: dict[str, list[dict[str, float]]] = {name: [] for name in samples}
             phases: dict[str, list[float]] = {"prepare": [], "commit": []}
             for round_no in range(REPETITIONS + 1):  # round 0 is the warm-up
                 for name, pipeline in pipelines.items():
-                    seconds, _ = _timed(lambda p=pipeline: df.mapInArrow(p, df.schema).count())
+                    seconds, spent, _ = _timed_cpu(
+                        lambda p=pipeline: df.mapInArrow(p, df.schema).count()
+                    )
                     if round_no:
                         samples[name].append(seconds)
+                        cores[name].append(spent)
                 db.truncate("bd")
                 server = db.server
-                seconds, result = _timed(
+                seconds, spent, result = _timed_cpu(
                     lambda s=server: write_xa(
                         df, s.jdbc_url, "bd", user=s.user, password=s.password
                     )
                 )
                 if round_no:
                     samples["write_xa"].append(seconds)
+                    cores["write_xa"].append(spent)
                     phases["prepare"].append(result.prepare_seconds)
                     phases["commit"].append(result.commit_seconds)
                 print(
@@ -189,9 +212,15 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
             report["databases"][kind] = {
                 "median_seconds": medians,
                 "samples": samples,
+                "median_core_seconds": {
+                    name: {k: statistics.median(c[k] for c in v) for k in v[0]}
+                    for name, v in cores.items()
+                },
+                "core_seconds": cores,
                 "xa_phases_median_seconds": {k: statistics.median(v) for k, v in phases.items()},
             }
     spark.stop()
+    report["load_average_end"] = os.getloadavg()
     return report
 
 
@@ -394,7 +423,10 @@ def _measured_xasink() -> dict[str, Any]:
     from benchmarks.machine import git_revision, source_digest
 
     package = Path(xasink.__file__).parent
-    info = {"path": str(package), "source_sha256": source_digest(package)}
+    root = Path(__file__).resolve().parent.parent
+    # Relative to the checkout: the machine's own paths stay out of the results.
+    shown = package.resolve().relative_to(root) if package.resolve().is_relative_to(root) else None
+    info = {"path": str(shown or "an export"), "source_sha256": source_digest(package)}
     stamp = package.parent / EXPORT_STAMP
     if stamp.is_file():  # README: "Measuring another commit's xasink"
         info["exported_commit"] = stamp.read_text().strip()
@@ -799,19 +831,27 @@ def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
     lines = [
         f"**{kind}**, {rows:,} narrow rows, 4 partitions, median of {REPETITIONS}:",
         "",
-        "| stage (cumulative) | seconds | added by this stage |",
-        "|---|---:|---:|",
+        "| stage (cumulative) | seconds | added by this stage |"
+        " client core-s | added | server core-s |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    previous = 0.0
+    previous, previous_client = 0.0, 0.0
     for name in order:
-        lines.append(f"| {name} | {medians[name]:.2f} | {medians[name] - previous:+.2f} |")
-        previous = medians[name]
+        cores = data.get("median_core_seconds", {}).get(name)
+        client = cores["client"] if cores else float("nan")
+        server = cores["server"] if cores else float("nan")
+        lines.append(
+            f"| {name} | {medians[name]:.2f} | {medians[name] - previous:+.2f} |"
+            f" {client:.2f} | {client - previous_client:+.2f} | {server:.2f} |"
+        )
+        previous, previous_client = medians[name], client
     phases = data["xa_phases_median_seconds"]
     lines.append(
         f"\nwrite_xa's own split: prepare phase (incl. Spark job) {phases['prepare']:.2f}"
         f" s, commit phase {phases['commit']:.2f} s. write_xa runs at"
         f" {medians['spark→arrow'] / medians['write_xa']:.0%} of the no-op mapInArrow"
-        " floor's speed.\n"
+        " floor's speed. Core-seconds (benchmarks/cpu.py): the client's are the machine's"
+        " busy time less the database servers'.\n"
     )
     return "\n".join(lines)
 
@@ -862,7 +902,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.mode == "stages":
         rows = parse_count(args.rows)
         report = stages(databases, rows)
-        text = "\n".join(_markdown(k, v, rows) for k, v in report["databases"].items())
+        start, end = report["load_average_start"], report["load_average_end"]
+        text = "\n".join(
+            [
+                f"1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end."
+                f" {_xasink_line(report)}",
+                "",
+                *(_markdown(k, v, rows) for k, v in report["databases"].items()),
+            ]
+        )
     else:
         report = memory(databases, [parse_count(s) for s in args.sizes.split(",")])
         text = "\n".join(

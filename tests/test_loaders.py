@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from support import spec_for
 
+from xasink.errors import WriteError
 from xasink.loaders.base import LoadTarget
 from xasink.loaders.batched import BatchedInsertLoader
 from xasink.protocol.sessions import open_session
@@ -130,3 +131,112 @@ def test_both_xid_paths_prepare_list_and_commit(db, native, monkeypatch):
         assert xid not in finisher.recover()
     assert rows(db, table) == [(42,)]
     assert db.prepared_transactions() == []
+
+
+# -- LOAD DATA, streamed: one statement per branch, fed chunk by chunk ---------------------
+def _load_data_loader(session, table: str, schema: pa.Schema, chunk_bytes: int):
+    from xasink.loaders.mysql_load_data import MySQLLoadDataLoader
+
+    names = list(schema.names)
+    target = LoadTarget(
+        conn=session.connection,
+        table_sql=table,
+        quoted_columns=[f"`{c}`" for c in names],
+        columns=names,
+        column_types=[""] * len(names),
+        dialect="mysql",
+    )
+    return MySQLLoadDataLoader(target, schema, chunk_bytes=chunk_bytes)
+
+
+def _fresh(db, table: str, ddl: str) -> None:
+    with db.connect() as conn:
+        conn.cursor().execute(f"DROP TABLE IF EXISTS {table}")
+        conn.cursor().execute(f"CREATE TABLE {table} {ddl}")
+
+
+def _ids(start: int, count: int) -> pa.RecordBatch:
+    ids = list(range(start, start + count))
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "s": [f"row {i}" for i in ids]})
+
+
+def _count_loads(db) -> int:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Com_load'")
+        return int(cursor.fetchone()[1])
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 1 << 20], ids=["many-chunks", "one-chunk"])
+def test_load_data_streams_a_branch_in_one_statement(mysql_family, chunk_bytes):
+    """Many chunks (each batch its own, and the queue full at times) or one: every row once,
+    in one LOAD DATA statement either way."""
+    db, table = mysql_family, f"ld_stream_{mysql_family.kind}"
+    _fresh(db, table, "(id BIGINT, s VARCHAR(32))")
+    batches = [_ids(i * 500, 500) for i in range(40)]
+    loads = _count_loads(db)
+    with open_session(spec_for(db)) as session:
+        session.connection.setAutoCommit(False)
+        loader = _load_data_loader(session, table, batches[0].schema, chunk_bytes)
+        for batch in batches:
+            loader.write(batch)
+        loader.finish()
+        session.connection.commit()
+    assert _count_loads(db) - loads == 1
+    assert [r[0] for r in rows(db, table)] == list(range(20_000))
+
+
+def test_load_data_ended_by_the_server_fails_the_worker_rather_than_blocking_it(mysql_family):
+    """A statement the server refuses at once (its table is gone) reads no chunk: the worker,
+    waiting for room in the full queue, fails within seconds with the server's error instead
+    of waiting for a reader that has ended."""
+    import threading
+
+    db = mysql_family
+    outcome: list[BaseException] = []
+    with open_session(spec_for(db)) as session:
+        loader = _load_data_loader(session, "ld_no_such_table", _ids(0, 1).schema, 64)
+
+        def send_forever() -> None:
+            try:
+                for i in range(10**9):
+                    loader.write(_ids(i * 100, 100))
+            except BaseException as exc:  # the failure this test waits for
+                outcome.append(exc)
+
+        sender = threading.Thread(target=send_forever, daemon=True)
+        sender.start()
+        sender.join(timeout=30)
+        assert not sender.is_alive(), "the worker still waits for room in the queue"
+        loader.abort()
+    assert len(outcome) == 1 and "ld_no_such_table" in str(outcome[0]), outcome
+
+
+def test_load_data_that_would_change_a_value_is_refused(mysql_family):
+    """LOCAL turns a too-long string into a warning and a cut value: the loader refuses it."""
+    db, table = mysql_family, f"ld_cut_{mysql_family.kind}"
+    _fresh(db, table, "(id BIGINT, s VARCHAR(3))")
+    with open_session(spec_for(db)) as session:
+        session.connection.setAutoCommit(False)
+        loader = _load_data_loader(session, table, _ids(0, 1).schema, chunk_bytes=64)
+        with pytest.raises(WriteError, match=r"LOAD DATA stored \d+ of \d+ rows with warnings"):
+            for i in range(20):
+                loader.write(_ids(i * 10, 10))
+            loader.finish()
+        session.connection.rollback()
+    assert rows(db, table) == []
+
+
+def test_load_data_aborted_mid_stream_ends_its_statement(mysql_family):
+    """abort() ends the stream and waits for the statement: the connection can roll back
+    at once, and nothing stays."""
+    db, table = mysql_family, f"ld_abort_{mysql_family.kind}"
+    _fresh(db, table, "(id BIGINT, s VARCHAR(32))")
+    with open_session(spec_for(db)) as session:
+        session.connection.setAutoCommit(False)
+        loader = _load_data_loader(session, table, _ids(0, 1).schema, chunk_bytes=64)
+        for i in range(50):
+            loader.write(_ids(i * 100, 100))
+        loader.abort()
+        session.connection.rollback()
+    assert rows(db, table) == []

@@ -1,16 +1,20 @@
-"""MySQL/MariaDB bulk path: `LOAD DATA LOCAL INFILE` from an in-memory stream, per chunk.
+"""MySQL/MariaDB bulk path: one `LOAD DATA LOCAL INFILE` per branch, streamed.
+
+The statement starts at the first encoded chunk and reads the rest as the worker encodes
+it: Connector/J pulls the file from a `SequenceInputStream` whose chunks a Python
+`Enumeration` takes from a small queue. So the server parses from the first chunk on while
+the worker encodes the next (JPype releases the GIL inside Java), with no gap between
+statements, and at most `QUEUED_CHUNKS` chunks wait in memory. A branch that fits in one
+chunk sends it in one statement on the worker's own thread.
 
 With LOCAL, the server turns data errors into warnings and goes on, which would silently
-change rows. So every statement's row count and warnings are checked, and any mismatch
-fails the branch (which the writer then rolls back).
-
-Each chunk's statement runs on one background thread while the worker encodes the next
-chunk (JPype releases the GIL inside Java), so encoding overlaps the server's load; at most
-two chunks are in memory.
+change rows. So the statement's row count and warnings are checked, and any mismatch fails
+the branch (which the writer then rolls back).
 """
 
 from __future__ import annotations
 
+import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -23,8 +27,13 @@ from ..runtime.jvm import jclass
 from .base import LoadTarget
 from .csv_encoding import CsvEncoder, encodable
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
+#: Encoded chunks waiting for the server: bounds a worker's memory when the server is slower.
+QUEUED_CHUNKS = 4
+#: How often a worker waiting for room in the queue checks that the statement still runs, s.
+_POLL = 0.5
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")
+_END = b""  # no chunk is empty: the end of the stream
 
 
 def _mariadb_statement(conn: JdbcConnection) -> Any:
@@ -38,6 +47,30 @@ def _mariadb_statement(conn: JdbcConnection) -> Any:
             return statement.unwrap(cls)
     statement.close()
     raise WriteError("LOAD DATA LOCAL needs MariaDB Connector/J (setLocalInfileInputStream).")
+
+
+@jpype.JImplements("java.util.Enumeration", deferred=True)
+class _Chunks:
+    """The statement's file, chunk by chunk as the worker queues them (called from Java, on
+    the statement's thread); an empty chunk ends it."""
+
+    def __init__(self, chunks: queue.Queue[bytes], stream: Any) -> None:
+        self._chunks, self._stream = chunks, stream
+        self._next: bytes | None = None
+
+    def _peek(self) -> bytes:
+        if self._next is None:
+            self._next = self._chunks.get()
+        return self._next
+
+    @jpype.JOverride
+    def hasMoreElements(self) -> bool:
+        return self._peek() != _END
+
+    @jpype.JOverride
+    def nextElement(self) -> Any:
+        data, self._next = self._peek(), None
+        return self._stream(data)
 
 
 class MySQLLoadDataLoader:
@@ -59,6 +92,7 @@ class MySQLLoadDataLoader:
         )
         self._statement = _mariadb_statement(target.conn)
         self._stream = jpype.JClass("java.io.ByteArrayInputStream")
+        self._sequence = jpype.JClass("java.io.SequenceInputStream")
         self._sql = (
             f"LOAD DATA LOCAL INFILE 'xasink-stream' INTO TABLE {target.table_sql} "
             "CHARACTER SET utf8mb4 FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' "
@@ -67,53 +101,87 @@ class MySQLLoadDataLoader:
         self._chunk_bytes = chunk_bytes
         self._parts: list[bytes] = []
         self._size = 0
-        self._rows = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xasink-load")
-        self._pending: Future[None] | None = None
+        self._rows = 0  # encoded, sent or queued
+        self._chunks: queue.Queue[bytes] = queue.Queue(maxsize=QUEUED_CHUNKS)
+        self._executor: ThreadPoolExecutor | None = None
+        self._loading: Future[tuple[int, Any]] | None = None
 
     def write(self, batch: pa.RecordBatch) -> None:
         data = self._encoder.encode(batch)
+        if not data:
+            return
         self._parts.append(data)
         self._size += len(data)
         self._rows += batch.num_rows
         if self._size >= self._chunk_bytes:
-            self._flush()
+            self._send(self._take())
 
-    def _flush(self) -> None:
-        if not self._rows:
-            return
-        data, expected = b"".join(self._parts), self._rows
-        self._parts, self._size, self._rows = [], 0, 0
-        self._wait()  # one statement at a time on the connection
-        self._pending = self._executor.submit(self._load, data, expected)
+    def _take(self) -> bytes:
+        data = b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
+        self._parts, self._size = [], 0
+        return data
 
-    def _wait(self) -> None:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+    def _send(self, chunk: bytes) -> None:
+        """Queue `chunk` for the running statement (started by the first chunk), waiting
+        while the queue is full; a statement that has ended cannot take more, so its
+        failure is raised here rather than waited for."""
+        if self._loading is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xasink-load")
+            self._loading = self._executor.submit(self._load_stream)
+        while True:
+            try:
+                self._chunks.put(chunk, timeout=_POLL)
+                return
+            except queue.Full:
+                if self._loading.done():
+                    self._loading.result()  # its error
+                    raise WriteError(
+                        "LOAD DATA ended before the branch's last rows were sent."
+                    ) from None
 
-    def _load(self, data: bytes, expected: int) -> None:
-        self._statement.setLocalInfileInputStream(self._stream(data))
+    def _load_stream(self) -> tuple[int, Any]:
+        chunks = self._sequence(_Chunks(self._chunks, self._stream))
+        return self._load(chunks)
+
+    def _load(self, stream: Any) -> tuple[int, Any]:
+        self._statement.setLocalInfileInputStream(stream)
         self._statement.execute(self._sql)
-        loaded = int(self._statement.getUpdateCount())
-        warnings = self._statement.getWarnings()
-        if loaded != expected or warnings is not None:
-            detail = str(warnings.getMessage()) if warnings is not None else "no warning"
-            raise WriteError(
-                f"LOAD DATA stored {loaded} of {expected} rows with warnings ({detail}); "
-                "the server would have changed data, so the branch is rolled back."
-            )
+        return int(self._statement.getUpdateCount()), self._statement.getWarnings()
 
     def finish(self) -> None:
         try:
-            self._flush()
-            self._wait()
+            if self._loading is None:  # the whole branch is one chunk (or none)
+                if self._rows:
+                    self._check(*self._load(self._stream(self._take())))
+                return
+            if self._parts:
+                self._send(self._take())
+            self._send(_END)
+            self._check(*self._loading.result())
         finally:
             self._close()
 
+    def _check(self, loaded: int, warnings: Any) -> None:
+        if loaded != self._rows or warnings is not None:
+            detail = str(warnings.getMessage()) if warnings is not None else "no warning"
+            raise WriteError(
+                f"LOAD DATA stored {loaded} of {self._rows} rows with warnings ({detail}); "
+                "the server would have changed data, so the branch is rolled back."
+            )
+
     def abort(self) -> None:
+        """End the stream where it is (the writer rolls the branch back) and wait for the
+        statement, so nothing runs on the connection after this returns."""
+        if self._loading is not None and not self._loading.done():
+            while True:
+                try:
+                    self._chunks.get_nowait()  # room for the end, and nothing more sent
+                except queue.Empty:
+                    break
+            self._chunks.put(_END)
         self._close()
 
     def _close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
         self._statement.close()
