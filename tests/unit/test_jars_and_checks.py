@@ -167,3 +167,20 @@ def test_check_cache_keys_by_the_whole_spec_password_included():
     assert cache.get(rotated, ("table", "t")) is None
     cache.clear()
     assert len(cache) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "collector"),
+    [("", "-XX:+UseSerialGC"), ("-Xmx2g", "-XX:+UseSerialGC"), ("-XX:+UseG1GC -Xmx2g", None)],
+)
+def test_the_jvm_runs_the_serial_collector_unless_told_another(monkeypatch, extra, collector):
+    """Two collectors would stop the JVM from starting: one the user names replaces ours,
+    and the user's options come last, so theirs win over the defaults."""
+    from xasink.runtime.jvm import JVM_OPTIONS_ENV, jvm_options
+
+    monkeypatch.setenv(JVM_OPTIONS_ENV, extra)
+    options = jvm_options()
+    collectors = [o for o in options if o.startswith("-XX:+Use") and o.endswith("GC")]
+    assert collectors == ([collector] if collector else ["-XX:+UseG1GC"])
+    assert options[len(options) - len(extra.split()) :] == extra.split()
+    assert "-XX:TieredStopAtLevel=1" in options and "-Duser.timezone=UTC" in options
