@@ -51,18 +51,22 @@ BATCH = pa.record_batch(
 )
 
 
+def _target(session, table: str, schema: pa.Schema, quote: str, **more) -> LoadTarget:
+    names = list(schema.names)
+    return LoadTarget(
+        conn=session.connection,
+        table_sql=table,
+        quoted_columns=[f"{quote}{c}{quote}" for c in names],
+        columns=names,
+        column_types=[""] * len(names),
+        **more,
+    )
+
+
 def load(db, table: str, use_binder: bool) -> None:
-    spec = spec_for(db)
     quote = '"' if db.kind == "postgres" else "`"
-    names = list(BATCH.schema.names)
-    with open_session(spec) as session:
-        target = LoadTarget(
-            conn=session.connection,
-            table_sql=table,
-            quoted_columns=[f"{quote}{c}{quote}" for c in names],
-            columns=names,
-            column_types=[""] * len(names),
-        )
+    with open_session(spec_for(db)) as session:
+        target = _target(session, table, BATCH.schema, quote)
         loader = BatchedInsertLoader(target, BATCH.schema, batch_size=2)
         if not use_binder:
             loader._binder = None
@@ -137,15 +141,7 @@ def test_both_xid_paths_prepare_list_and_commit(db, native, monkeypatch):
 def _load_data_loader(session, table: str, schema: pa.Schema, chunk_bytes: int):
     from xasink.loaders.mysql_load_data import MySQLLoadDataLoader
 
-    names = list(schema.names)
-    target = LoadTarget(
-        conn=session.connection,
-        table_sql=table,
-        quoted_columns=[f"`{c}`" for c in names],
-        columns=names,
-        column_types=[""] * len(names),
-        dialect="mysql",
-    )
+    target = _target(session, table, schema, "`", dialect="mysql")
     return MySQLLoadDataLoader(target, schema, chunk_bytes=chunk_bytes)
 
 
