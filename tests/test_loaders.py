@@ -174,9 +174,12 @@ def test_load_data_streams_a_branch_in_one_statement(mysql_family, chunk_bytes):
     with open_session(spec_for(db)) as session:
         session.connection.setAutoCommit(False)
         loader = _load_data_loader(session, table, batches[0].schema, chunk_bytes)
-        for batch in batches:
-            loader.write(batch)
-        loader.finish()
+        try:
+            for batch in batches:
+                loader.write(batch)
+            loader.finish()
+        finally:
+            loader.abort()  # a no-op after finish; ends the stream if a write failed
         session.connection.commit()
     assert _count_loads(db) - loads == 1
     assert [r[0] for r in rows(db, table)] == list(range(20_000))
@@ -208,6 +211,31 @@ def test_load_data_ended_by_the_server_fails_the_worker_rather_than_blocking_it(
     assert len(outcome) == 1 and "ld_no_such_table" in str(outcome[0]), outcome
 
 
+def test_load_data_waits_for_a_slow_worker_longer_than_net_read_timeout(mysql_family):
+    """The server waits for the streamed file's next packet while the worker computes the
+    next rows (a slow upstream stage): longer than the session's `net_read_timeout`, the
+    statement must still finish, as a wait between statements always could."""
+    import time
+
+    db, table = mysql_family, f"ld_slow_{mysql_family.kind}"
+    _fresh(db, table, "(id BIGINT, s VARCHAR(32))")
+    with open_session(spec_for(db)) as session:
+        session.connection.setAutoCommit(False)
+        statement = session.connection.createStatement()
+        statement.execute("SET SESSION net_read_timeout = 1")
+        statement.close()
+        loader = _load_data_loader(session, table, _ids(0, 1).schema, chunk_bytes=64)
+        try:
+            loader.write(_ids(0, 100))  # the statement starts
+            time.sleep(3)
+            loader.write(_ids(100, 100))
+            loader.finish()
+        finally:
+            loader.abort()
+        session.connection.commit()
+    assert [r[0] for r in rows(db, table)] == list(range(200))
+
+
 def test_load_data_that_would_change_a_value_is_refused(mysql_family):
     """LOCAL turns a too-long string into a warning and a cut value: the loader refuses it."""
     db, table = mysql_family, f"ld_cut_{mysql_family.kind}"
@@ -216,9 +244,12 @@ def test_load_data_that_would_change_a_value_is_refused(mysql_family):
         session.connection.setAutoCommit(False)
         loader = _load_data_loader(session, table, _ids(0, 1).schema, chunk_bytes=64)
         with pytest.raises(WriteError, match=r"LOAD DATA stored \d+ of \d+ rows with warnings"):
-            for i in range(20):
-                loader.write(_ids(i * 10, 10))
-            loader.finish()
+            try:
+                for i in range(20):
+                    loader.write(_ids(i * 10, 10))
+                loader.finish()
+            finally:
+                loader.abort()
         session.connection.rollback()
     assert rows(db, table) == []
 
@@ -234,5 +265,6 @@ def test_load_data_aborted_mid_stream_ends_its_statement(mysql_family):
         for i in range(50):
             loader.write(_ids(i * 100, 100))
         loader.abort()
+        assert loader._loading is not None and loader._loading.done()
         session.connection.rollback()
     assert rows(db, table) == []

@@ -170,17 +170,28 @@ def test_check_cache_keys_by_the_whole_spec_password_included():
 
 
 @pytest.mark.parametrize(
-    ("extra", "collector"),
-    [("", "-XX:+UseSerialGC"), ("-Xmx2g", "-XX:+UseSerialGC"), ("-XX:+UseG1GC -Xmx2g", None)],
+    ("extra", "tool_options", "collector"),
+    [
+        ("", "", "-XX:+UseSerialGC"),
+        ("-Xmx2g -XX:+UseCompressedOops", "", "-XX:+UseSerialGC"),
+        ("-XX:+UseG1GC -Xmx2g", "", "-XX:+UseG1GC"),
+        ("-XX:+UseZGC", "", "-XX:+UseZGC"),
+        ("", "-XX:+UseParallelGC", None),  # JAVA_TOOL_OPTIONS: the JVM adds it itself
+        ("-XX:VMOptionsFile=/etc/jvm.options", "", None),
+    ],
 )
-def test_the_jvm_runs_the_serial_collector_unless_told_another(monkeypatch, extra, collector):
-    """Two collectors would stop the JVM from starting: one the user names replaces ours,
-    and the user's options come last, so theirs win over the defaults."""
+def test_the_jvm_runs_the_serial_collector_unless_told_another(
+    monkeypatch, extra, tool_options, collector
+):
+    """Two collectors would stop the JVM from starting: one chosen in $XASINK_JVM_OPTIONS,
+    in the JVM's own option variables or in an options file replaces ours, and the user's
+    options come last, so theirs win over the defaults."""
     from xasink.runtime.jvm import JVM_OPTIONS_ENV, jvm_options
 
     monkeypatch.setenv(JVM_OPTIONS_ENV, extra)
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", tool_options)
     options = jvm_options()
     collectors = [o for o in options if o.startswith("-XX:+Use") and o.endswith("GC")]
-    assert collectors == ([collector] if collector else ["-XX:+UseG1GC"])
+    assert collectors == ([collector] if collector else [])
     assert options[len(options) - len(extra.split()) :] == extra.split()
     assert "-XX:TieredStopAtLevel=1" in options and "-Duser.timezone=UTC" in options

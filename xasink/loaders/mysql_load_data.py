@@ -34,6 +34,11 @@ QUEUED_CHUNKS = 4
 _POLL = 0.5
 _STATEMENT_CLASSES = ("org.mariadb.jdbc.MariaDbStatement", "org.mariadb.jdbc.Statement")
 _END = b""  # no chunk is empty: the end of the stream
+#: The server waits for the next packet of a streamed file while the worker computes and
+#: encodes it, which a slow upstream stage can stretch past `net_read_timeout` (30 s by
+#: default). Given as much patience as an idle session (`wait_timeout`): what it had when
+#: it waited between statements instead.
+_PATIENT_READS = "SET SESSION net_read_timeout = @@SESSION.wait_timeout"
 
 
 def _mariadb_statement(conn: JdbcConnection) -> Any:
@@ -126,6 +131,7 @@ class MySQLLoadDataLoader:
         while the queue is full; a statement that has ended cannot take more, so its
         failure is raised here rather than waited for."""
         if self._loading is None:
+            self._statement.execute(_PATIENT_READS)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xasink-load")
             self._loading = self._executor.submit(self._load_stream)
         while True:
@@ -172,16 +178,22 @@ class MySQLLoadDataLoader:
     def abort(self) -> None:
         """End the stream where it is (the writer rolls the branch back) and wait for the
         statement, so nothing runs on the connection after this returns."""
-        if self._loading is not None and not self._loading.done():
-            while True:
-                try:
-                    self._chunks.get_nowait()  # room for the end, and nothing more sent
-                except queue.Empty:
-                    break
-            self._chunks.put(_END)
         self._close()
 
     def _close(self) -> None:
+        if self._loading is not None and not self._loading.done():
+            self._end_stream()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
         self._statement.close()
+
+    def _end_stream(self) -> None:
+        """Cut the file short: what is queued is dropped and the end put in its place (only
+        the worker's thread puts, so there is room), and the statement ends with fewer rows,
+        never checked: the branch is being given up."""
+        while True:
+            try:
+                self._chunks.get_nowait()
+            except queue.Empty:
+                break
+        self._chunks.put_nowait(_END)

@@ -32,14 +32,34 @@ DEFAULT_JVM_OPTIONS = (
     "-XX:TieredStopAtLevel=1",
 )
 _SERIAL_GC = "-XX:+UseSerialGC"
+_COLLECTORS = frozenset(
+    f"-XX:+Use{name}GC"
+    for name in (
+        "Serial",
+        "Parallel",
+        "ParallelOld",
+        "G1",
+        "Z",
+        "Shenandoah",
+        "Epsilon",
+        "ConcMarkSweep",
+    )
+)
+#: Where else the JVM reads options, so a collector chosen there would make two.
+_OTHER_OPTIONS_ENV = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
 
 
 def jvm_options() -> list[str]:
     """The defaults, then $XASINK_JVM_OPTIONS (the later of two settings wins); the serial
-    collector unless those options choose one (two collectors would stop the JVM)."""
+    collector unless a collector is chosen there, in the JVM's own option variables or in
+    an options file (two collectors would stop the JVM)."""
     extra = os.environ.get(JVM_OPTIONS_ENV, "").split()
-    chooses_gc = any(o.startswith("-XX:+Use") and o.endswith("GC") for o in extra)
-    return [*DEFAULT_JVM_OPTIONS, *([] if chooses_gc else [_SERIAL_GC]), *extra]
+    elsewhere = [o for name in _OTHER_OPTIONS_ENV for o in os.environ.get(name, "").split()]
+    chosen = any(
+        o in _COLLECTORS or o.startswith(("-XX:VMOptionsFile=", "-XX:Flags="))
+        for o in [*extra, *elsewhere]
+    )
+    return [*DEFAULT_JVM_OPTIONS, *([] if chosen else [_SERIAL_GC]), *extra]
 
 
 _lock = threading.Lock()
