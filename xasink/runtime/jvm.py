@@ -22,8 +22,8 @@ from .signals import jvm_starting, restore_jvm_handlers
 JVM_OPTIONS_ENV = "XASINK_JVM_OPTIONS"
 #: The in-process JVM only moves bytes between Python and the JDBC driver. The client tier
 #: of the JIT (C1) and the serial collector spare the 2-4 compiler and collector threads
-#: that a worker's JVM would otherwise keep busy beside Spark and the database: 0.5-0.9
-#: core-seconds per 1M rows loaded into MariaDB, measured alternating (benchmarks/README.md).
+#: that a worker's JVM would otherwise keep busy beside Spark and the database (measured
+#: alternating on MariaDB loads: commit 11b8d1f's message).
 DEFAULT_JVM_OPTIONS = (
     "-Xmx512m",
     "-Xss4m",
