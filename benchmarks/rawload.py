@@ -8,6 +8,7 @@ Building the CSV is never timed; only the load is.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -47,7 +48,7 @@ def scratch_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
-def _csv_batch(batch: pa.RecordBatch) -> bytes:
+def csv_bytes(batch: pa.RecordBatch) -> bytes:
     """One Arrow batch as CSV both servers accept (timestamps as naive UTC wall time)."""
     import pyarrow.csv as pacsv
 
@@ -72,7 +73,7 @@ def _write_part(folder: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     rows = 0
     with open(tmp, "wb") as out:
         for batch in batches:
-            out.write(_csv_batch(batch))
+            out.write(csv_bytes(batch))
             rows += batch.num_rows
     os.replace(tmp, part)
     yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=pa.schema([("rows", pa.int64())]))
@@ -117,15 +118,21 @@ def postgres_binary(db: Database, table: str, csv: CsvBuffer) -> bytes:
     return b"".join(parts)
 
 
+def _connection(db: Database, conn: Any) -> contextlib.AbstractContextManager[Any]:
+    """`conn` as it is (the caller keeps it), or a new connection closed afterwards."""
+    return contextlib.nullcontext(conn) if conn is not None else contextlib.closing(db.connect())
+
+
 def copy_postgres(
-    db: Database, table: str, csv: CsvBuffer, binary: bytes | None = None
+    db: Database, table: str, csv: CsvBuffer, binary: bytes | None = None, conn: Any = None
 ) -> dict[str, Any]:
-    """COPY FROM STDIN of the in-memory buffer (binary if given, else CSV), one statement."""
+    """COPY FROM STDIN of the in-memory buffer (binary if given, else CSV), one autocommit
+    statement, on `conn` if given."""
     data = binary if binary is not None else csv.data
     view = memoryview(data)
     columns = ", ".join(csv.columns)
     fmt = "binary" if binary is not None else "csv"
-    with db.connect() as conn, conn.cursor() as cur:
+    with _connection(db, conn) as connection, connection.cursor() as cur:
         with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT {fmt})") as copy:
             for start in range(0, len(view), COPY_CHUNK):
                 copy.write(view[start : start + COPY_CHUNK])
@@ -133,20 +140,16 @@ def copy_postgres(
     return {"bytes": len(data), "format": fmt, "loaded": loaded}
 
 
-def load_data_mariadb(db: Database, table: str, csv: CsvBuffer) -> dict[str, Any]:
-    """LOAD DATA LOCAL INFILE of the tmpfs file, one autocommit statement."""
+def load_data_mariadb(db: Database, table: str, csv: CsvBuffer, conn: Any = None) -> dict[str, Any]:
+    """LOAD DATA LOCAL INFILE of the tmpfs file, one autocommit statement, on `conn` if given."""
     columns = ", ".join(csv.columns)
     sql = (
         f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 "
         "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' LINES TERMINATED BY '\\n' "
         f"({columns})"
     )
-    conn = db.connect()
-    try:
-        with conn.cursor() as cur:
-            loaded = cur.execute(sql, (str(csv.path),))
-    finally:
-        conn.close()
+    with _connection(db, conn) as connection, connection.cursor() as cur:
+        loaded = cur.execute(sql, (str(csv.path),))
     return {"bytes": csv.path.stat().st_size, "loaded": loaded}
 
 

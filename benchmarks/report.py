@@ -30,6 +30,9 @@ STREAM_RATIOS = (
     # How close each writer comes to the floor of its kind.
     ("write_xa", "stream_collect"),
     ("write_xa_format", "python_noop"),
+    # Against the least a sink pays that writes each batch durably from the driver.
+    ("collect_load", "stream_collect"),
+    ("write_xa", "collect_load"),
 )
 RATIO_NAMES = {
     "write_xa_format": 'format("xasink")',
@@ -39,6 +42,7 @@ RATIO_NAMES = {
     "write_xa_per_partition": "write_xa 1 branch/partition",
     "arrow_floor": "floor",
     "stream_collect": "collect only",
+    "collect_load": "collect + raw load",
     "python_noop": "no-op Python source",
     "spark_noop": "Spark noop",
 }

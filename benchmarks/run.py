@@ -50,6 +50,7 @@ DEFAULT = [
     *DEFAULT_CONTENDERS,
     "write_xa_format",
     *streams.STREAM_FLOORS,
+    streams.DURABLE_FLOOR,
     "transaction",
     "transaction_per_branch",
 ]

@@ -175,6 +175,41 @@ def collect_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataS
     return stream.writeStream.foreachBatch(_timed(collect, calls))
 
 
+def _held_connection(db: Database, held: dict[tuple[str, int], Any] = {}) -> Any:  # noqa: B006
+    """One autocommit connection per server for the durable floor, kept for the process:
+    a sink holds its connection from batch to batch (xasink's journal connection is pooled)."""
+    key = (db.kind, db.server.port)
+    if key not in held:
+        held[key] = db.connect()
+    return held[key]
+
+
+def collect_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
+    """Durable floor: foreachBatch collecting each batch as Arrow (as `collect_sink`), then
+    the raw bulk load of its rows in one autocommit statement (COPY csv / LOAD DATA LOCAL of
+    a tmpfs file, benchmarks/rawload.py) on a held connection: no xasink, no XA, no journal;
+    the least any sink pays that writes a batch durably from the driver."""
+    from .rawload import CsvBuffer, copy_postgres, csv_bytes, load_data_mariadb, scratch_dir
+
+    db, table = target.db, target.table
+
+    def collect_load(batch: DataFrame, _batch_id: int) -> None:
+        arrow = batch._collect_as_arrow()
+        data = b"".join(csv_bytes(b) for b in arrow)
+        rows = sum(b.num_rows for b in arrow)
+        conn = _held_connection(db)
+        with tempfile.NamedTemporaryFile(dir=scratch_dir(), suffix=".csv") as file:
+            csv = CsvBuffer(Path(file.name), data, rows, tuple(batch.columns))
+            if db.kind == "postgres":
+                copy_postgres(db, table, csv, conn=conn)
+            else:
+                file.write(data)
+                file.flush()
+                load_data_mariadb(db, table, csv, conn=conn)
+
+    return stream.writeStream.foreachBatch(_timed(collect_load, calls))
+
+
 def spark_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
     """No write: Spark's own `noop` sink (JVM), what any micro-batch costs before a sink."""
     return stream.writeStream.format("noop")
@@ -209,6 +244,8 @@ class StreamContender:
 
 #: The stream contenders that write nothing: what a sink of each kind pays before writing.
 STREAM_FLOORS = ("stream_collect", "python_noop", "spark_noop")
+#: The floor that writes: collect as `stream_collect`, then the raw durable load of the rows.
+DURABLE_FLOOR = "collect_load"
 
 STREAM_CONTENDERS: dict[str, StreamContender] = {
     c.name: c
@@ -223,6 +260,11 @@ STREAM_CONTENDERS: dict[str, StreamContender] = {
             "collect as Arrow in foreachBatch (no write)",
             collect_sink,
             writes=False,
+        ),
+        StreamContender(
+            "collect_load",
+            "collect, then raw bulk load (no xasink)",
+            collect_load_sink,
         ),
         StreamContender(
             "python_noop", "no-op Python data source (no write)", python_noop_sink, writes=False

@@ -35,6 +35,7 @@ try:  # tests/ on sys.path (default rootdir-relative import mode)
         started_servers,
         stop_shared_servers,
     )
+    from spark_archive import make_archive
 except ImportError:  # tests/ imported as a package
     from tests.servers import (
         SID_KINDS,
@@ -45,6 +46,7 @@ except ImportError:  # tests/ imported as a package
         started_servers,
         stop_shared_servers,
     )
+    from tests.spark_archive import make_archive
 
 
 #: pyspark picks classic or Connect for `functions.col` & co by a process-wide setting, so
@@ -60,6 +62,9 @@ OPT_IN: dict[str, tuple[str, str]] = {
 }
 CI_POSTGRES = "ci_postgres"
 FULL_ONLY = "full_only"
+CI_ONE_SERVER = "ci_one_server"
+#: The servers a ``ci_one_server`` test takes turns on in make test.
+TURNS = ("postgres", "mariadb")
 #: Where each pytest process records the servers it tested, for `python -m tests.servers_report`.
 SERVERS_RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
 _unavailable: dict[str, str] = {}
@@ -89,6 +94,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{CI_POSTGRES}: in make test, only the PostgreSQL case (a long test whose MariaDB "
         "case repeats the same code path; make test-full and make chaos run every database)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{CI_ONE_SERVER}: in make test, the PostgreSQL or the MariaDB case of each set of "
+        "parameters, by turns (a long test of the protocol, the same code on both; make "
+        "test-full runs both)",
     )
 
 
@@ -120,10 +131,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if (item.get_closest_marker(CI_POSTGRES) and _database(item) not in (None, "postgres"))
             or item.get_closest_marker(FULL_ONLY)
         ]
+        dropped += _off_turn(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         gone = set(dropped)
         items[:] = [item for item in items if item not in gone]
+
+
+def _off_turn(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The ``ci_one_server`` cases make test leaves out: of each set of parameters, the
+    cases on :data:`TURNS` other than its turn's server. Turns go by the order the sets are
+    collected in, so each server runs half of them, whatever their names."""
+    turns: dict[str, str] = {}
+    off = []
+    for item in items:
+        database = _database(item)
+        if database not in TURNS or item.get_closest_marker(CI_ONE_SERVER) is None:
+            continue
+        params = item.callspec.params  # type: ignore[attr-defined]
+        rest = ",".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "db")
+        group = f"{item.path}::{item.originalname}[{rest}]"  # type: ignore[attr-defined]
+        turn = turns.setdefault(group, TURNS[len(turns) % len(TURNS)])
+        if database != turn:
+            off.append(item)
+    return off
 
 
 def _opt_in_case(item: pytest.Item) -> str | None:
@@ -141,6 +172,13 @@ def _database(item: pytest.Item) -> str | None:
     """The server kind a parametrized case runs against (None: not parametrized so)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     return params.get("db")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first test that starts a Spark driver: this machine's class archive for
+    the drivers (tests/spark_archive.py), made once; `make unit` starts none, makes none."""
+    if any(Path(item.path).parent.name != "unit" for item in session.items):
+        make_archive()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -240,7 +278,7 @@ def spark() -> Iterator[object]:
     """One local Spark for the in-process tests (local[2,4]: tasks may be retried)."""
     from support import spark_builder
 
-    session = spark_builder().getOrCreate()
+    session = spark_builder(short_lived=False).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

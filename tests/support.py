@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from servers import DbServer
+from spark_archive import driver_java_options
 
 TESTS = Path(__file__).parent
 #: The driver-kill tests' job size.
@@ -30,11 +31,14 @@ TABLE_DDL = {
 }
 
 
-def spark_builder(app: str = "xasink-tests") -> Any:
-    """local[2,4]: two cores, and a task may fail 3 times before the job fails."""
+def spark_builder(app: str = "xasink-tests", *, short_lived: bool = True) -> Any:
+    """local[2,4]: two cores, and a task may fail 3 times before the job fails. The driver
+    JVM loads its classes from this machine's archive (tests/spark_archive.py); a
+    `short_lived` one (a test's driver process) also compiles only with the JIT's quick
+    tier, which starts it 2-3 s sooner here. The tests' own long session keeps both tiers."""
     from pyspark.sql import SparkSession
 
-    return (
+    builder = (
         SparkSession.builder.master("local[2,4]")
         .appName(app)
         .config("spark.ui.enabled", "false")
@@ -43,6 +47,12 @@ def spark_builder(app: str = "xasink-tests") -> Any:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    java_options = os.environ.get("XASINK_TEST_DRIVER_JAVA_OPTIONS") or driver_java_options()
+    if short_lived:
+        java_options += " -XX:TieredStopAtLevel=1"
+    if java_options.strip():
+        builder = builder.config("spark.driver.extraJavaOptions", java_options.strip())
+    return builder
 
 
 def events_df(spark: Any, rows: int, partitions: int) -> Any:

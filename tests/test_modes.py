@@ -65,6 +65,7 @@ def test_mode_writes_exact_contents(spark, db, mode):
     assert_clean(db)
 
 
+@pytest.mark.ci_one_server
 @pytest.mark.parametrize("mode", MODES)
 def test_mode_survives_first_attempt_failures(spark, db, mode):
     """Every partition's first attempt raises after writing its rows; the retries win."""
@@ -79,6 +80,7 @@ def test_mode_survives_first_attempt_failures(spark, db, mode):
     assert_clean(db)
 
 
+@pytest.mark.ci_one_server
 @pytest.mark.parametrize(
     ("mode", "point"),
     [

@@ -198,6 +198,7 @@ def test_two_writers_racing_for_one_batch_commit_it_once(spark, db):
     assert_exactly(db, table, range(210))
 
 
+@pytest.mark.ci_one_server
 @pytest.mark.parametrize("point", ["after_rows", "before_local_commit"])
 def test_a_driver_killed_before_its_local_commit_leaves_nothing(spark, db, point):
     """SIGKILLed with its rows sent, or just before COMMIT: the server rolls the whole
@@ -344,6 +345,7 @@ def _until_a_session_waits_for_a_lock(db, thread) -> None:
     assert thread.is_alive()
 
 
+@pytest.mark.ci_one_server
 def test_an_older_decided_staged_job_is_finished_first(spark, db):
     """An upsert decided earlier on the table but not yet applied (its driver died after
     the decision) is applied before a one-phase upsert on the same table, as staged jobs

@@ -161,6 +161,7 @@ def test_recovery_reads_the_decision_before_listing_branches(db):
     assert_clean(db)
 
 
+@pytest.mark.ci_one_server
 def test_a_driver_never_reports_success_for_a_job_another_process_ended(db):
     """A staged driver stalls before finishing; meanwhile another process ends the decided
     job. When it resumes, its finish changes nothing: it must fail, not report success."""
@@ -181,6 +182,7 @@ def test_a_driver_never_reports_success_for_a_job_another_process_ended(db):
     assert_clean(db)
 
 
+@pytest.mark.ci_one_server
 def test_a_driver_whose_append_job_was_abandoned_after_its_commits_says_its_rows_are_in(db):
     """An append driver stalls after committing every winner; an operator abandons the job
     meanwhile. When it resumes it must fail saying the rows ARE in (a re-run would duplicate
@@ -202,6 +204,7 @@ def test_a_driver_whose_append_job_was_abandoned_after_its_commits_says_its_rows
 
 
 # -- B ----------------------------------------------------------------------------------
+@pytest.mark.ci_one_server
 def test_a_committed_job_without_markers_is_not_lost(db):
     """The driver stalls in phase 2; recovery finishes the job (deleting the markers); the
     driver resumes and must report success, not LostBranchError (rows are all there)."""
@@ -302,6 +305,7 @@ def test_one_journal_has_one_tag_however_it_is_addressed(db):
 
 
 # -- E ----------------------------------------------------------------------------------
+@pytest.mark.ci_one_server
 def test_an_older_decided_staged_job_is_never_applied_after_a_newer_one(spark, db):
     """Overwrite J1 dies after its decision; J2 overwrites the same table right away. J1
     must be applied first (by J2's own recovery), so the table ends with J2's rows."""

@@ -97,6 +97,7 @@ def test_driver_killed_during_phase_two_rolls_forward(db):
     assert job_states(db)[job_id] == "committed"
 
 
+@pytest.mark.ci_one_server
 @pytest.mark.parametrize("point", ["after_rows", "before_local_commit"])
 def test_a_driver_killed_in_its_own_write_leaves_nothing_to_recover(db, point):
     """The driver writes a small frame in one local transaction and is SIGKILLed with its

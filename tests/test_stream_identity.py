@@ -127,6 +127,7 @@ def sink_mark_job(db, sink: str) -> str | None:
     return None if mark is None else mark[1]
 
 
+@pytest.mark.ci_one_server
 def test_reset_sink_is_refused_while_a_batch_is_deciding(spark, db):
     """A sink whose batch is decided but unfinished cannot be reset: the replay must find
     the mark to finish that batch instead of writing it twice."""

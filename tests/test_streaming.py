@@ -123,6 +123,7 @@ def sink_jobs(db, sink: str) -> dict[str, str]:
         return {str(j): str(s) for j, s in cursor.fetchall()}
 
 
+@pytest.mark.ci_one_server
 def test_a_decided_batch_is_finished_before_it_is_skipped(spark, db):
     """The driver dies in phase 2 of batch 2 (one branch committed): the replay of batch 2
     commits the rest of that job, writes nothing new, and reports the batch as done."""
@@ -278,6 +279,7 @@ print("DONE", flush=True)
 """
 
 
+@pytest.mark.ci_one_server
 def test_a_streaming_driver_exits_when_it_is_done(db, tmp_path):
     """foreachBatch functions run on py4j's callback threads, which never end: the JVM that
     xasink starts in the driver must not keep the process from exiting."""
@@ -326,6 +328,7 @@ else:  # the main thread ends while the write runs on another
 """
 
 
+@pytest.mark.ci_one_server
 @pytest.mark.parametrize(
     ("where", "written_by"),
     [("other thread", "driver"), ("other thread", "tasks"), ("main thread", "driver")],
