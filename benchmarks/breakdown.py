@@ -420,13 +420,10 @@ def _measured_xasink() -> dict[str, Any]:
     that commit from its stamp), a digest of its sources, and the checkout's commit and
     uncommitted xasink/ changes."""
     import xasink
-    from benchmarks.machine import git_revision, source_digest
+    from benchmarks.machine import git_revision, shown_path, source_digest
 
     package = Path(xasink.__file__).parent
-    root = Path(__file__).resolve().parent.parent
-    # Relative to the checkout: the machine's own paths stay out of the results.
-    shown = package.resolve().relative_to(root) if package.resolve().is_relative_to(root) else None
-    info = {"path": str(shown or "an export"), "source_sha256": source_digest(package)}
+    info = {"path": shown_path(package), "source_sha256": source_digest(package)}
     stamp = package.parent / EXPORT_STAMP
     if stamp.is_file():  # README: "Measuring another commit's xasink"
         info["exported_commit"] = stamp.read_text().strip()

@@ -101,6 +101,13 @@ def git_revision() -> dict[str, Any]:
     }
 
 
+def shown_path(package: Path) -> str:
+    """`package` relative to the checkout ("an export" elsewhere): the machine's own paths
+    stay out of the results."""
+    resolved = package.resolve()
+    return str(resolved.relative_to(_REPO)) if resolved.is_relative_to(_REPO) else "an export"
+
+
 def source_digest(package: Path) -> str:
     """SHA-256 over the package's .py files: pins the code measured when the tree is dirty."""
     digest = hashlib.sha256()
@@ -131,7 +138,7 @@ def describe(
         "pymysql": package_version("PyMySQL"),
         "xasink": {
             "version": xasink.__version__,
-            "path": str(Path(xasink.__file__).parent),
+            "path": shown_path(Path(xasink.__file__).parent),
             "source_sha256": source_digest(Path(xasink.__file__).parent),
         }
         | git_revision(),

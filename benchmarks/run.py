@@ -281,7 +281,9 @@ def run_workload(
 
 def _note_source_change(info: dict[str, Any]) -> None:
     """Record, and warn, if xasink's sources changed while the run went on."""
-    info["source_sha256_at_end"] = source_digest(Path(info["path"]))
+    import xasink
+
+    info["source_sha256_at_end"] = source_digest(Path(xasink.__file__).parent)
     if info["source_sha256_at_end"] != info["source_sha256"]:
         print(
             "WARNING: xasink's sources changed during the run; Python workers started later "
@@ -314,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.callback(spark.stop)
         meta: dict[str, Any] = {
             "created": created,
-            "command": [sys.executable, "-m", "benchmarks", *(argv or sys.argv[1:])],
+            "command": ["python", "-m", "benchmarks", *(argv or sys.argv[1:])],
             "config": {
                 "databases": args.databases,
                 "workloads": [w.__dict__ for w in workloads],
