@@ -175,13 +175,17 @@ def collect_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataS
     return stream.writeStream.foreachBatch(_timed(collect, calls))
 
 
-def _held_connection(db: Database, held: dict[tuple[str, int], Any] = {}) -> Any:  # noqa: B006
-    """One autocommit connection per server for the durable floor, kept for the process:
-    a sink holds its connection from batch to batch (xasink's journal connection is pooled)."""
+#: The durable floor's connection per server (kind, port), kept for the process.
+_HELD: dict[tuple[str, int], Any] = {}
+
+
+def _held_connection(db: Database) -> Any:
+    """One autocommit connection per server for the durable floor: a sink holds its
+    connection from batch to batch (xasink's journal connection is pooled)."""
     key = (db.kind, db.server.port)
-    if key not in held:
-        held[key] = db.connect()
-    return held[key]
+    if key not in _HELD:
+        _HELD[key] = db.connect()
+    return _HELD[key]
 
 
 def collect_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
@@ -197,15 +201,14 @@ def collect_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> 
         arrow = batch._collect_as_arrow()
         data = b"".join(csv_bytes(b) for b in arrow)
         rows = sum(b.num_rows for b in arrow)
-        conn = _held_connection(db)
+        conn, columns = _held_connection(db), tuple(batch.columns)
+        if db.kind == "postgres":  # COPY reads the bytes; only LOAD DATA needs a file
+            copy_postgres(db, table, CsvBuffer(Path(), data, rows, columns), conn=conn)
+            return
         with tempfile.NamedTemporaryFile(dir=scratch_dir(), suffix=".csv") as file:
-            csv = CsvBuffer(Path(file.name), data, rows, tuple(batch.columns))
-            if db.kind == "postgres":
-                copy_postgres(db, table, csv, conn=conn)
-            else:
-                file.write(data)
-                file.flush()
-                load_data_mariadb(db, table, csv, conn=conn)
+            file.write(data)
+            file.flush()
+            load_data_mariadb(db, table, CsvBuffer(Path(file.name), b"", rows, columns), conn=conn)
 
     return stream.writeStream.foreachBatch(_timed(collect_load, calls))
 

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xasink"
@@ -29,20 +28,20 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 #: The archive's making: a DataFrame through a Python task and Arrow, and a file stream
 #: through foreachBatch, so the classes most tests' drivers load are in it.
 _WORKLOAD = """
-import sys, tempfile
+import tempfile
 from support import spark_builder
 spark = spark_builder("xasink-class-archive").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 df = spark.range(1000, numPartitions=2).selectExpr("id", "cast(id as string) as name")
 df.mapInArrow(lambda batches: batches, df.schema).toPandas()
-folder = tempfile.mkdtemp()
-df.write.parquet(folder + "/in")
-query = (
-    spark.readStream.schema(df.schema).parquet(folder + "/in").writeStream
-    .foreachBatch(lambda batch, _: batch.collect())
-    .option("checkpointLocation", folder + "/cp").trigger(availableNow=True).start()
-)
-query.awaitTermination()
+with tempfile.TemporaryDirectory() as folder:
+    df.write.parquet(folder + "/in")
+    query = (
+        spark.readStream.schema(df.schema).parquet(folder + "/in").writeStream
+        .foreachBatch(lambda batch, _: batch.collect())
+        .option("checkpointLocation", folder + "/cp").trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
 spark.stop()
 """
 
@@ -71,9 +70,7 @@ def make_archive(timeout: float = 300) -> Path | None:
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, scratch = tempfile.mkstemp(prefix=path.stem + ".", suffix=".part", dir=path.parent)
-    os.close(fd)
-    os.unlink(scratch)  # the JVM writes it anew at its exit
+    scratch = path.with_name(f"{path.stem}.{os.getpid()}.part")  # the JVM writes it at exit
     env = {
         **os.environ,
         "XASINK_TEST_DRIVER_JAVA_OPTIONS": f"-XX:ArchiveClassesAtExit={scratch} {QUIET}",
@@ -87,10 +84,10 @@ def make_archive(timeout: float = 300) -> Path | None:
             capture_output=True,
             check=True,
         )
-        if Path(scratch).is_file():
+        if scratch.is_file():
             os.replace(scratch, path)
     except (OSError, subprocess.SubprocessError):
         pass
     finally:
-        Path(scratch).unlink(missing_ok=True)
+        scratch.unlink(missing_ok=True)
     return path if path.is_file() else None

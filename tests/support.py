@@ -47,12 +47,13 @@ def spark_builder(app: str = "xasink-tests", *, short_lived: bool = True) -> Any
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    java_options = os.environ.get("XASINK_TEST_DRIVER_JAVA_OPTIONS") or driver_java_options()
+    options = [os.environ.get("XASINK_TEST_DRIVER_JAVA_OPTIONS") or driver_java_options()]
     if short_lived:
-        java_options += " -XX:TieredStopAtLevel=1"
-    if java_options.strip():
-        builder = builder.config("spark.driver.extraJavaOptions", java_options.strip())
-    return builder
+        options.append("-XX:TieredStopAtLevel=1")
+    java_options = " ".join(filter(None, options))
+    return (
+        builder.config("spark.driver.extraJavaOptions", java_options) if java_options else builder
+    )
 
 
 def events_df(spark: Any, rows: int, partitions: int) -> Any:
