@@ -26,7 +26,8 @@ from support import (
     xasink_cli,
 )
 from test_exactly_once import failed_tasks
-from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables
+from test_protocol import admin_sql
+from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables, failing_transaction
 
 from xasink import CommitError, ConfigurationError, JobAbortedError, transaction
 from xasink._testing.faults import Fault, injected
@@ -109,11 +110,7 @@ def test_mariadb_coordinates_and_postgresql_takes_part(spark, postgres, mariadb)
     parent, child = _tables(mariadb)
     audit = _audit(postgres)
     parents, children = _frames(spark)
-    with (
-        pytest.raises(Exception),  # noqa: B017
-        injected(Fault("before_participants", "raise")),
-        transaction(**connection_args(mariadb)) as tx,
-    ):
+    with failing_transaction("before_participants", mariadb) as tx:
         tx.write(children, child, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(postgres, **PATHS["tasks"]))
         tx.write(parents, parent, mode="upsert", key="id", **PATHS["tasks"])
@@ -204,11 +201,7 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
     parent, child = _tables(postgres)
     audit = _audit(mariadb)
     parents, children = _frames(spark)
-    with (
-        pytest.raises(Exception),  # noqa: B017
-        injected(Fault(point, "raise")),
-        transaction(**connection_args(postgres)) as tx,
-    ):
+    with failing_transaction(point, postgres) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
         tx.write(children, child, **PATHS["tasks"])
@@ -221,6 +214,9 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
         assert f"--url {postgres.jdbc_url.split('?')[0]} --participant" in alone.stdout
         assert len(mariadb.prepared_transactions()) == 2, "a decided branch was touched"
         assert job_states(mariadb)[tx.job_id] == "running"
+        ended = xasink_cli(mariadb, "resolve", tx.job_id, "--abandon", "--yes")
+        assert ended.returncode == 2 and "over several databases" in ended.stderr, ended.stderr
+        assert len(mariadb.prepared_transactions()) == 2, "abandoned in the participant alone"
         health = xasink_cli(mariadb, "check", "--grace", "0", "--max-age", "0")
         assert health.returncode == 1 and "silent-job" in health.stdout, health.stdout
         assert "--participant" in health.stdout and "aborts it" not in health.stdout
@@ -317,10 +313,21 @@ def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
     assert mariadb.password not in cut.stdout + cut.stderr
     assert _ids(postgres, parent) == _expected()[0], "the reachable database is finished"
     assert _ids(mariadb, audit) == [] and len(mariadb.prepared_transactions()) == 2
+    assert job_states(postgres)[tx.job_id] == "committed"
+    # Ended long ago, but its participant still reads its decision: prune keeps it.
+    admin_sql(
+        postgres,
+        "UPDATE xasink_jobs SET finished_at = finished_at - INTERVAL '10 days' "
+        f"WHERE job_id = '{tx.job_id}'",
+    )
+    assert xasink_cli(postgres, "prune", "--older-than", "1").returncode == 0
+    assert tx.job_id in job_states(postgres), "pruned a job its participant still needs"
     everything = _recover(postgres, participants=[mariadb])
     assert everything.returncode == 0, everything.stdout + everything.stderr
     assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
     assert job_states(mariadb)[tx.job_id] == "committed"
+    assert xasink_cli(postgres, "prune", "--older-than", "1").returncode == 0
+    assert tx.job_id not in job_states(postgres), "once finished everywhere, it is pruned"
     _clean(postgres, mariadb)
 
 
@@ -331,11 +338,7 @@ def _decided_not_delivered(spark, postgres, mariadb):
     parent, _ = _tables(postgres)
     audit = _audit(mariadb)
     parents, _ = _frames(spark)
-    with (
-        pytest.raises(Exception),  # noqa: B017
-        injected(Fault("before_participants", "raise")),
-        transaction(**connection_args(postgres)) as tx,
-    ):
+    with failing_transaction("before_participants", postgres) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
     return tx, parent, audit

@@ -16,6 +16,7 @@ import contextlib
 import json
 import threading
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from support import (
@@ -30,7 +31,7 @@ from support import (
 )
 
 import xasink
-from xasink import InputDataError, transaction, write_xa
+from xasink import InputDataError, Transaction, transaction, write_xa
 from xasink._testing.faults import Fault, injected
 
 #: write_xa's keywords that make the driver write a small frame, or tasks write every one.
@@ -55,6 +56,18 @@ def _ids(db, table: str) -> list[int]:
         cursor = conn.cursor()
         cursor.execute(f"SELECT id FROM {table} ORDER BY id")
         return [int(row[0]) for row in cursor.fetchall()]
+
+
+@contextlib.contextmanager
+def failing_transaction(point: str, db) -> Iterator[Transaction]:
+    """A `transaction()` into `db` whose driver fails at the fault point `point`; the
+    block's error is expected, and the test then checks what the failure left."""
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault(point, "raise")),
+        transaction(**connection_args(db)) as tx,
+    ):
+        yield tx
 
 
 def _tables(db) -> tuple[str, str]:
@@ -183,11 +196,7 @@ def test_a_driver_failing_around_the_decision_leaves_all_or_nothing(spark, db, p
     ran) leaves a decided job that `xasink recover` applies whole."""
     parent, child = _tables(db)
     parents, children = _frames(spark)
-    with (
-        pytest.raises(Exception),  # noqa: B017
-        injected(Fault(point, "raise")),
-        transaction(**connection_args(db)) as tx,
-    ):
+    with failing_transaction(point, db) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(children, child, **PATHS["tasks"])
     decided = point == "before_finish"
@@ -358,11 +367,7 @@ def test_jobs_lists_an_unfinished_transaction_under_each_of_its_tables(spark, db
     is listed under its first table."""
     parent, child = _tables(db)
     parents, children = _frames(spark)
-    with (
-        pytest.raises(Exception),  # noqa: B017
-        injected(Fault("before_finish", "raise")),
-        transaction(**connection_args(db)) as tx,
-    ):
+    with failing_transaction("before_finish", db) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(children, child, mode="upsert", key="id", **PATHS["tasks"])
     both = ", ".join(journaled(db, t) for t in (parent, child))
