@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from benchmarks import cpu
-from benchmarks.contenders import CONTENDERS, Contender, Target, write_xa
+from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, write_xa
 from benchmarks.databases import Database, start_database
 from benchmarks.measure import Timing, run_rounds
 from benchmarks.workloads import (
@@ -328,8 +328,16 @@ def _recorded_write_xa(target: Target) -> dict[str, Any]:
 #: What `fixed` measures: Spark JDBC, write_xa, and over the same DataFrame a no-op
 #: mapInArrow job (the floor of a write through a Python task), its collect into the driver
 #: as Arrow (what write_xa's driver-written small frame pays before writing) and Spark's
-#: cheapest job (a count of its internal rows: the least any Spark writer pays per call).
-FIXED_CONTENDERS = ("spark_jdbc", "write_xa", "arrow_floor", "arrow_collect", "least_job")
+#: cheapest job (a count of its internal rows: the least any Spark writer pays per call);
+#: and the floor that writes: that collect, then the raw bulk load of its rows.
+FIXED_CONTENDERS = (
+    "spark_jdbc",
+    "write_xa",
+    "arrow_floor",
+    "arrow_collect",
+    "least_job",
+    "collect_load",
+)
 
 
 #: What `fixed` counts on the server, per call: the two writers.
@@ -353,7 +361,9 @@ def fixed(
     contenders = [
         CONTENDERS["spark_jdbc"],
         Contender("write_xa", "xasink write_xa", _recorded_write_xa),
-        *(CONTENDERS[name] for name in FIXED_CONTENDERS[2:]),
+        *(CONTENDERS[name] for name in FIXED_CONTENDERS[2:-1]),
+        # Only here: a default bulk run would collect millions of rows into the driver.
+        Contender("collect_load", "collect, then raw bulk load (no xasink)", collect_load),
     ]
     jars = driver_jars(databases)
     spark = spark_session("local[2,4]", "2g", list(jars.values()))
@@ -714,6 +724,12 @@ def _fixed_summary(timings: Sequence[Timing]) -> dict[str, Any]:
         "floor_over_spark_jdbc_time": over_spark("arrow_floor"),
         "collect_over_spark_jdbc_time": over_spark("arrow_collect"),
         "least_job_over_spark_jdbc_time": over_spark("least_job"),
+        "collect_load_over_spark_jdbc_time": over_spark("collect_load"),
+        "write_xa_over_collect_load_time": (
+            medians["write_xa"] / medians["collect_load"]
+            if medians["write_xa"] and medians["collect_load"]
+            else None
+        ),
         "step_median_seconds": steps,
         "samples": seconds,
         "load_averages": [t.load_average for t in timed],
@@ -752,6 +768,7 @@ def _fixed_markdown(report: dict[str, Any]) -> str:
             ("no-op mapInArrow job (floor)", "arrow_floor"),
             ("collect as Arrow, no write", "arrow_collect"),
             ("Spark's cheapest job, no write", "least_job"),
+            ("collect, then raw bulk load (no xasink)", "collect_load"),
         ):
             cells = " | ".join(_ms(data["median_seconds"].get(key)) for data in sizes.values())
             lines.append(f"| **{label}** | {cells} |")
@@ -760,6 +777,8 @@ def _fixed_markdown(report: dict[str, Any]) -> str:
             ("floor time / Spark JDBC time", "floor_over_spark_jdbc_time"),
             ("collect time / Spark JDBC time", "collect_over_spark_jdbc_time"),
             ("cheapest job time / Spark JDBC time", "least_job_over_spark_jdbc_time"),
+            ("collect + raw load time / Spark JDBC time", "collect_load_over_spark_jdbc_time"),
+            ("write_xa time / collect + raw load time", "write_xa_over_collect_load_time"),
         ):
             ratios = " | ".join(
                 f"{r:.2f}" if (r := data.get(key)) else "—" for data in sizes.values()

@@ -103,6 +103,17 @@ def arrow_collect(target: Target) -> dict[str, Any]:
     return {}
 
 
+def collect_load(target: Target) -> dict[str, Any]:
+    """The floor that writes: the DataFrame collected as Arrow (as `arrow_collect`), then its
+    rows loaded raw in one autocommit COPY / LOAD DATA on a connection held for the run
+    (rawload.load_batches): no xasink, no XA, no journal, no exactly-once."""
+    from .rawload import load_batches
+
+    df = target.df
+    loaded = load_batches(target.db, target.table, df._collect_as_arrow(), tuple(df.columns))
+    return {"loaded": loaded}
+
+
 def least_job(target: Target) -> dict[str, Any]:
     """No write, nothing returned: Spark's cheapest job over the same DataFrame (a count of
     its internal rows), the least any Spark writer pays per call for reading its rows."""

@@ -153,6 +153,37 @@ def load_data_mariadb(db: Database, table: str, csv: CsvBuffer, conn: Any = None
     return {"bytes": csv.path.stat().st_size, "loaded": loaded}
 
 
+#: The held connection per server (kind, port): a sink keeps its connection from batch
+#: to batch (xasink's sessions are kept too), in the driver and in each Spark worker.
+_HELD: dict[tuple[str, int], Any] = {}
+
+
+def held_connection(db: Database) -> Any:
+    """This process's autocommit connection to `db`'s server, opened once."""
+    key = (db.kind, db.server.port)
+    if key not in _HELD:
+        _HELD[key] = db.connect()
+    return _HELD[key]
+
+
+def load_batches(
+    db: Database, table: str, batches: list[pa.RecordBatch], columns: tuple[str, ...]
+) -> int:
+    """Rows of `batches` loaded raw into `table` in one autocommit statement (COPY csv, or
+    LOAD DATA LOCAL of a tmpfs file) on this process's held connection; how many rows."""
+    data = b"".join(csv_bytes(b) for b in batches)
+    rows = sum(b.num_rows for b in batches)
+    conn = held_connection(db)
+    if db.kind == "postgres":  # COPY reads the bytes; only LOAD DATA needs a file
+        copy_postgres(db, table, CsvBuffer(Path(), data, rows, columns), conn=conn)
+        return rows
+    with tempfile.NamedTemporaryFile(dir=scratch_dir(), suffix=".csv") as file:
+        file.write(data)
+        file.flush()
+        load_data_mariadb(db, table, CsvBuffer(Path(file.name), b"", rows, columns), conn=conn)
+    return rows
+
+
 def split_csv(csv: CsvBuffer, parts: int, *, in_memory: bool) -> list[CsvBuffer]:
     """The CSV cut into `parts` files of consecutive whole rows, as even as rows allow
     (the rows have no embedded newlines). `in_memory` also keeps each part's bytes."""

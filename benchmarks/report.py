@@ -30,9 +30,12 @@ STREAM_RATIOS = (
     # How close each writer comes to the floor of its kind.
     ("write_xa", "stream_collect"),
     ("write_xa_format", "python_noop"),
-    # Against the least a sink pays that writes each batch durably from the driver.
+    # Against the least a sink of its kind pays that writes each batch durably: from the
+    # driver (collect + raw load), or from a Python data source's tasks.
     ("collect_load", "stream_collect"),
     ("write_xa", "collect_load"),
+    ("python_load", "python_noop"),
+    ("write_xa_format", "python_load"),
 )
 RATIO_NAMES = {
     "write_xa_format": 'format("xasink")',
@@ -44,6 +47,7 @@ RATIO_NAMES = {
     "stream_collect": "collect only",
     "collect_load": "collect + raw load",
     "python_noop": "no-op Python source",
+    "python_load": "Python source + raw load",
     "spark_noop": "Spark noop",
 }
 

@@ -51,6 +51,7 @@ DEFAULT = [
     "write_xa_format",
     *streams.STREAM_FLOORS,
     streams.DURABLE_FLOOR,
+    streams.PYTHON_DURABLE_FLOOR,
     "transaction",
     "transaction_per_branch",
 ]

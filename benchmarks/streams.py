@@ -175,40 +175,17 @@ def collect_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataS
     return stream.writeStream.foreachBatch(_timed(collect, calls))
 
 
-#: The durable floor's connection per server (kind, port), kept for the process.
-_HELD: dict[tuple[str, int], Any] = {}
-
-
-def _held_connection(db: Database) -> Any:
-    """One autocommit connection per server for the durable floor: a sink holds its
-    connection from batch to batch (xasink's journal connection is pooled)."""
-    key = (db.kind, db.server.port)
-    if key not in _HELD:
-        _HELD[key] = db.connect()
-    return _HELD[key]
-
-
 def collect_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
     """Durable floor: foreachBatch collecting each batch as Arrow (as `collect_sink`), then
     the raw bulk load of its rows in one autocommit statement (COPY csv / LOAD DATA LOCAL of
     a tmpfs file, benchmarks/rawload.py) on a held connection: no xasink, no XA, no journal;
     the least any sink pays that writes a batch durably from the driver."""
-    from .rawload import CsvBuffer, copy_postgres, csv_bytes, load_data_mariadb, scratch_dir
+    from .rawload import load_batches
 
     db, table = target.db, target.table
 
     def collect_load(batch: DataFrame, _batch_id: int) -> None:
-        arrow = batch._collect_as_arrow()
-        data = b"".join(csv_bytes(b) for b in arrow)
-        rows = sum(b.num_rows for b in arrow)
-        conn, columns = _held_connection(db), tuple(batch.columns)
-        if db.kind == "postgres":  # COPY reads the bytes; only LOAD DATA needs a file
-            copy_postgres(db, table, CsvBuffer(Path(), data, rows, columns), conn=conn)
-            return
-        with tempfile.NamedTemporaryFile(dir=scratch_dir(), suffix=".csv") as file:
-            file.write(data)
-            file.flush()
-            load_data_mariadb(db, table, CsvBuffer(Path(file.name), b"", rows, columns), conn=conn)
+        load_batches(db, table, batch._collect_as_arrow(), tuple(batch.columns))
 
     return stream.writeStream.foreachBatch(_timed(collect_load, calls))
 
@@ -220,11 +197,26 @@ def spark_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> Da
 
 def python_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
     """No write: a Python data source whose stream writer drops the rows
-    (benchmarks/noop_source.py), what `format("xasink")` pays before writing."""
-    from .noop_source import NAME, NoopDataSource
+    (benchmarks/python_sources.py), what `format("xasink")` pays before writing."""
+    from .python_sources import NOOP, NoopDataSource
 
     target.spark.dataSource.register(NoopDataSource)
-    return stream.writeStream.format(NAME)
+    return stream.writeStream.format(NOOP)
+
+
+def python_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
+    """Durable floor of its kind: a Python data source whose tasks bulk-load their rows raw
+    (COPY csv / LOAD DATA LOCAL, autocommit, a connection held per worker): the least a
+    `writeStream.format(...)` sink in Python pays to write a batch, with no XA, no journal
+    and no exactly-once."""
+    from .python_sources import LOAD, LoadDataSource, database_option
+
+    target.spark.dataSource.register(LoadDataSource)
+    return (
+        stream.writeStream.format(LOAD)
+        .option("database", database_option(target.db))
+        .option("dbtable", target.table)
+    )
 
 
 def recover_stream(target: StreamTarget) -> dict[str, Any]:
@@ -247,8 +239,10 @@ class StreamContender:
 
 #: The stream contenders that write nothing: what a sink of each kind pays before writing.
 STREAM_FLOORS = ("stream_collect", "python_noop", "spark_noop")
-#: The floor that writes: collect as `stream_collect`, then the raw durable load of the rows.
+#: The floors that write: collect as `stream_collect`, then the raw durable load of the rows;
+#: and a Python data source whose tasks load their rows raw.
 DURABLE_FLOOR = "collect_load"
+PYTHON_DURABLE_FLOOR = "python_load"
 
 STREAM_CONTENDERS: dict[str, StreamContender] = {
     c.name: c
@@ -271,6 +265,9 @@ STREAM_CONTENDERS: dict[str, StreamContender] = {
         ),
         StreamContender(
             "python_noop", "no-op Python data source (no write)", python_noop_sink, writes=False
+        ),
+        StreamContender(
+            "python_load", "Python data source, raw bulk load (no xasink)", python_load_sink
         ),
         StreamContender(
             "spark_noop", "Spark's noop sink (no write)", spark_noop_sink, writes=False
