@@ -108,6 +108,26 @@ def shown_path(package: Path) -> str:
     return str(resolved.relative_to(_REPO)) if resolved.is_relative_to(_REPO) else "an export"
 
 
+def shown_command(argv: Sequence[str]) -> list[str]:
+    """`argv` with its output folder relative to the checkout, or named as outside it (a
+    temporary folder): the machine's own paths stay out of the results."""
+    shown: list[str] = []
+    for i, arg in enumerate(argv):
+        if i and argv[i - 1] == "--output-dir":
+            shown.append(_shown_folder(arg))
+        elif arg.startswith("--output-dir="):
+            shown.append("--output-dir=" + _shown_folder(arg.partition("=")[2]))
+        else:
+            shown.append(arg)
+    return shown
+
+
+def _shown_folder(text: str) -> str:
+    resolved = Path(text).resolve()
+    inside = resolved.is_relative_to(_REPO)
+    return str(resolved.relative_to(_REPO)) if inside else "<a folder outside the checkout>"
+
+
 def source_digest(package: Path) -> str:
     """SHA-256 over the package's .py files: pins the code measured when the tree is dirty."""
     digest = hashlib.sha256()

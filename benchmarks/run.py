@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import rawload, report, streams, transactions
 from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
 from .databases import KINDS, Database, Kind, start_database
-from .machine import describe, load_average, source_digest
+from .machine import describe, load_average, shown_command, source_digest
 from .measure import Timing, run_rounds, summarise
 from .workloads import Workload, build_dataframe, parse_workloads, table_ddl
 
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.callback(spark.stop)
         meta: dict[str, Any] = {
             "created": created,
-            "command": ["python", "-m", "benchmarks", *(argv or sys.argv[1:])],
+            "command": ["python", "-m", "benchmarks", *shown_command(argv or sys.argv[1:])],
             "config": {
                 "databases": args.databases,
                 "workloads": [w.__dict__ for w in workloads],

@@ -4,6 +4,7 @@ Spark, no server)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,20 @@ def test_transaction_report_has_the_ratios_and_their_targets():
     assert f"| mariadb | tx-small-1k | {visibility}" not in text  # not measured: no ratio
     staged = "| mariadb | tx-large-10k | transaction (appends staged) | 4+4 | 1,500 | 1,500 | 1 |"
     assert staged in text
+
+
+def test_a_recorded_command_names_no_folder_outside_the_checkout(tmp_path):
+    from benchmarks.machine import shown_command
+
+    outside = str(tmp_path / "out")
+    assert shown_command(["--workloads", "tx", "--output-dir", outside]) == [
+        "--workloads",
+        "tx",
+        "--output-dir",
+        "<a folder outside the checkout>",
+    ]
+    assert shown_command([f"--output-dir={outside}"]) == [
+        "--output-dir=<a folder outside the checkout>"
+    ]
+    inside = str(Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "streams")
+    assert shown_command(["--output-dir", inside]) == ["--output-dir", "benchmarks/results/streams"]
