@@ -712,24 +712,19 @@ def _fixed_summary(timings: Sequence[Timing]) -> dict[str, Any]:
     calls = [t.detail["steps"] for t in timed if t.contender == "write_xa" and not t.error]
     names = list(dict.fromkeys(name for call in calls for name in call))
     steps = {name: statistics.median(call.get(name, 0.0) for call in calls) for name in names}
-    spark_s = medians["spark_jdbc"]
 
-    def over_spark(name: str) -> float | None:
-        mine = medians[name]
-        return mine / spark_s if mine and spark_s else None
+    def over(name: str, base: str = "spark_jdbc") -> float | None:
+        mine, theirs = medians[name], medians[base]
+        return mine / theirs if mine and theirs else None
 
     return {
         "median_seconds": medians,
-        "write_xa_over_spark_jdbc_time": over_spark("write_xa"),
-        "floor_over_spark_jdbc_time": over_spark("arrow_floor"),
-        "collect_over_spark_jdbc_time": over_spark("arrow_collect"),
-        "least_job_over_spark_jdbc_time": over_spark("least_job"),
-        "collect_load_over_spark_jdbc_time": over_spark("collect_load"),
-        "write_xa_over_collect_load_time": (
-            medians["write_xa"] / medians["collect_load"]
-            if medians["write_xa"] and medians["collect_load"]
-            else None
-        ),
+        "write_xa_over_spark_jdbc_time": over("write_xa"),
+        "floor_over_spark_jdbc_time": over("arrow_floor"),
+        "collect_over_spark_jdbc_time": over("arrow_collect"),
+        "least_job_over_spark_jdbc_time": over("least_job"),
+        "collect_load_over_spark_jdbc_time": over("collect_load"),
+        "write_xa_over_collect_load_time": over("write_xa", "collect_load"),
         "step_median_seconds": steps,
         "samples": seconds,
         "load_averages": [t.load_average for t in timed],

@@ -101,31 +101,29 @@ def git_revision() -> dict[str, Any]:
     }
 
 
-def shown_path(package: Path) -> str:
-    """`package` relative to the checkout ("an export" elsewhere): the machine's own paths
-    stay out of the results."""
-    resolved = package.resolve()
-    return str(resolved.relative_to(_REPO)) if resolved.is_relative_to(_REPO) else "an export"
+def shown_path(path: Path, outside: str = "an export") -> str:
+    """`path` relative to the checkout (`outside` elsewhere): the machine's own paths stay
+    out of the results."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(_REPO)) if resolved.is_relative_to(_REPO) else outside
 
 
 def shown_command(argv: Sequence[str]) -> list[str]:
     """`argv` with its output folder relative to the checkout, or named as outside it (a
     temporary folder): the machine's own paths stay out of the results."""
+
+    def folder(text: str) -> str:
+        return shown_path(Path(text), "<a folder outside the checkout>")
+
     shown: list[str] = []
     for i, arg in enumerate(argv):
         if i and argv[i - 1] == "--output-dir":
-            shown.append(_shown_folder(arg))
+            shown.append(folder(arg))
         elif arg.startswith("--output-dir="):
-            shown.append("--output-dir=" + _shown_folder(arg.partition("=")[2]))
+            shown.append("--output-dir=" + folder(arg.partition("=")[2]))
         else:
             shown.append(arg)
     return shown
-
-
-def _shown_folder(text: str) -> str:
-    resolved = Path(text).resolve()
-    inside = resolved.is_relative_to(_REPO)
-    return str(resolved.relative_to(_REPO)) if inside else "<a folder outside the checkout>"
 
 
 def source_digest(package: Path) -> str:
