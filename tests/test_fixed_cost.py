@@ -170,3 +170,51 @@ def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
     assert_exactly(db, keyless, range(6000))
     assert_exactly(db, keyed, range(3000))
     assert db.prepared_transactions() == []
+
+
+def _kill_kept_sessions(db) -> set[str]:
+    """The server ends the connection of every session this process keeps (as a restart
+    or an idle timeout would); returns the kept sessions' roles."""
+    from test_protocol import admin_sql
+
+    from xasink.protocol import sessions
+
+    ask = "SELECT pg_backend_pid()" if db.kind == "postgres" else "SELECT CONNECTION_ID()"
+    kill = "SELECT pg_terminate_backend({})" if db.kind == "postgres" else "KILL {}"
+    kept = {role: session for (_, role), (session, _) in sessions._idle.items()}
+    for session in kept.values():
+        statement = session.connection.createStatement()
+        result = statement.executeQuery(ask)
+        result.next()
+        server_id = int(result.getLong(1))
+        statement.close()
+        admin_sql(db, kill.format(server_id))
+    return set(kept)
+
+
+def test_sessions_kept_between_calls_are_replaced_once_the_server_ended_them(spark, db):
+    """A call keeps its journal and phase-two sessions, and the driver's one-branch writer
+    its own, for the next call; a kept session's first statement is its check. Here the
+    server ends each kept session's connection between calls: the next calls open new
+    sessions and write every row once, without an error."""
+    from xasink.protocol import sessions
+
+    sessions.close_all()
+    table = new_table(db)
+    with db.admin_connect() as conn:  # a keyed table: tasks write a branch each (MariaDB too)
+        conn.cursor().execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
+    tasks = {"driver_write_bytes": 0, **connection_args(db)}
+
+    def both(start: int) -> None:
+        frame = events_df(spark, 3000, 3).withColumn("id", F.col("id") + start)
+        assert write_xa(frame, table=table, **tasks).partitions == 3
+        small = events_df(spark, 100, 1).withColumn("id", F.col("id") + start + 3000)
+        assert write_xa(small, table=table, **connection_args(db)).partitions == 1
+
+    both(0)
+    assert _kill_kept_sessions(db) == {"journal", "branch ops", "branch"}
+    before = {role: session for (_, role), (session, _) in sessions._idle.items()}
+    both(10_000)
+    assert_exactly(db, table, [*range(3100), *range(10_000, 13_100)])
+    after = {role: session for (_, role), (session, _) in sessions._idle.items()}
+    assert set(after) == set(before) and all(after[r] is not before[r] for r in after)
