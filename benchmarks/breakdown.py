@@ -39,8 +39,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks import cpu
-from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, write_xa
+from benchmarks import cpu, rawload
+from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, raw, write_xa
 from benchmarks.databases import Database, start_database
 from benchmarks.measure import Timing, run_rounds
 from benchmarks.workloads import (
@@ -153,6 +153,13 @@ def _pg_types(db: Database, table: str) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
+#: The stage `stages` times apart from Spark: the raw bulk load of the same rows, built
+#: beforehand (the `raw` contender), whose core-seconds with the floor's are what a
+#: Spark writer that loads them must spend at least.
+RAW_STAGE = "raw load"
+RAW_CONTENDER_TEXT = "binary COPY / LOAD DATA of a buffer built beforehand, one process, no Spark"
+
+
 def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
     from xasink import write_xa
     from xasink.runtime.jars import find_driver_jar
@@ -171,9 +178,14 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
         "load_average_start": os.getloadavg(),
     }
     with contextlib.ExitStack() as stack:
+        # The rows as the raw load takes them, built once (never timed).
+        csv = rawload.build_csv(df, "stages", in_memory="postgres" in databases)
+        stack.callback(csv.discard)
         for kind in databases:
             db: Database = start_database(stack, kind, max_prepared=64)  # type: ignore[arg-type]
             db.execute(table_ddl(kind, workload, "bd"))  # type: ignore[arg-type]
+            binary = rawload.postgres_binary(db, "bd", csv) if kind == "postgres" else None
+            loaded = Target(db=db, table="bd", df=df, csv=csv, rows=rows, pg_binary=binary)
             pg_types = _pg_types(db, "bd") if kind == "postgres" else []
             make = _encoder(kind, pg_types, columns)
             pipelines = {
@@ -181,7 +193,9 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
                 "+ encode": _drain(_encode_only(make)),
                 "+ java crossing": _drain(_encode_and_cross(make, [j for j in jars if j])),
             }
-            samples: dict[str, list[float]] = {name: [] for name in [*pipelines, "write_xa"]}
+            samples: dict[str, list[float]] = {
+                name: [] for name in [*pipelines, "write_xa", RAW_STAGE]
+            }
             cores: dict[str, list[dict[str, float]]] = {name: [] for name in samples}
             phases: dict[str, list[float]] = {"prepare": [], "commit": []}
             for round_no in range(REPETITIONS + 1):  # round 0 is the warm-up
@@ -204,6 +218,11 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
                     cores["write_xa"].append(spent)
                     phases["prepare"].append(result.prepare_seconds)
                     phases["commit"].append(result.commit_seconds)
+                db.truncate("bd")
+                seconds, spent, _ = _timed_cpu(lambda t=loaded: raw(t))
+                if round_no:
+                    samples[RAW_STAGE].append(seconds)
+                    cores[RAW_STAGE].append(spent)
                 print(
                     f"{kind} round {round_no}: "
                     + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in samples.items() if v and round_no)
@@ -358,13 +377,14 @@ def fixed(
     from benchmarks.run import driver_jars, spark_session
     from benchmarks.servercounters import ServerCounters, count_block
 
-    contenders = [
-        CONTENDERS["spark_jdbc"],
-        Contender("write_xa", "xasink write_xa", _recorded_write_xa),
-        *(CONTENDERS[name] for name in FIXED_CONTENDERS[2:-1]),
+    built_here = {
+        "write_xa": Contender("write_xa", "xasink write_xa", _recorded_write_xa),
         # Only here: a default bulk run would collect millions of rows into the driver.
-        Contender("collect_load", "collect, then raw bulk load (no xasink)", collect_load),
-    ]
+        "collect_load": Contender(
+            "collect_load", "collect, then raw bulk load (no xasink)", collect_load
+        ),
+    }
+    contenders = [built_here.get(name) or CONTENDERS[name] for name in FIXED_CONTENDERS]
     jars = driver_jars(databases)
     spark = spark_session("local[2,4]", "2g", list(jars.values()))
     report: dict[str, Any] = {
@@ -508,7 +528,6 @@ STREAM_COUNTS = (1, 2, 4)
 
 def _raw_streams(parts: Any, label: str) -> Contender:
     """The pre-built CSV's `len(parts)` shares loaded at once, one connection each."""
-    from benchmarks import rawload
 
     def run(target: Target) -> dict[str, Any]:
         return rawload.load_concurrently(target.db, target.table, parts)
@@ -524,7 +543,6 @@ def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
     import os
     from functools import partial
 
-    from benchmarks import rawload
     from benchmarks.run import driver_jars, spark_session
 
     spark = spark_session("local[2,4]", "6g", list(driver_jars(databases).values()))
@@ -612,7 +630,8 @@ def _branches_markdown(report: dict[str, Any]) -> str:
         for k in sorted(kinds)
     )
     lines = [
-        f"{rows:,} narrow rows, 4 partitions; 1 warm-up + median of 3, round-robin."
+        f"{rows:,} narrow rows, 4 partitions; 1 warm-up + median of 3, in turns (a new"
+        " order each round)."
         f" 1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end.",
         _xasink_line(report),
         f"write_xa with n branches (explicit max_branches); raw: {raw} of the pre-built CSV "
@@ -862,9 +881,29 @@ def _markdown(kind: str, data: dict[str, Any], rows: int) -> str:
         f" s, commit phase {phases['commit']:.2f} s. write_xa runs at"
         f" {medians['spark→arrow'] / medians['write_xa']:.0%} of the no-op mapInArrow"
         " floor's speed. Core-seconds (benchmarks/cpu.py): the client's are the machine's"
-        " busy time less the database servers'.\n"
+        " busy time less the database servers'."
     )
+    lines.append(_raw_sum(data) + "\n")
     return "\n".join(lines)
+
+
+def _raw_sum(data: dict[str, Any]) -> str:
+    """The floor's and the raw load's core-seconds beside write_xa's: what a writer through
+    Python tasks that loads the rows spends at least, against what it spent."""
+    cores = data.get("median_core_seconds", {})
+    if RAW_STAGE not in cores:
+        return ""
+    floor, loaded, writer = cores["spark→arrow"], cores[RAW_STAGE], cores["write_xa"]
+    least = floor["machine"] + loaded["machine"]
+    seconds = data["median_seconds"]
+    return (
+        f"\nThe raw load of the same rows ({RAW_CONTENDER_TEXT}) took"
+        f" {seconds[RAW_STAGE]:.2f} s: {loaded['client']:.2f} client and"
+        f" {loaded['server']:.2f} server core-seconds. With the floor's, {least:.2f}"
+        f" core-seconds; write_xa spent {writer['machine']:.2f} ({writer['machine'] / least:.2f}x)"
+        f" in {seconds['write_xa']:.2f} s, {writer['machine'] / seconds['write_xa']:.2f}"
+        " cores busy on average."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,12 +1,15 @@
-"""Measurement: warm-ups, then round-robin repetitions; medians over the timed runs only.
+"""Measurement: warm-ups, then repetitions in turns; medians over the timed runs only.
 
-The machine is small and noisy, so contenders take turns within each repetition (and the
-first turn rotates), which spreads slow spells over all of them instead of one.
+The machine is small and noisy, so contenders take turns within each repetition, which
+spreads slow spells over all of them instead of one. Each round takes them in a new order
+(`round_order`): what one contender leaves behind (a server's background work after many
+inserts, a JVM's garbage) must not always land on the same next one.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 import traceback
@@ -77,9 +80,13 @@ T = TypeVar("T")
 C = TypeVar("C")
 
 
-def rotated(items: Sequence[T], by: int) -> list[T]:
-    shift = by % len(items)
-    return [*items[shift:], *items[:shift]]
+def round_order(items: Sequence[T], round_no: int) -> list[T]:
+    """The order of round `round_no` (from 1): the first as given, each later one shuffled
+    with the round's number as seed, so a run can be repeated in the same order. With a
+    fixed rotation each contender always followed the same one, and carried its traces."""
+    if round_no <= 1:
+        return list(items)
+    return random.Random(round_no).sample(list(items), k=len(items))
 
 
 class SetupFailed(Exception):
@@ -224,7 +231,7 @@ def run_rounds(
     """
     total = warmups + repetitions
     for round_no in range(1, total + 1):
-        for contender in rotated(contenders, round_no - 1):
+        for contender in round_order(contenders, round_no):
             try:
                 timing = measure(
                     contender,

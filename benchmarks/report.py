@@ -96,7 +96,7 @@ def markdown(
         f" · Spark {machine['spark']} `{machine['spark_master']}`"
         + (
             f" · {meta['config']['warmups']} warm-up + median of "
-            f"{meta['config']['repetitions']} run(s), contenders round-robin."
+            f"{meta['config']['repetitions']} run(s), contenders in turns (a new order each round)."
             if summaries or transactions
             else "."
         ),
@@ -176,7 +176,7 @@ def _stream_lines(streams: Sequence[StreamSummary], meta: dict[str, Any]) -> lis
             f"micro-batches of {w['rows']:,} rows (one parquet file each, "
             "`maxFilesPerTrigger=1`, `trigger(availableNow=True)`); one query per contender "
             f"per round, {w.get('repetitions') or meta['config']['repetitions']} round(s), "
-            "contenders round-robin."
+            "contenders in turns (a new order each round)."
         )
     lines += [
         "",

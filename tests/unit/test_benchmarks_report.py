@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.measure import Timing
+from benchmarks.measure import Timing, round_order
 from benchmarks.run import DEFAULT_WORKLOADS, QUICK_WORKLOADS, parse_args
 from benchmarks.streams import batches_from_progress, stream_detail, summarise_streams
 from benchmarks.transactions import markdown_lines as transaction_lines
@@ -24,6 +24,22 @@ def test_stream_workloads_parse_and_are_in_the_default_run():
     assert "stream-1k" in DEFAULT_WORKLOADS and "stream-1k" not in QUICK_WORKLOADS
     with pytest.raises(ValueError, match="at least one row"):
         parse_workloads(["stream-0"], 4)
+
+
+def test_each_round_takes_the_contenders_in_another_order_the_same_in_every_run():
+    """A fixed rotation kept every contender behind the same one; the shuffled rounds give
+    each of eight contenders another predecessor within three rounds, repeatably."""
+    names = [f"c{i}" for i in range(8)]
+    rounds = [round_order(names, n) for n in range(1, 5)]
+    assert rounds[0] == names
+    assert all(sorted(r) == names for r in rounds)
+    assert rounds == [round_order(names, n) for n in range(1, 5)]
+
+    def before(order: list[str]) -> dict[str, str]:
+        return {b: a for a, b in zip(order[-1:] + order[:-1], order, strict=True)}
+
+    timed = [before(r) for r in rounds[1:]]  # round 1 is the warm-up
+    assert all(len({t[name] for t in timed}) > 1 for name in names)
 
 
 def _progress(batch_id: int, rows: int, start_ms: int, trigger_ms: int) -> dict:
