@@ -218,3 +218,70 @@ def test_sessions_kept_between_calls_are_replaced_once_the_server_ended_them(spa
     assert_exactly(db, table, [*range(3100), *range(10_000, 13_100)])
     after = {role: session for (_, role), (session, _) in sessions._idle.items()}
     assert set(after) == set(before) and all(after[r] is not before[r] for r in after)
+
+
+def _kept_lock_bounds(db) -> dict[str, str]:
+    """The lock bound each session this process keeps holds on the server, by role."""
+    from xasink.protocol import sessions
+
+    ask = (
+        "SHOW lock_timeout"
+        if db.kind == "postgres"
+        else "SELECT CONCAT(@@SESSION.innodb_lock_wait_timeout, '/', @@SESSION.lock_wait_timeout)"
+    )
+    bounds = {}
+    for (_, role), (session, _) in sessions._idle.items():
+        statement = session.connection.createStatement()
+        result = statement.executeQuery(ask)
+        result.next()
+        bounds[role] = str(result.getString(1))
+        statement.close()
+    return bounds
+
+
+def test_kept_sessions_keep_the_journals_lock_bound_and_a_branch_waits_as_the_server_does(
+    spark, db
+):
+    """A call bounds every lock wait of its journal session and of its one local transaction
+    by `lock_wait_timeout`. The kept sessions keep that bound, so the next call sends it no
+    more; a call with another bound sets its own; and an XA branch the driver writes on the
+    kept writer session waits as long as the server lets it again."""
+    from xasink import transaction
+    from xasink.protocol import sessions
+
+    sessions.close_all()
+    table = new_table(db)
+    args = connection_args(db)
+    with db.admin_connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            "SHOW lock_timeout"
+            if db.kind == "postgres"
+            else "SELECT CONCAT(@@GLOBAL.innodb_lock_wait_timeout, '/', @@GLOBAL.lock_wait_timeout)"
+        )
+        server_default = str(cursor.fetchone()[0])
+
+    def bound(seconds: int) -> str:
+        return f"{seconds}s" if db.kind == "postgres" else f"{seconds}/{seconds}"
+
+    def small(start: int):
+        return events_df(spark, 100, 1).withColumn("id", F.col("id") + start)
+
+    write_xa(small(0), table=table, lock_wait_timeout=7, **args)
+    assert _kept_lock_bounds(db) == {"journal": bound(7), "branch": bound(7)}
+    write_xa(small(100), table=table, lock_wait_timeout=7, **args)
+    assert _kept_lock_bounds(db) == {"journal": bound(7), "branch": bound(7)}
+    write_xa(small(200), table=table, lock_wait_timeout=9, **args)
+    assert _kept_lock_bounds(db) == {"journal": bound(9), "branch": bound(9)}
+    # The small write is held, then the large one makes it a branch the driver prepares on
+    # the kept writer session (xasink.spark.small_writes.promote).
+    other = new_table(db)
+    with transaction(lock_wait_timeout=9, **args) as tx:
+        tx.write(small(300), table)
+        tx.write(events_df(spark, 3000, 3), other, driver_write_bytes=0)
+    kept = _kept_lock_bounds(db)
+    assert kept["journal"] == bound(9)
+    # MariaDB closes a session once its branch is prepared; PostgreSQL's is kept.
+    assert kept.get("branch", server_default) == server_default
+    assert_exactly(db, table, range(400))
+    assert_exactly(db, other, range(3000))

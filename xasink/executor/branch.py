@@ -12,6 +12,7 @@ import logging
 import resource
 from collections.abc import Callable, Iterator, Sequence
 
+import jpype
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -209,9 +210,12 @@ def _start(spec: ConnectionSpec, idle: XaSession | None, xid: Xid) -> XaSession:
     """Start the branch on the idle session if it still works, else on a new one."""
     if idle is not None:
         try:
+            # A single-branch job kept it with the journal's lock bound (one_phase).
+            sessions.unbind_lock_wait(idle, get_dialect(spec.dialect))
             idle.start(xid)
             return idle
-        except XaFailure:
+        except (XaFailure, jpype.JException) as exc:  # a dead connection, most likely
+            log.debug("xasink: a kept writer session failed its first call: %s", spec.redact(exc))
             idle.close()  # nothing was written on it; a fresh connection is safe
     session = open_session(spec)
     try:

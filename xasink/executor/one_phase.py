@@ -72,10 +72,10 @@ def write_one_phase(
     session, keep = _local_session(plan.spec), False
     conn = session.connection
     loads: list[Load] = []
-    bound, unbound = dialect.lock_wait_sql(max(1, int(plan.journal.lock_wait)))
     try:
-        if bound:  # nothing in the transaction waits for a lock longer than the journal's
-            execute(conn, bound)
+        # Nothing in the transaction waits for a lock longer than the journal's. The kept
+        # session stays bounded for the next job (a task's branch unbinds it first).
+        sessions.bind_lock_wait(session, dialect, plan.journal.lock_wait)
         conn.setAutoCommit(False)
         rows, path, problem = _load(parts, conn, loads)
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
@@ -124,8 +124,6 @@ def write_one_phase(
     # job only if it is back in autocommit.
     try:
         conn.setAutoCommit(True)
-        if unbound:
-            execute(conn, unbound)
         if staged is not None:
             applying.release_apply_lock(plan.journal, conn, staged)
         sessions.park(plan.spec, BRANCH_ROLE, session)

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..defaults import LOCK_WAIT, NETWORK_TIMEOUT
-from ..dialects import dialect_name_for
+from ..dialects import dialect_name_for, get_dialect
 from ..errors import ConfigurationError
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, properties_tuple
@@ -73,6 +73,8 @@ def open_journal(
             session = open_session(spec)
     try:
         with step("journal tag"):
+            # The session serves the journal from now on: no lock wait of it is unbounded.
+            sessions.bind_lock_wait(session, get_dialect(spec.dialect), lock_wait)
             journal = Journal.locate(session.connection, spec, schema, lock_wait, staged)
             return session, journal
     except BaseException:

@@ -99,13 +99,8 @@ class JournalLayout:
         lock_wait: float = DEFAULT_LOCK_WAIT,
     ) -> L:
         """The journal in this schema, with its stored tag ("" while it has none: it does not
-        exist, or it lost its tag, which `ensure` and `check_complete` refuse).
-
-        Also bounds every lock wait of `conn`, which from now on serves the journal."""
-        dialect = get_dialect(spec.dialect)
-        bound, _ = dialect.lock_wait_sql(max(1, int(lock_wait)))
-        if bound:
-            execute(conn, bound)
+        exist, or it lost its tag, which `ensure` and `check_complete` refuse). `conn`'s
+        lock waits are bounded by `lock_wait` already (`sessions.bind_lock_wait`)."""
         journal = cls(spec.dialect, schema, "", lock_wait)
         return replace(journal, tag=journal._stored_tag(conn) or "")
 

@@ -33,7 +33,7 @@ from ..dialects import Dialect, get_dialect
 from ..errors import ConfigurationError, PreflightError
 from ..runtime import shutdown
 from ..runtime.jars import resolve_classpath, visible
-from ..runtime.jdbc import java_message
+from ..runtime.jdbc import execute, java_message
 from ..runtime.jvm import attach_as_daemon, ensure_jvm, jclass, keep_fault_handlers
 from ..spec import ConnectionSpec
 from .xa import XaSession, classify
@@ -142,6 +142,30 @@ def open_session(spec: ConnectionSpec) -> XaSession:
     return session
 
 
+# -- a session's lock bound -----------------------------------------------------------
+def bind_lock_wait(session: XaSession, dialect: Dialect, seconds: float) -> None:
+    """Bound every lock wait of `session` to `seconds` (whole, at least 1). A kept session
+    keeps its bound, so a call that finds it already set sends nothing (a round trip per
+    call saved)."""
+    whole = max(1, int(seconds))
+    if session.lock_bound == whole:
+        return
+    bound, _ = dialect.lock_wait_sql(whole)
+    if bound:
+        execute(session.connection, bound)
+    session.lock_bound = whole
+
+
+def unbind_lock_wait(session: XaSession, dialect: Dialect) -> None:
+    """Back to the server's own lock waits (a task's branch waits as long as it must)."""
+    if session.lock_bound is None:
+        return
+    _, unbound = dialect.lock_wait_sql(session.lock_bound)
+    if unbound:
+        execute(session.connection, unbound)
+    session.lock_bound = None
+
+
 # -- keeping idle ones -----------------------------------------------------------------
 #: A session idle longer than this is closed rather than reused, in seconds.
 MAX_IDLE = 60.0
@@ -218,6 +242,7 @@ def kept_on_success(spec: ConnectionSpec, role: str, session: XaSession) -> Iter
 
 
 __all__ = [
+    "bind_lock_wait",
     "check_reachable",
     "classpath_for",
     "close_all",
@@ -227,5 +252,6 @@ __all__ = [
     "park",
     "set_jar_locator",
     "take",
+    "unbind_lock_wait",
     "unpark",
 ]

@@ -86,6 +86,9 @@ class XaSession:
         self.connection = xa_connection.getConnection()
         self.redact = redact
         self._java_xids: dict[Xid, Any] = {}
+        #: The seconds every lock wait of this session is bounded to, as set by
+        #: `sessions.bind_lock_wait` (None: the server's default).
+        self.lock_bound: int | None = None
 
     def _call(self, operation: str, method: str, *args: Any) -> Any:
         try:
