@@ -18,7 +18,7 @@ from ..errors import (
     WriteError,
 )
 from ..executor.contract import JOB_ENDED, WritePlan
-from ..protocol.connecting import open_journal
+from ..protocol.connecting import journal_connection
 from ..protocol.journal import Journal
 from ..protocol.states import Decision, JobState
 from ..runtime.jdbc import JdbcConnection
@@ -133,7 +133,7 @@ def decide(
 def fence(spec: ConnectionSpec, journal: Journal, job_id: str) -> str | None:
     """The job's state once no decision can land any more (None: cannot tell)."""
     try:
-        session, _ = open_journal(spec, journal.schema, journal.lock_wait)
+        session = journal_connection(spec, journal.lock_wait)
         with session:
             return journal.fence_decision(session.connection, job_id)
     except Exception as exc:

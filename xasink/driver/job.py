@@ -30,7 +30,7 @@ from ..errors import DecisionUnknownError, XasinkError
 from ..executor.contract import WritePlan
 from ..protocol import sessions, sinkmarks
 from ..protocol.branches import BranchOps
-from ..protocol.connecting import JOURNAL_ROLE, open_journal
+from ..protocol.connecting import JOURNAL_ROLE, journal_connection, open_journal
 from ..protocol.heartbeat import Heartbeat
 from ..protocol.journal import Journal
 from ..protocol.recovery import resolve_in_doubt
@@ -130,7 +130,7 @@ class Job:
         trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
         trace.job_id, trace.state, trace.sink = plan.job_id, JobState.RUNNING, plan.sink
         journal = plan.journal
-        session, _ = open_journal(request.spec, journal.schema, journal.lock_wait, reuse=reuse)
+        session = journal_connection(request.spec, journal.lock_wait, reuse=reuse)
         job = cls(request, session, journal, trace)
         job.job_id, job.apply, job.current, job.plan = plan.job_id, plan.apply, plan.apply, plan
         job._reuse = reuse

@@ -20,7 +20,7 @@ from ..errors import CommitError, DecisionUnknownError, JobAbortedError, XasinkE
 from ..executor.contract import BranchReport, WritePlan
 from ..executor.one_phase import ONE_PHASE_TAKEN, InterruptedAfterCommit, LocalCommitUnknown
 from ..protocol.applying import JobOrderError
-from ..protocol.connecting import open_journal
+from ..protocol.connecting import journal_connection
 from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
 from ..xid import BranchId
@@ -98,7 +98,7 @@ def settle(job: Job, reason: str) -> None:
     assert plan is not None and job.job_id is not None
     state: str | None = None
     try:
-        session, _ = open_journal(job.spec, job.journal.schema, job.journal.lock_wait)
+        session = journal_connection(job.spec, job.journal.lock_wait)
         with session:
             state = job.journal.fence_one_phase(session.connection, job.job_id, plan.target)
     except Exception as exc:

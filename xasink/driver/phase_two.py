@@ -15,7 +15,7 @@ from ..errors import CommitError, LostBranchError
 from ..executor.contract import WritePlan
 from ..protocol.applying import JobOrderError
 from ..protocol.branches import BranchOps, commit_group
-from ..protocol.connecting import open_journal
+from ..protocol.connecting import journal_connection
 from ..protocol.journal import Journal
 from ..protocol.recovery import blocked_detail, resolve_in_doubt
 from ..protocol.states import JobState
@@ -84,7 +84,7 @@ def on_live_connection(plan: WritePlan, conn: JdbcConnection, call: Callable[[An
             alive = False
         if alive:
             raise
-    session, _ = open_journal(plan.spec, plan.journal.schema, plan.journal.lock_wait)
+    session = journal_connection(plan.spec, plan.journal.lock_wait)
     with session:
         return call(session.connection)
 

@@ -54,17 +54,12 @@ def make_spec(
     return ConnectionSpec(**{**spec.__dict__, "jars": tuple(classpath_for(spec))})
 
 
-def open_journal(
-    spec: ConnectionSpec,
-    schema: str | None,
-    lock_wait: float = LOCK_WAIT,
-    reuse: bool = False,
-    staged: StagedApply[Any] | None = None,
-) -> tuple[XaSession, Journal]:
-    """A session on the journal, and the journal as found. With `reuse`, a session an
-    earlier call of this process handed back (see `sessions`) if it still answers.
-    `staged`: how the journal applies and drops staged jobs (a caller that finishes,
-    recovers or drops them passes `xasink.tables.applier.STAGED_APPLY`)."""
+def journal_connection(
+    spec: ConnectionSpec, lock_wait: float = LOCK_WAIT, reuse: bool = False
+) -> XaSession:
+    """A session for a journal the caller already knows (a job's plan carries it): no
+    lock wait of it is unbounded. With `reuse`, a session an earlier call of this process
+    handed back (see `sessions`) if it still answers."""
     with step("journal connection"):
         session = sessions.take(spec, JOURNAL_ROLE) if reuse else None
         if session is None:
@@ -72,11 +67,27 @@ def open_journal(
                 check_reachable(spec)
             session = open_session(spec)
     try:
+        sessions.bind_lock_wait(session, get_dialect(spec.dialect), lock_wait)
+        return session
+    except BaseException:
+        session.close()
+        raise
+
+
+def open_journal(
+    spec: ConnectionSpec,
+    schema: str | None,
+    lock_wait: float = LOCK_WAIT,
+    reuse: bool = False,
+    staged: StagedApply[Any] | None = None,
+) -> tuple[XaSession, Journal]:
+    """A session on the journal (`journal_connection`), and the journal as found.
+    `staged`: how the journal applies and drops staged jobs (a caller that finishes,
+    recovers or drops them passes `xasink.tables.applier.STAGED_APPLY`)."""
+    session = journal_connection(spec, lock_wait, reuse)
+    try:
         with step("journal tag"):
-            # The session serves the journal from now on: no lock wait of it is unbounded.
-            sessions.bind_lock_wait(session, get_dialect(spec.dialect), lock_wait)
-            journal = Journal.locate(session.connection, spec, schema, lock_wait, staged)
-            return session, journal
+            return session, Journal.locate(session.connection, spec, schema, lock_wait, staged)
     except BaseException:
         session.close()
         raise
