@@ -6,6 +6,7 @@
     python -m benchmarks.breakdown fixed [--databases postgres,mariadb] [--calls 15]
         [--count-calls 5] [--label NAME]
     python -m benchmarks.breakdown branches [--rows 1m] [--databases mariadb]
+    python -m benchmarks.breakdown format-batch [--databases postgres,mariadb] [--calls 100]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
 Spark→Arrow only, + encoding (binary COPY on PostgreSQL, CSV on MariaDB, as write_xa
@@ -21,6 +22,8 @@ the statements, connections, commits that write and prepares of one call
 on id with 1, 2 and 4 branches (concurrent load streams) next to Spark JDBC and next to the
 raw load (LOAD DATA LOCAL / COPY csv of a pre-built CSV, no Spark) with 1, 2 and 4
 concurrent streams: how many streams the server absorbs, and what it takes in at all.
+`format-batch` runs a `format("xasink")` micro-batch's steps in one process, next to the raw
+load of its rows (benchmarks/format_batch.py).
 `--label` writes results/breakdown-<mode>-<label>.{md,json} instead of overwriting
 results/breakdown-<mode>.{md,json}.
 """
@@ -39,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks import cpu, rawload
+from benchmarks import cpu, format_batch, rawload
 from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, raw, write_xa
 from benchmarks.databases import Database, start_database
 from benchmarks.measure import Timing, run_rounds
@@ -908,12 +911,16 @@ def _raw_sum(data: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("stages", "memory", "formats", "fixed", "branches"))
+    parser.add_argument(
+        "mode", choices=("stages", "memory", "formats", "fixed", "branches", "format-batch")
+    )
     parser.add_argument("--databases", default="postgres,mariadb")
     parser.add_argument("--rows", default="1m", help="rows for `stages`, `branches` (default 1m)")
     parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
     parser.add_argument(
-        "--calls", type=int, help="`fixed`: timed calls per contender (default: 15)"
+        "--calls",
+        type=int,
+        help="`fixed`: timed calls per contender (default: 15); `format-batch`: batches (100)",
     )
     parser.add_argument(
         "--count-calls",
@@ -946,6 +953,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.mode == "branches":
         report = branch_counts(databases, parse_count(args.rows))
         text = _branches_markdown(report)
+    elif args.mode == "format-batch":
+        report = format_batch.format_batch(databases, args.calls or 100, args.count_calls)
+        text = format_batch.markdown(report)
     elif args.mode == "fixed":
         report = fixed(databases, args.calls, args.count_calls)
         text = _fixed_markdown(report)

@@ -142,3 +142,31 @@ def test_a_recorded_command_names_no_folder_outside_the_checkout(tmp_path):
     ]
     inside = str(Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "streams")
     assert shown_command(["--output-dir", inside]) == ["--output-dir", "benchmarks/results/streams"]
+
+
+def test_a_format_batch_report_sets_each_step_beside_the_raw_load_of_its_rows():
+    from benchmarks.format_batch import STEPS, markdown
+
+    counted = {
+        "figures": {"statements": 30.0, "connections": 0.0, "write_commits": 5.0},
+        "counters": {},
+        "statements": {},
+    }
+    result = {
+        "calls": 100,
+        "median_ms": dict(zip(STEPS, (2.5, 0.1, 9.0, 0.2, 6.0), strict=True)),
+        "median_total_ms": 17.8,
+        "median_raw_load_ms": 4.5,
+        "median_over_raw_ms": 13.1,
+        "per_batch": {"format batch": counted, "raw load": counted},
+    }
+    report = {
+        "load_average_start": [0.5, 0, 0],
+        "load_average_end": [0.9, 0, 0],
+        "rows_per_batch": 1000,
+        "databases": {"postgres": result},
+    }
+    text = markdown(report)
+    assert "over 100 batches" in text and "load average 0.50 at the start" in text
+    assert "| postgres | 2.50 | 0.10 | 9.00 | 0.20 | 6.00 | 17.80 | 4.50 | 13.10 |" in text
+    assert "| postgres | format batch | 30 | 0 | 5 |" in text
