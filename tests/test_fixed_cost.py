@@ -172,24 +172,31 @@ def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
     assert db.prepared_transactions() == []
 
 
+def _ask_kept(sql: str) -> dict[str, str]:
+    """`sql`'s one value on every session this process keeps, by the session's role."""
+    from xasink.protocol import sessions
+
+    answers = {}
+    for (_, role), (session, _) in sessions._idle.items():
+        statement = session.connection.createStatement()
+        result = statement.executeQuery(sql)
+        result.next()
+        answers[role] = str(result.getString(1))
+        statement.close()
+    return answers
+
+
 def _kill_kept_sessions(db) -> set[str]:
     """The server ends the connection of every session this process keeps (as a restart
     or an idle timeout would); returns the kept sessions' roles."""
     from test_protocol import admin_sql
 
-    from xasink.protocol import sessions
-
     ask = "SELECT pg_backend_pid()" if db.kind == "postgres" else "SELECT CONNECTION_ID()"
     kill = "SELECT pg_terminate_backend({})" if db.kind == "postgres" else "KILL {}"
-    kept = {role: session for (_, role), (session, _) in sessions._idle.items()}
-    for session in kept.values():
-        statement = session.connection.createStatement()
-        result = statement.executeQuery(ask)
-        result.next()
-        server_id = int(result.getLong(1))
-        statement.close()
-        admin_sql(db, kill.format(server_id))
-    return set(kept)
+    server_ids = _ask_kept(ask)
+    for server_id in server_ids.values():
+        admin_sql(db, kill.format(int(server_id)))
+    return set(server_ids)
 
 
 def test_sessions_kept_between_calls_are_replaced_once_the_server_ended_them(spark, db):
@@ -222,21 +229,11 @@ def test_sessions_kept_between_calls_are_replaced_once_the_server_ended_them(spa
 
 def _kept_lock_bounds(db) -> dict[str, str]:
     """The lock bound each session this process keeps holds on the server, by role."""
-    from xasink.protocol import sessions
-
-    ask = (
+    return _ask_kept(
         "SHOW lock_timeout"
         if db.kind == "postgres"
         else "SELECT CONCAT(@@SESSION.innodb_lock_wait_timeout, '/', @@SESSION.lock_wait_timeout)"
     )
-    bounds = {}
-    for (_, role), (session, _) in sessions._idle.items():
-        statement = session.connection.createStatement()
-        result = statement.executeQuery(ask)
-        result.next()
-        bounds[role] = str(result.getString(1))
-        statement.close()
-    return bounds
 
 
 def test_kept_sessions_keep_the_journals_lock_bound_and_a_branch_waits_as_the_server_does(
