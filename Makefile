@@ -105,6 +105,7 @@ bench: install
 	$(PYTHON) -m benchmarks.breakdown formats
 	$(PYTHON) -m benchmarks.breakdown fixed
 	$(PYTHON) -m benchmarks.breakdown branches --databases mariadb
+	$(PYTHON) -m benchmarks.breakdown format-batch
 
 bench-quick: install
 	$(PYTHON) -m benchmarks --quick --output-dir "$$(mktemp -d)"
