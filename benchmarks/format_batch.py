@@ -3,16 +3,17 @@
     python -m benchmarks.breakdown format-batch [--databases postgres,mariadb] [--calls 100]
 
 Spark runs a format batch's steps in three Python processes: the planner worker pickles the
-stream writer (`mint`: preflight, the job's row), a task writes its partition into one
-prepared branch, and the commit worker decides and commits (the sink mark, the decision,
-phase 2, the job's end). Here one process runs the same functions, batch after batch, on
-sessions it keeps, as Spark's reused workers do: each step's median, the pickling of the
-writer and of the task's message, and, in the same rounds, the raw load of the same rows
-(CSV in one autocommit COPY / LOAD DATA LOCAL on a held connection: what the `python_load`
-floor's task does). What the steps take beyond that raw load is the part of a batch that
-is xasink's own protocol; the stream workload's batch time against its no-op floor says
-how much of a batch that part may take. Then the server counts the statements of a few
-more batches of each (benchmarks/servercounters.py).
+stream writer (which mints the job: preflight, the job's row), a task writes its partition
+into one prepared branch, and the commit worker decides and commits (the sink mark, the
+decision, phase 2, the job's end). Here one process runs the same steps, batch after batch,
+on sessions it keeps, as Spark's reused workers do: the writer pickled (`mint`) and
+unpickled, the task's branch (`write_rows`, as the data source's task calls it), its
+message pickled and unpickled, and the commit of a writer made anew, as Spark makes it. In
+the same rounds it loads the same rows raw (CSV in one autocommit COPY / LOAD DATA LOCAL on
+a held connection: what the `python_load` floor's task does). What the steps take beyond
+that raw load is xasink's protocol and its own way of loading; the stream workload's batch
+time against its no-op floor says how much of a batch they may take. Then the server
+counts the statements of a few more batches of each (benchmarks/servercounters.py).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from typing import Any
 
 from benchmarks import rawload
 from benchmarks.databases import Database, start_database
+from benchmarks.machine import cpu_model
 from benchmarks.workloads import build_dataframe, parse_workload, table_ddl
 
 #: The stream workload's batch: 1,000 narrow rows.
 BATCH_ROWS = 1_000
-STEPS = ("mint", "pickle writer", "task", "pickle message", "commit")
+STEPS = ("mint", "unpickle writer", "task", "pickle message", "commit")
 WARMUPS = 5
 SINK = "breakdown-format-batch"
 
@@ -101,9 +103,7 @@ def measure(db: Database, batches: FormatBatches, calls: int, count_calls: int) 
         totals.append(sum(timed.values()))
         raw.append(batches.raw_load())
     expected = (WARMUPS + calls) * 2 * BATCH_ROWS
-    found = db.count(batches.table)
-    if found != expected:
-        raise AssertionError(f"{batches.table} holds {found} rows, expected {expected}")
+    _check_rows(db, batches.table, expected)
     result: dict[str, Any] = {
         "calls": calls,
         "median_ms": {s: statistics.median(v) for s, v in steps.items()},
@@ -112,6 +112,7 @@ def measure(db: Database, batches: FormatBatches, calls: int, count_calls: int) 
         "median_over_raw_ms": statistics.median(t - r for t, r in zip(totals, raw, strict=True)),
     }
     if count_calls:
+        expected += count_calls * 2 * BATCH_ROWS
         counters = ServerCounters(db)
         try:
             with counters.quiet():
@@ -127,7 +128,15 @@ def measure(db: Database, batches: FormatBatches, calls: int, count_calls: int) 
                 result["per_batch"][name] = per_call(counters, block, baseline, count_calls)
         finally:
             counters.close()
+        _check_rows(db, batches.table, expected)
     return result
+
+
+def _check_rows(db: Database, table: str, expected: int) -> None:
+    """Every batch and raw load wrote its rows once: none skipped, none twice."""
+    found = db.count(table)
+    if found != expected:
+        raise AssertionError(f"{table} holds {found} rows, expected {expected}")
 
 
 def format_batch(databases: list[str], calls: int, count_calls: int) -> dict[str, Any]:
@@ -140,6 +149,7 @@ def format_batch(databases: list[str], calls: int, count_calls: int) -> dict[str
     report: dict[str, Any] = {
         "xasink": _measured_xasink(),
         "load_average_start": os.getloadavg(),
+        "cpu": cpu_model(),
         "rows_per_batch": BATCH_ROWS,
         "databases": {},
     }
@@ -175,7 +185,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f'One `format("xasink")` batch of {report["rows_per_batch"]:,} rows, its steps in one '
         f"process, median ms over {next(iter(report['databases'].values()))['calls']} batches; "
-        f"1-minute load average {start:.2f} at the start, {end:.2f} at the end. "
+        f"1-minute load average {start:.2f} at the start, {end:.2f} at the end, on "
+        f"{report.get('cpu') or 'an unknown CPU'}. "
         f"{_xasink_line(report)}",
         "",
         "| database | " + " | ".join(STEPS) + " | all | raw load | beyond the raw load |",

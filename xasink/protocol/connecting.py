@@ -66,12 +66,12 @@ def journal_connection(
             with step("reachability probe"):
                 check_reachable(spec)
             session = open_session(spec)
-    try:
-        sessions.bind_lock_wait(session, get_dialect(spec.dialect), lock_wait)
-        return session
-    except BaseException:
-        session.close()
-        raise
+        try:
+            sessions.bind_lock_wait(session, get_dialect(spec.dialect), lock_wait)
+            return session
+        except BaseException:
+            session.close()
+            raise
 
 
 def open_journal(
