@@ -45,6 +45,7 @@ import pyarrow as pa
 from benchmarks import cpu, format_batch, rawload
 from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, raw, write_xa
 from benchmarks.databases import Database, start_database
+from benchmarks.machine import measured_xasink, xasink_line
 from benchmarks.measure import Timing, run_rounds
 from benchmarks.workloads import (
     build_dataframe,
@@ -177,7 +178,7 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
         "rows": rows,
         "partitions": 4,
         "databases": {},
-        "xasink": _measured_xasink(),
+        "xasink": measured_xasink(),
         "load_average_start": os.getloadavg(),
     }
     with contextlib.ExitStack() as stack:
@@ -391,7 +392,7 @@ def fixed(
     jars = driver_jars(databases)
     spark = spark_session("local[2,4]", "2g", list(jars.values()))
     report: dict[str, Any] = {
-        "xasink": _measured_xasink(),
+        "xasink": measured_xasink(),
         "load_average_start": os.getloadavg(),
         "count_calls": count_calls,
         "databases": {},
@@ -443,47 +444,12 @@ def fixed(
     return report
 
 
-#: Written next to an exported xasink/ (`git rev-parse HEAD > DIR/XASINK_COMMIT`): which
-#: commit the export is of.
-EXPORT_STAMP = "XASINK_COMMIT"
-
-
-def _measured_xasink() -> dict[str, Any]:
-    """Which xasink ran: its path (an export of another commit, if PYTHONPATH said so, with
-    that commit from its stamp), a digest of its sources, and the checkout's commit and
-    uncommitted xasink/ changes."""
-    import xasink
-    from benchmarks.machine import git_revision, shown_path, source_digest
-
-    package = Path(xasink.__file__).parent
-    info = {"path": shown_path(package), "source_sha256": source_digest(package)}
-    stamp = package.parent / EXPORT_STAMP
-    if stamp.is_file():  # README: "Measuring another commit's xasink"
-        info["exported_commit"] = stamp.read_text().strip()
-    return info | {f"checkout_{k}": v for k, v in git_revision().items()}
-
-
-def _xasink_line(report: dict[str, Any]) -> str:
-    """Which xasink the figures are of, for the markdown."""
-    measured = report.get("xasink")
-    if not measured:
-        return ""
-    digest = measured["source_sha256"][:12]
-    if measured.get("exported_commit"):
-        what = f"an export of commit {measured['exported_commit'][:12]}"
-    else:
-        commit = (measured.get("checkout_commit") or "?")[:12]
-        dirty = measured.get("checkout_uncommitted_xasink_changes")
-        what = f"the checkout at {commit}" + (" with uncommitted xasink/ changes" if dirty else "")
-    return f"xasink measured: {what} ({measured['path']}, sources sha256 {digest})."
-
-
 def _count_calls(
     counters: Any, baseline: dict[str, Any], target: Target, calls: int
 ) -> dict[str, Any]:
     """`calls` calls of each counted contender, appended to the (emptied) table in one
     block, counted by the server; per call, the empty block's counts subtracted."""
-    from benchmarks.servercounters import count_block, per_call
+    from benchmarks.servercounters import count_block, count_text, per_call
 
     db, result = target.db, {}
     for name in COUNTED_CONTENDERS:
@@ -511,17 +477,10 @@ def _count_calls(
         figures = result[name]["figures"]
         print(
             f"[{db.kind} {target.table}] {name} per call ({calls} calls): "
-            + ", ".join(f"{k} {_count(v)}" for k, v in figures.items()),
+            + ", ".join(f"{k} {count_text(v)}" for k, v in figures.items()),
             flush=True,
         )
     return result
-
-
-def _count(value: float | None) -> str:
-    """A per-call count: integral ones as integers, others with one decimal."""
-    if value is None:
-        return "—"
-    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
 
 
 #: Branch counts `branches` compares (explicit max_branches: xasink's own choice is off),
@@ -557,7 +516,7 @@ def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
     shares = {n: rawload.split_csv(csv, n, in_memory=in_memory) for n in STREAM_COUNTS}
     report: dict[str, Any] = {
         "rows": rows,
-        "xasink": _measured_xasink(),
+        "xasink": measured_xasink(),
         "csv_bytes": csv.path.stat().st_size,
         "load_average_start": os.getloadavg(),
         "runs": {},
@@ -636,7 +595,7 @@ def _branches_markdown(report: dict[str, Any]) -> str:
         f"{rows:,} narrow rows, 4 partitions; 1 warm-up + median of 3, in turns (a new"
         " order each round)."
         f" 1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end.",
-        _xasink_line(report),
+        xasink_line(report),
         f"write_xa with n branches (explicit max_branches); raw: {raw} of the pre-built CSV "
         "(no Spark), n concurrent streams of consecutive rows, one connection each.",
         "",
@@ -759,7 +718,7 @@ def _fixed_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end "
         "(2 cores, shared: noisy).",
-        _xasink_line(report),
+        xasink_line(report),
         "",
     ]
     for kind, sizes in report["databases"].items():
@@ -824,7 +783,7 @@ COUNT_SOURCES = {
 
 def _counts_markdown(kind: str, sizes: dict[str, Any], report: dict[str, Any]) -> list[str]:
     """The server's per-call counts of each counted contender, one row per call kind."""
-    from benchmarks.servercounters import FIGURES
+    from benchmarks.servercounters import FIGURES, count_text
 
     rows = [
         (workload, name, data["per_call"][name])
@@ -847,7 +806,7 @@ def _counts_markdown(kind: str, sizes: dict[str, Any], report: dict[str, Any]) -
         if "figures" not in counted:
             lines.append(f"| {labels[name]}, {workload} | failed: {counted['error'][:120]} |")
             continue
-        cells = " | ".join(_count(counted["figures"][key]) for key, _ in FIGURES)
+        cells = " | ".join(count_text(counted["figures"][key]) for key, _ in FIGURES)
         lines.append(f"| {labels[name]}, {workload} | {cells} |")
     notes = report.get("counters", {}).get(kind, {}).get("notes") or []
     lines += ["", f"Sources: {COUNT_SOURCES[kind]}." + "".join(f" {n}." for n in notes), ""]
@@ -966,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = "\n".join(
             [
                 f"1-minute load average {start[0]:.2f} at the start, {end[0]:.2f} at the end."
-                f" {_xasink_line(report)}",
+                f" {xasink_line(report)}",
                 "",
                 *(_markdown(k, v, rows) for k, v in report["databases"].items()),
             ]

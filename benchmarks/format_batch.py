@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks import rawload
 from benchmarks.databases import Database, start_database
-from benchmarks.machine import cpu_model
+from benchmarks.machine import cpu_model, measured_xasink, xasink_line
 from benchmarks.workloads import build_dataframe, parse_workload, table_ddl
 
 #: The stream workload's batch: 1,000 narrow rows.
@@ -141,13 +141,12 @@ def _check_rows(db: Database, table: str, expected: int) -> None:
 
 def format_batch(databases: list[str], calls: int, count_calls: int) -> dict[str, Any]:
     """Every database's format batches (see the module's docstring)."""
-    from benchmarks.breakdown import _measured_xasink
     from benchmarks.run import driver_jars, spark_session
 
     spark = spark_session("local[2]", "2g", list(driver_jars(databases).values()))
     workload = parse_workload(f"narrow-{BATCH_ROWS // 1000}k", 1)
     report: dict[str, Any] = {
-        "xasink": _measured_xasink(),
+        "xasink": measured_xasink(),
         "load_average_start": os.getloadavg(),
         "cpu": cpu_model(),
         "rows_per_batch": BATCH_ROWS,
@@ -179,7 +178,7 @@ def _line(result: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The run's figures as the README's section quotes them."""
-    from benchmarks.breakdown import _count, _xasink_line
+    from benchmarks.servercounters import count_text
 
     start, end = report["load_average_start"][0], report["load_average_end"][0]
     lines = [
@@ -187,7 +186,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"process, median ms over {next(iter(report['databases'].values()))['calls']} batches; "
         f"1-minute load average {start:.2f} at the start, {end:.2f} at the end, on "
         f"{report.get('cpu') or 'an unknown CPU'}. "
-        f"{_xasink_line(report)}",
+        f"{xasink_line(report)}",
         "",
         "| database | " + " | ".join(STEPS) + " | all | raw load | beyond the raw load |",
         "|---|" + "---:|" * (len(STEPS) + 3),
@@ -207,6 +206,6 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["|---|---|" + "---:|" * len(names)]
         for kind, writers in counted.items():
             for writer, figures in writers.items():
-                cells = [_count(figures["figures"].get(n)) for n in names]
+                cells = [count_text(figures["figures"].get(n)) for n in names]
                 lines.append(f"| {kind} | {writer} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

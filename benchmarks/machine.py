@@ -170,3 +170,37 @@ def describe(
             for db in databases
         },
     }
+
+
+#: Written next to an exported xasink/ (`git rev-parse HEAD > DIR/XASINK_COMMIT`): which
+#: commit the export is of.
+EXPORT_STAMP = "XASINK_COMMIT"
+
+
+def measured_xasink() -> dict[str, Any]:
+    """Which xasink ran: its path (an export of another commit, if PYTHONPATH said so, with
+    that commit from its stamp), a digest of its sources, and the checkout's commit and
+    uncommitted xasink/ changes."""
+    import xasink
+
+    package = Path(xasink.__file__).parent
+    info = {"path": shown_path(package), "source_sha256": source_digest(package)}
+    stamp = package.parent / EXPORT_STAMP
+    if stamp.is_file():  # README: "Measuring another commit's xasink"
+        info["exported_commit"] = stamp.read_text().strip()
+    return info | {f"checkout_{k}": v for k, v in git_revision().items()}
+
+
+def xasink_line(report: dict[str, Any]) -> str:
+    """Which xasink the figures are of, for the markdown."""
+    measured = report.get("xasink")
+    if not measured:
+        return ""
+    digest = measured["source_sha256"][:12]
+    if measured.get("exported_commit"):
+        what = f"an export of commit {measured['exported_commit'][:12]}"
+    else:
+        commit = (measured.get("checkout_commit") or "?")[:12]
+        dirty = measured.get("checkout_uncommitted_xasink_changes")
+        what = f"the checkout at {commit}" + (" with uncommitted xasink/ changes" if dirty else "")
+    return f"xasink measured: {what} ({measured['path']}, sources sha256 {digest})."

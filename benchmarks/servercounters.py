@@ -377,3 +377,10 @@ def per_call(
     raw = minus("counters")
     statements = dict(sorted(minus("statements").items(), key=lambda kv: (-kv[1], kv[0])))
     return {"figures": counters.figures(raw), "counters": raw, "statements": statements}
+
+
+def count_text(value: float | None) -> str:
+    """A per-call count: integral ones as integers, others with one decimal."""
+    if value is None:
+        return "—"
+    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
