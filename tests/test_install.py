@@ -96,8 +96,9 @@ def _login(db: DbServer) -> dict[str, str]:
 
 def _check_writes(out: str, db: DbServer, prefix: str, site: str) -> None:
     assert f"xasink from {site}" in out, out
+    assert f"wrote {prefix}_format 300 tasks" in out, out
+    assert f"wrote {prefix}_write_xa 300 driver" in out, out  # the one-phase path
     for name in (f"{prefix}_format", f"{prefix}_write_xa"):
-        assert f"wrote {name} 300" in out, out
         assert ids_in(db, name) == list(range(300))
     assert db.prepared_transactions() == []
 
@@ -105,11 +106,12 @@ def _check_writes(out: str, db: DbServer, prefix: str, site: str) -> None:
 def test_the_wheel_writes_and_recovers_in_a_fresh_environment(venv, postgres):
     site = venv.run(venv.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     prefix = f"wheel_{uuid.uuid4().hex[:6]}"
-    # Two writes, then a third whose driver dies between PREPARE and its decision.
+    # Two writes, then a third, two-phase, whose driver dies between PREPARE and its
+    # decision: status 17 is the fault's exit, and the branches its tasks prepared are left.
     out = venv.run(
         venv.python, str(SCRIPT), "classic", prefix, "die", status=17, **_login(postgres)
     )
-    assert xasink_prepared(postgres), "the third write left nothing prepared"
+    assert xasink_prepared(postgres), "the third write left no prepared branch"
     recovered = venv.run(
         "xasink", "recover", "--url", postgres.jdbc_url, "--user", postgres.user,
         "--password-env", "XASINK_PASSWORD", "--grace", "0", **_login(postgres),

@@ -2,9 +2,11 @@
 the Python of a fresh virtual environment, never with the checkout on its path.
 
 Usage: user_script.py classic|sc://host:port TABLE_PREFIX [die]; the connection comes from
-XASINK_URL, XASINK_USER and XASINK_PASSWORD. Prints one line per write: `wrote NAME ROWS`.
-With `die`, a third write's driver then exits between PREPARE and its decision (exit
-status 17), leaving prepared branches for `xasink recover`.
+XASINK_URL, XASINK_USER and XASINK_PASSWORD. Prints one line per write: `wrote NAME ROWS
+WRITER` (WRITER: who wrote the branches, the "driver" in one local transaction or Spark's
+"tasks"). With `die`, a third write, two-phase (tasks' branches), then has its driver exit
+between PREPARE and its decision (exit status 17), leaving prepared branches for `xasink
+recover`; the fault hooks fail the script if that point is never reached.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ def main(where: str, prefix: str, then: str = "") -> None:
         .option("xasink.create", "if_missing")
         .save()
     )
-    print(f"wrote {prefix}_format 300", flush=True)
+    print(f"wrote {prefix}_format 300 tasks", flush=True)
+    # A small frame: the driver writes it in one local transaction with its bookkeeping.
     result = write_xa(df, table=f"{prefix}_write_xa", create="if_missing", **login)
-    print(f"wrote {prefix}_write_xa {result.rows}", flush=True)
+    print(f"wrote {prefix}_write_xa {result.rows} {result.writer}", flush=True)
     if then == "die":
-        with injected(Fault("before_decision", "exit")):
-            write_xa(df, table=f"{prefix}_write_xa", **login)
+        with injected(Fault("before_decision", "exit")):  # two phases: a branch per task
+            write_xa(df, table=f"{prefix}_write_xa", driver_write_bytes=0, **login)
     spark.stop()
 
 

@@ -5,17 +5,24 @@ that matters (after rows, after PREPARE, before and after the decision, during p
 both write paths: a small frame's branch, written by the driver itself, meets the same
 after-rows and after-PREPARE points in the driver's process. With no faults given,
 `trigger` is a no-op.
+
+A fault that never fires is a test that tests nothing (a path a refactor made unreachable):
+each firing is recorded in a ledger file, in whichever process fires it (the driver, a
+Python worker), and the `injected` block fails with `FaultNeverFired` when one of its faults
+has no record at its end.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 
 POINTS = (
     "after_rows",
@@ -34,12 +41,19 @@ class InjectedFault(RuntimeError):
     """Raised by a `raise` fault; a real failure as far as Spark is concerned."""
 
 
+class FaultNeverFired(BaseException):
+    """An armed fault was never met: the test did not exercise what it names. Not an
+    `Exception`, so that a test's `pytest.raises(Exception)` cannot swallow it."""
+
+
 @dataclass(frozen=True)
 class Fault:
     point: str
     action: str
     partition: int | None = None
     attempt_number: int | None = 0
+    #: The file a firing creates (set by `injected`; it travels with the job's plan).
+    ledger: str | None = None
 
     def __post_init__(self) -> None:
         if self.point not in POINTS or self.action not in ACTIONS:
@@ -54,13 +68,35 @@ _armed: tuple[Fault, ...] = ()
 @contextmanager
 def injected(*faults: Fault) -> Iterator[None]:
     """Arm `faults` for the jobs that start inside the block; they travel with each job's
-    plan to its tasks."""
+    plan to its tasks. At the block's end, however it ends, every fault must have fired
+    at least once (`FaultNeverFired` otherwise, chained to the block's own error)."""
     global _armed
-    previous, _armed = _armed, tuple(faults)
+    folder = tempfile.mkdtemp(prefix="xasink-faults-")
+    ledgered = tuple(
+        replace(f, ledger=os.path.join(folder, f"{i}-{f.point}")) for i, f in enumerate(faults)
+    )
+    previous, _armed = _armed, ledgered
     try:
-        yield
+        try:
+            yield
+        except BaseException as exc:
+            _check_fired(ledgered, exc)
+            raise
+        _check_fired(ledgered, None)
     finally:
         _armed = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_fired(faults: tuple[Fault, ...], error: BaseException | None) -> None:
+    never = [f for f in faults if f.ledger and not os.path.exists(f.ledger)]
+    if never:
+        names = ", ".join(f"{f.point}/{f.action}" for f in never)
+        why = f" (the block ended with {type(error).__name__}: {error})" if error else ""
+        raise FaultNeverFired(
+            f"armed fault(s) never fired: {names}{why}. The test no longer reaches the "
+            "point it names: arm it where the path goes now."
+        ) from error
 
 
 def armed() -> tuple[Fault, ...]:
@@ -82,6 +118,7 @@ def trigger(
             fault.attempt_number != attempt_number
         ):
             continue
+        _record(fault)
         if fault.action == "raise":
             raise InjectedFault(f"injected fault at {point} (partition {partition})")
         if fault.action == "exit":
@@ -95,3 +132,10 @@ def trigger(
             return
         while True:
             time.sleep(3600)
+
+
+def _record(fault: Fault) -> None:
+    """The firing, on disk before the fault acts (an `exit` ends the process at once)."""
+    if fault.ledger:
+        with suppress(OSError), open(fault.ledger, "a"):
+            pass
