@@ -39,6 +39,7 @@ tx-2        | -DTWO_TX -DNO_Q -DPROGRESS
 mdb         | 
 mdb-loser   | -DLOSER
 mdb-2rc     | -DTWO_RC -DNO_RP
+mdb-prune   | -DPRUNE
 liveness    | '
 
 # each mutant of xasink.pml runs in the "append" configuration (plus its own switches);
@@ -80,6 +81,7 @@ mdb-no-fence | -DMUTANT_NO_FENCE | recovery of an aborted job takes a participan
 mdb-links-only | -DMUTANT_LINKS_ONLY | the final recovery reaches the participant only through pending links, not its own resolution
 mdb-row-first | -DMUTANT_ROW_BEFORE_LINK | the job row in the participant written before its coordinator link
 mdb-marker | -DMUTANT_MARKER_ACROSS | XAER_NOTA in the participant settled by the job state in the coordinator, not its own
+mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the participant's retention deletes an aborted job that has its coordinator link (the fence)
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 

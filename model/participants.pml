@@ -37,7 +37,13 @@
  *   - RP, a recovery of P alone (xasink recover --url P, or a write's startup recovery in
  *     P), concurrent: a running J with a coordinator link is left, whatever its heartbeat; a
  *     committing one is rolled forward and finished; an aborted one's branches rolled back;
- *   - L (-DLOSER), the losing attempt in P.
+ *   - L (-DLOSER), the losing attempt in P;
+ *   - PR (-DPRUNE), the participant's retention or an operator's `xasink prune` in P, at
+ *     any moment: it deletes P's row of J once it is aborted (and with it P's side of the
+ *     link), unless the row is RC's fence: a driver stalled before step 3b would otherwise
+ *     write P's row after it. Committed rows are deleted only once they ended longer ago
+ *     than the grace and the job's lease; in this model that is once everything has
+ *     stopped, where deleting them changes nothing.
  * Once everything has stopped, a fault-free recovery from C with P runs to completion, then
  * P's own resolution (as RP: a zombie that prepared after the link was done is only seen
  * there).
@@ -74,7 +80,8 @@
  *   -DMUTANT_ROW_BEFORE_LINK     step 3b writes P's job row before its coordinator link;
  *   -DMUTANT_MARKER_ACROSS       a branch's XAER_NOTA settled by the coordinator's job state;
  *   -DMUTANT_UNCONDITIONAL_LINK  step 3a without its condition: this one verifies (no
- *                                counterexample, see model/README.md).
+ *                                counterexample, see model/README.md);
+ *   -DMUTANT_PRUNE_FENCE         (-DPRUNE) P's retention deletes the fence too.
  * model/check.sh lists the configurations that `make model` verifies.
  */
 
@@ -123,6 +130,7 @@ byte link;                        /* C: xasink_links (J, P, participant) */
 bit lwin;                         /* P's winners, recorded in that row with the decision */
 bit plink;                        /* P: xasink_links (J, C, coordinator) */
 bit decided;                      /* ghost: C's decision is recorded */
+bit fence;                        /* P's row of J is RC's fence (resolved_by its name) */
 bit final_phase;
 
 #define CRASH if :: !final_phase -> goto dead :: skip fi
@@ -212,7 +220,9 @@ inline finish(d) {
    or a participant's), or aborted conditionally if silent and the row read again (up to 3
    looks); an aborted J's branches rolled back; a decided J rolled forward (listed
    non-winners rolled back, the listed winner committed, an unlisted one settled by its
-   marker) and finished. */
+   marker) and finished; branches without a row (`without_row`) left while they may be
+   younger than the grace (a row read before the branch's job wrote it), rolled back once
+   everything has stopped. */
 inline resolve(d) {
   looks = 0;
   do
@@ -245,7 +255,9 @@ inline resolve(d) {
             fi
        :: else
        fi
-  :: else                                     /* running: left; no row */
+  :: rst == J_NONE && lst != 0 && final_phase ->  /* no row (a pruned abort's straggler): */
+       ROLLBACK_ALL(lst)                      /* presumed abort once past the grace */
+  :: else                                     /* running: left; no row, nothing listed */
   fi;
   atomic { looks = 0; lst = 0; l0 = 0; out = 0; ab = 0; wm = 0 }
 }
@@ -401,7 +413,9 @@ proctype RC() {
             CRASH
 #ifndef MUTANT_NO_FENCE
        :: pst == J_NONE ->                    /* the fence: P's row INSERTed aborted */
-            atomic { if :: job[DP] == J_NONE -> job[DP] = J_ABORTED :: else -> goto dead fi };
+            atomic {
+              if :: job[DP] == J_NONE -> job[DP] = J_ABORTED; fence = 1 :: else -> goto dead fi
+            };
             CRASH                              /* duplicate key: a later run */
 #endif
        :: else
@@ -437,6 +451,20 @@ dead:
   atomic { rst = 0; lst = 0; l0 = 0; k = 0; out = 0; looks = 0; ab = 0; wm = 0 }
 }
 
+#ifdef PRUNE
+/* P's retention (`retention.sweep`), or `xasink prune` there: one DELETE of an aborted row
+   with P's link rows of J, never the fence. */
+proctype PR() {
+  atomic {
+#ifndef MUTANT_PRUNE_FENCE
+    if :: job[DP] == J_ABORTED && !fence -> job[DP] = J_NONE; plink = 0 :: else fi
+#else
+    if :: job[DP] == J_ABORTED -> job[DP] = J_NONE; plink = 0; fence = 0 :: else fi
+#endif
+  }
+}
+#endif
+
 #ifdef LOSER
 /* The losing attempt of P's partition: it runs once P's job row exists, and its branch
    prepares at any time after (a zombie); never a winner. */
@@ -464,6 +492,9 @@ init {
 #endif
 #ifdef LOSER
     run L();
+#endif
+#ifdef PRUNE
+    run PR();
 #endif
   }
   _nr_pr == 1;                                /* everything has stopped */

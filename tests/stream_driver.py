@@ -34,29 +34,51 @@ def launch(config: dict[str, Any], password: str | None, **extra: Any) -> Watche
     return WatchedDriver("stream_driver.py", [json.dumps({**config, **extra})], password, {})
 
 
+#: Every LATE_EVERY-th event (from LATE_FROM on) is late: its order is that of an event
+#: LATE_BY before it, older than the key's changes two or three batches back.
+LATE_EVERY, LATE_FROM, LATE_BY = 5, 3, 250
+
+
+def seq_of(event: int) -> int:
+    """An event's order (`seq`, stored by the merge table)."""
+    return event - LATE_BY if event % LATE_EVERY == LATE_FROM else event
+
+
 def merge_changes(events: Any) -> Any:
     """The change feed derived from events (id, name, v): key id % MERGE_KEYS, a delete for
-    every 7th id, else an update to (name, id); `seq` (the event id) orders one batch."""
+    every 7th id, else an update to (name, id); `seq` orders them (`seq_of`: some late)."""
     from pyspark.sql import functions as F
 
+    late = F.col("id") % LATE_EVERY == LATE_FROM
     return events.select(
         (F.col("id") % MERGE_KEYS).alias("id"),
         F.col("name"),
         F.col("id").cast("double").alias("v"),
         F.when(F.col("id") % 7 == 0, F.lit("delete")).otherwise(F.lit("update")).alias("op"),
-        F.col("id").alias("seq"),
+        F.when(late, F.col("id") - LATE_BY).otherwise(F.col("id")).alias("seq"),
     )
 
 
-def expected_merge(start: dict[int, tuple[Any, Any]], ids: range, per_batch: int) -> dict:
-    """The merged table after every event of `ids`, applied in order, once."""
-    state = dict(start)
-    for i in ids:
-        if i % 7 == 0:
-            state.pop(i % MERGE_KEYS, None)
-        else:
-            state[i % MERGE_KEYS] = (f"b{i // per_batch}", float(i))
-    return state
+def expected_merge(start: dict[int, tuple[Any, Any]], batches: list[range], per_batch: int) -> dict:
+    """The merged table after the events of each batch in turn, each once: within a batch
+    the highest `seq` per key; across batches a change applies only over a stored row of
+    lower (or no) `seq`. A deleted key keeps none, so a late change of it comes back."""
+    state = {key: (*row, None) for key, row in start.items()}
+    for ids in batches:
+        latest: dict[int, int] = {}
+        for i in ids:
+            key = i % MERGE_KEYS
+            if key not in latest or seq_of(i) > seq_of(latest[key]):
+                latest[key] = i
+        for key, i in latest.items():
+            stored = state.get(key)
+            if stored is not None and stored[2] is not None and stored[2] >= seq_of(i):
+                continue  # stale: the stored row is newer
+            if i % 7 == 0:
+                state.pop(key, None)
+            else:
+                state[key] = (f"b{i // per_batch}", float(i), seq_of(i))
+    return {key: (name, v) for key, (name, v, _) in state.items()}
 
 
 def main() -> None:

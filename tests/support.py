@@ -108,6 +108,15 @@ def failing_once(df: Any, at_id: int) -> Any:
     return df.withColumn("id", F.udf(check, "long")(F.col("id")))
 
 
+def json_files(directory: Path, batches: list[list[dict[str, Any]]]) -> None:
+    """One JSON file per micro-batch, in the given order (see `stream_files`)."""
+    directory.mkdir(exist_ok=True)
+    for b, rows in enumerate(batches):
+        path = directory / f"part-{b:03d}.json"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        os.utime(path, (1_600_000_000 + b, 1_600_000_000 + b))
+
+
 def stream_files(directory: Path, batches: int, per_batch: int, start: int = 0) -> None:
     """One JSON file per micro-batch (id, name, v), ids start*per_batch onwards, each once.
 
@@ -121,13 +130,9 @@ def stream_files(directory: Path, batches: int, per_batch: int, start: int = 0) 
         os.utime(path, (1_600_000_000 + b, 1_600_000_000 + b))
 
 
-def file_stream(spark: Any, directory: Path) -> Any:
+def file_stream(spark: Any, directory: Path, schema: str = "id long, name string, v double") -> Any:
     """The streaming DataFrame over `stream_files`: one file per micro-batch."""
-    return (
-        spark.readStream.schema("id long, name string, v double")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(directory))
-    )
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(directory))
 
 
 def xasink_stream(stream: Any, db: DbServer, table: str, checkpoint: object) -> Any:
@@ -143,11 +148,13 @@ def xasink_stream(stream: Any, db: DbServer, table: str, checkpoint: object) -> 
     )
 
 
-def start_foreach_stream(spark: Any, source: Path, checkpoint: Path, write: Any) -> Any:
+def start_foreach_stream(
+    spark: Any, source: Path, checkpoint: Path, write: Any, schema: str | None = None
+) -> Any:
     """The file stream over `source` through foreachBatch(`write`), until its input is
     consumed (availableNow); the started query."""
     return (
-        file_stream(spark, source)
+        (file_stream(spark, source, schema) if schema else file_stream(spark, source))
         .writeStream.foreachBatch(write)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -197,6 +204,33 @@ def new_table(server: DbServer, prefix: str = "ev") -> str:
     with server.connect() as conn:
         conn.cursor().execute(TABLE_DDL[server.dialect].format(t=name))
     return name
+
+
+def run_sql(server: DbServer, *statements: str, admin: bool = True) -> list[tuple[Any, ...]]:
+    """Run `statements` (as the admin, else the app user), committed; the last one's rows."""
+    rows: list[tuple[Any, ...]] = []
+    with contextlib.closing(server.admin_connect() if admin else server.connect()) as conn:
+        with contextlib.closing(conn.cursor()) as cur:
+            for sql in statements:
+                cur.execute(sql)
+                rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
+        if server.kind != "postgres":
+            conn.commit()
+    return rows
+
+
+def own_journal_schema(server: DbServer) -> Iterator[str]:
+    """A schema (MySQL: a database) of its own for a journal, the app user's, dropped
+    afterwards: a test that fills a journal's history or damages it keeps it to itself."""
+    name = f"js_{uuid.uuid4().hex[:8]}"
+    if server.kind == "postgres":
+        run_sql(server, f"CREATE SCHEMA {name} AUTHORIZATION {server.user}")
+    else:
+        run_sql(server, f"CREATE DATABASE {name}", f"GRANT ALL ON {name}.* TO '{server.user}'@'%'")
+    yield name
+    drop = f"DROP SCHEMA {name} CASCADE" if server.kind == "postgres" else f"DROP DATABASE {name}"
+    with contextlib.suppress(Exception):
+        run_sql(server, drop)
 
 
 def journaled(server: DbServer, table: str) -> str:
@@ -530,12 +564,15 @@ def old_contents() -> Contents:
     return {i: ("old", float(i)) for i in range(OLD_ROWS)}
 
 
-def seeded_table(server: DbServer, prefix: str = "kv") -> str:
-    """A keyed table holding `old_contents()`."""
+def seeded_table(server: DbServer, prefix: str = "kv", order: str | None = None) -> str:
+    """A keyed table holding `old_contents()`; with `order`, also that column (BIGINT,
+    NULL in the old rows), which a merge ordered by it then stores."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with server.connect() as conn:
         cursor = conn.cursor()
         cursor.execute(KEYED_DDL[server.dialect].format(t=name))
+        if order:
+            cursor.execute(f"ALTER TABLE {name} ADD COLUMN {order} BIGINT")
         placeholder = "%s, %s, %s"
         cursor.executemany(
             f"INSERT INTO {name} (id, name, v) VALUES ({placeholder})",

@@ -30,7 +30,10 @@ from xasink.cli import main
 from xasink.protocol.connecting import open_journal
 from xasink.xid import BranchId
 
-JOURNAL_TABLES = ("xasink_meta", "xasink_jobs", "xasink_winners", "xasink_markers", "xasink_sinks")
+JOURNAL_TABLES = (
+    *("xasink_meta", "xasink_jobs", "xasink_winners", "xasink_markers", "xasink_sinks"),
+    *("xasink_links", "xasink_job_tables"),
+)
 #: A sink id with every character the exposition format escapes that a sink id may hold.
 SINK = 'orders "eu" \\ v2'
 

@@ -317,8 +317,8 @@ def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
     # Ended long ago, but its participant still reads its decision: prune keeps it.
     admin_sql(
         postgres,
-        "UPDATE xasink_jobs SET finished_at = finished_at - INTERVAL '10 days' "
-        f"WHERE job_id = '{tx.job_id}'",
+        "UPDATE xasink_jobs SET created_at = created_at - INTERVAL '10 days', finished_at = "
+        f"finished_at - INTERVAL '10 days' WHERE job_id = '{tx.job_id}'",
     )
     assert xasink_cli(postgres, "prune", "--older-than", "1").returncode == 0
     assert tx.job_id in job_states(postgres), "pruned a job its participant still needs"

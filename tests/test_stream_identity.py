@@ -182,13 +182,13 @@ def _age_jobs(db, table: str, days: int) -> None:
     """Make the table's jobs look as if they ended `days` ago (admin SQL)."""
     from test_protocol import admin_sql
 
-    shift = (
-        f"finished_at - INTERVAL '{days} days'"
-        if db.kind == "postgres"
-        else f"finished_at - INTERVAL {days} DAY"
-    )
+    shift = f"INTERVAL '{days} days'" if db.kind == "postgres" else f"INTERVAL {days} DAY"
     named = journaled(db, table)
-    admin_sql(db, f"UPDATE xasink_jobs SET finished_at = {shift} WHERE target_table = '{named}'")
+    admin_sql(  # a job that ended then began before it
+        db,
+        f"UPDATE xasink_jobs SET created_at = created_at - {shift}, finished_at = finished_at "
+        f"- {shift} WHERE target_table = '{named}'",
+    )
 
 
 def test_prune_keeps_what_a_replay_needs(spark, db, tmp_path):

@@ -3,9 +3,11 @@ and restarted from its checkpoint until the input is consumed: once at the point
 the sink's commit and Spark's commit log, then at random moments (seeded, see
 chaos_support; CI kills 2 times on PostgreSQL, `make chaos` 30 times on every database).
 
-Each batch is appended to one table and merged, as a change feed, into another. At the end
-the append table holds exactly the input ids, the merge table exactly the final state per
-key, and, after `xasink recover --grace 0`, no branch or staging table is left.
+Each batch is appended to one table and merged, as a change feed, into another that stores
+its order column, with some changes late (older than the key's changes of earlier batches).
+At the end the append table holds exactly the input ids, the merge table exactly the state
+per key that the newest change of each wins (batch by batch, as Spark cut them), and, after
+`xasink recover --grace 0`, no branch or staging table is left.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def test_a_stream_survives_driver_kills(db, tmp_path):
     if not FULL and db.kind != "postgres":
         pytest.skip("full chaos run only (XASINK_CHAOS_FULL=1): CI kills on PostgreSQL")
     random = rng(f"stream-kills-{db.kind}")
-    table, merge_table = new_table(db), seeded_table(db)
+    table, merge_table = new_table(db), seeded_table(db, order="seq")
     sink = f"kills-{uuid.uuid4().hex[:8]}"
     stream_files(tmp_path / "in", FILES, PER_FILE)
     config = {
@@ -101,10 +103,12 @@ def test_a_stream_survives_driver_kills(db, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     ids = range(FILES * PER_FILE)
     assert_exactly(db, table, ids)
-    assert contents(db, merge_table) == expected_merge(old_contents(), ids, PER_FILE)
     checkpoint = tmp_path / "checkpoint"
     files = batches_of(checkpoint)
     assert sum(files.values()) == FILES
+    ends = [sum(files[b] for b in sorted(files) if b <= batch) for batch in sorted(files)]
+    cut = [range(a * PER_FILE, b * PER_FILE) for a, b in zip([0, *ends], ends, strict=False)]
+    assert contents(db, merge_table) == expected_merge(old_contents(), cut, PER_FILE)
     print(f"batches that took several files: { ({b: n for b, n in files.items() if n > 1}) }")
     # Every batch Spark committed was decided by the sink, the last one last.
     assert sink_mark(db, f"{sink}-append")[0] == last_committed(checkpoint) == max(files)

@@ -23,6 +23,9 @@ NETWORK_TIMEOUT = 600.0
 LOCK_WAIT = 60.0
 #: Seconds a job's owner may stay silent before recovery may take the job for dead.
 GRACE = 120.0
+#: Days a journal keeps the rows of finished jobs before xasink deletes them itself (a
+#: journal's own setting, `xasink retention`; 0 keeps everything).
+RETENTION_DAYS = 7.0
 #: Seconds between heartbeats of a job's owner.
 HEARTBEAT_INTERVAL = 10.0
 #: A job's lease, stored on its row, is this many heartbeat intervals: recovery never takes

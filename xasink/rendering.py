@@ -18,8 +18,12 @@ def check_text(report: HealthReport) -> str:
     lines = [problem.line() for problem in report.problems]
     verdict = "healthy" if report.healthy else f"UNHEALTHY: {len(report.problems)} problem(s)"
     jobs = sum(report.jobs_by_state.values())
-    states = ", ".join(f"{state} {n}" for state, n in report.jobs_by_state.items())
-    counted = f"{jobs} job(s)" + (f" ({states})" if states else "")
+    states = ", ".join(
+        f"{state} {'~' if state in report.estimated_states else ''}{n}"
+        for state, n in report.jobs_by_state.items()
+    )
+    approx = "~" if report.estimated_states else ""
+    counted = f"{approx}{jobs} job(s)" + (f" ({states})" if states else "")
     if report.journal_status == JournalStatus.DAMAGED:
         counted = "jobs not read"
     parts = [verdict, report.journal, counted]
@@ -111,7 +115,8 @@ def check_prometheus(report: HealthReport) -> str:
         ),
         *_metric(
             "xasink_jobs",
-            "Jobs in the journal, by state.",
+            "Jobs in the journal, by state (committed ones of a long journal: the server's "
+            "row estimate, as counting them would read its whole history).",
             [(f'{{state="{label_value(s)}"}}', n) for s, n in states.items()],
         ),
         *_metric(

@@ -88,8 +88,8 @@ def test_subcommand_help(capsys):
             "xasink resolve: error: the following arguments are required: JOB",
         ),
         (
-            ["prune", "--url", URL],
-            "xasink prune: error: the following arguments are required: --older-than",
+            ["prune", "--url", URL, "--older-than", "7", "--set-retention", "3"],
+            "xasink prune: error: argument --set-retention: not allowed with argument --older-than",
         ),
         (["prune", "--url", URL, "--older-than", "7", "--force"], "unrecognized arguments"),
     ],

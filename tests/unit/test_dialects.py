@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from xasink.dialects import dialect_name_for, get_dialect
+from xasink.dialects.base import TableIndex
 from xasink.dialects.mysql import MARIADB_DATASOURCE, MYSQL_DATASOURCE, version_problem
 from xasink.errors import ConfigurationError
 from xasink.spec import ConnectionSpec, TableRef
@@ -138,13 +139,26 @@ def test_lock_wait_statements():
 
 
 def test_journal_ddl_per_dialect():
-    assert PG.create_table_sql('"s"."j"', "j", "a int", [("x", "y")]) == [
+    xy, staged = TableIndex("xy", ("x", "y")), TableIndex("staged", ("s",), present="p")
+    assert PG.create_table_sql('"s"."j"', "j", "a int", [xy, staged]) == [
         'CREATE TABLE IF NOT EXISTS "s"."j" (a int)',
-        'CREATE INDEX IF NOT EXISTS "j_x_y_idx" ON "s"."j" (x, y)',
+        'CREATE INDEX IF NOT EXISTS "j_xy_idx" ON "s"."j" (x, y)',
+        'CREATE INDEX IF NOT EXISTS "j_staged_idx" ON "s"."j" (s) WHERE p IS NOT NULL',
     ]
-    assert MY.create_table_sql("`j`", "j", "a int", [("x",)]) == [
-        "CREATE TABLE IF NOT EXISTS `j` (a int, INDEX `j_x_idx` (x))"
+    # No partial indexes on MySQL: the rows with a value are a range of a prefix index.
+    assert MY.create_table_sql("`j`", "j", "a int", [xy, staged]) == [
+        "CREATE TABLE IF NOT EXISTS `j` (a int, INDEX `j_xy_idx` (x, y), "
+        "INDEX `j_staged_idx` (s, p(1)))"
     ]
+    assert MY.create_index_sql("`j`", "j", staged) == "CREATE INDEX `j_staged_idx` ON `j` (s, p(1))"
+    # A server without partial indexes of its own gets the plain ones only.
+    assert GENERIC.create_table_sql('"j"', "j", "a int", [xy, staged]) == [
+        'CREATE TABLE IF NOT EXISTS "j" (a int)',
+        'CREATE INDEX IF NOT EXISTS "j_xy_idx" ON "j" (x, y)',
+    ]
+    assert (PG.limit_sql(20), MY.limit_sql(20)) == ("LIMIT 20", "LIMIT 20")
+    assert PG.ago_sql(90) == "statement_timestamp() - make_interval(secs => 90.000000)"
+    assert MY.ago_sql(1.5) == "UTC_TIMESTAMP(6) - INTERVAL 1500000 MICROSECOND"
     assert MY.ascii_id_type(32) == "VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin"
     assert PG.ascii_id_type(32) == "VARCHAR(32)"
 

@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "xasink"
 #: Lower layers first; a module may import its own part and any part of a lower layer.
 LAYERS: list[set[str]] = [
     {"errors", "xid", "defaults", "masking"},
-    {"spec"},
-    {"_testing", "runtime"},
+    {"spec", "_testing"},  # test hooks the runtime calls (faults, the statements sent)
+    {"runtime"},
     {"dialects"},
     {"protocol", "tables"},  # the commit protocol and the table: neither knows the other
     {"loaders", "operations"},

@@ -4,13 +4,14 @@ SQL that applies a staging table to its target on each dialect."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from xasink.dialects import get_dialect
 from xasink.errors import ConfigurationError, InputDataError, JournalError
 from xasink.spec import TableRef
-from xasink.tables.applier import apply_statements
+from xasink.tables.applier import apply_statements, stale_statement
 from xasink.tables.modes import CDC_OP_VALUES, ModeOptions
 from xasink.tables.staging import (
     ApplyPlan,
@@ -41,7 +42,11 @@ def test_upsert_with_order_steers_by_the_order_column():
     options = build("upsert", key="id", order="ts")
     assert options == ModeOptions("upsert", ("id",), None, "ts")
     assert (options.staged, options.routed, options.steering) == (True, True, ("ts",))
-    assert options.written(FRAME) == ["id", "name", "op"]
+    # The order column is written where the table has it (a created table has it), and
+    # only steers the write where it has not.
+    assert options.written(FRAME) == ["id", "name", "op", "ts"]
+    assert options.with_table(lambda c: c != "ts").written(FRAME) == ["id", "name", "op"]
+    assert options.with_table(lambda c: True) is options
 
 
 def test_merge_without_op_values_knows_the_change_feed_spellings():
@@ -58,7 +63,8 @@ def test_merge_without_op_values_knows_the_change_feed_spellings():
         ("update_postimage", False),
     )
     assert (options.op_fold, options.op_skip) == (True, ("update_preimage",))
-    assert options.written(FRAME) == ["id", "name"]
+    assert options.written(FRAME) == ["id", "name", "ts"]  # never op
+    assert options.with_table(lambda c: c != "ts").written(FRAME) == ["id", "name"]
     assert options.steering == ("op", "ts")
 
 
@@ -182,6 +188,7 @@ def test_apply_plan_json_is_stable_and_round_trips():
         "op_fold": True,
         "op_skip": ["update_preimage"],
         "op_values": [["c", False], ["d", True], ["delete", True]],
+        "order_column": None,
         "ordered": True,
         "stage": {"name": f"xasink_stage_{JOB}", "schema": "app"},
         "target": {"name": "events", "schema": "app"},
@@ -427,3 +434,39 @@ def test_a_one_phase_job_stages_in_the_sessions_temporary_schema():
     )
     assert temporary_stage(MERGE, MY).stage == MERGE.stage
     assert (PG.drop_temporary, MY.drop_temporary) == ("DROP TABLE", "DROP TEMPORARY TABLE")
+
+
+# -- a target that stores the order column: the newest change wins across writes ------------
+def test_an_upsert_over_a_stored_order_updates_only_older_rows():
+    plan = replace(_plan("upsert", key=("id",), ordered=True), columns=("id", "name", "ts"))
+    plan = replace(plan, order_column="ts")
+    (pg,) = apply_statements(PG, plan)
+    assert pg[0].startswith('INSERT INTO "app"."events" AS "xasink_stored" ("id", "name", "ts")')
+    assert pg[0].endswith(
+        'ON CONFLICT ("id") DO UPDATE SET "name" = EXCLUDED."name", "ts" = EXCLUDED."ts" WHERE '
+        '"xasink_stored"."ts" IS NULL OR "xasink_stored"."ts" < EXCLUDED."ts"'
+    )
+    (my,) = apply_statements(MY, plan)
+    t = "`app`.`events`"  # the stored row: the SELECT's columns have the same names
+    newer = f"({t}.`ts` IS NULL OR {t}.`ts` < VALUES(`ts`))"
+    assert my[0].endswith(  # the order column last: every condition reads the stored order
+        f"ON DUPLICATE KEY UPDATE `name` = IF({newer}, VALUES(`name`), {t}.`name`), "
+        f"`ts` = IF({newer}, VALUES(`ts`), {t}.`ts`)"
+    )
+
+
+def test_a_merge_over_a_stored_order_deletes_only_older_rows():
+    plan = replace(MERGE, columns=("id", "name", "ts"), order_column="ts")
+    delete, insert = apply_statements(PG, plan)
+    assert delete[0] == (
+        f'DELETE FROM "app"."events" WHERE EXISTS (SELECT 1 FROM {LATEST_PG} WHERE '
+        's."id" = "app"."events"."id" AND ("app"."events"."ts" IS NULL OR '
+        '"app"."events"."ts" < s."ts") AND LOWER(s."xasink_op") IN (?, ?))'
+    )
+    assert 'WHERE "xasink_stored"."ts" IS NULL' in insert[0]
+    assert stale_statement(PG, plan) == (
+        f'SELECT COUNT(*) FROM {LATEST_PG} JOIN "app"."events" o ON s."id" = o."id" WHERE NOT '
+        '(o."ts" IS NULL OR o."ts" < s."ts")',
+        (),
+    )
+    assert stale_statement(PG, replace(plan, order_column=None)) is None

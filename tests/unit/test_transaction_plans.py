@@ -10,7 +10,8 @@ import pytest
 from xasink.errors import JournalError
 from xasink.protocol import applying
 from xasink.protocol.applying import JobOrderError, trusted_plan
-from xasink.protocol.schema import SEVERAL_WRITES, JournalLayout
+from xasink.protocol.jobtables import SEVERAL_WRITES
+from xasink.protocol.schema import JournalLayout
 from xasink.spec import TableRef
 from xasink.tables.applier import STAGED_APPLY
 from xasink.tables.staging import ApplyPlan, ApplyPlans, stage_name
@@ -106,7 +107,7 @@ def test_a_transaction_deletes_children_first_and_inserts_parents_first(monkeypa
     )
     monkeypatch.setattr(applier, "execute", lambda conn, sql, params=(): ran.append(sql) or 1)
     plans = ApplyPlans((_plan(ITEMS, 0, mode="overwrite"), _plan(ORDERS, 1, mode="overwrite")))
-    assert applier.apply_all(None, get_dialect("postgres"), plans) == 4
+    assert applier.apply_all(None, get_dialect("postgres"), plans) == (4, 0)  # none stale
     assert [sql.split(" (")[0] for sql in ran] == [
         'DELETE FROM "public"."items"',
         'DELETE FROM "public"."orders"',

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
@@ -21,6 +22,21 @@ def advisory_key(name: str) -> int:
     """A lock name as a positive 63-bit number (PostgreSQL's advisory locks take one;
     MySQL's lock names are at most 64 characters)."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+
+
+@dataclass(frozen=True)
+class TableIndex:
+    """A secondary index of a journal table, named `<table>_<label>_idx`. With `present`,
+    it holds only the rows whose column `present` is not NULL (what a lookup of those few
+    rows among a long history needs): a partial index where the server has them, else the
+    key followed by a one-character prefix of that column, whose NULLs a range skips."""
+
+    label: str
+    columns: tuple[str, ...]
+    present: str | None = None
+
+    def name(self, table_name: str) -> str:
+        return f"{table_name}_{self.label}_idx"
 
 
 class Dialect:
@@ -190,16 +206,30 @@ class Dialect:
     def unlock_session(self, conn: JdbcConnection, name: str) -> None:
         """Release `lock_session`'s lock."""
 
-    def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
-        """What follows `INSERT ... SELECT` so that a row for an existing key updates it."""
+    def upsert_clause(
+        self, key: Sequence[str], others: Sequence[str], newer: str | None = None, target: str = ""
+    ) -> str:
+        """What follows `INSERT ... SELECT ... s` so that a row for an existing key updates
+        it; with `newer` (the order column, one of `others`), only a stored row whose
+        order is lower or NULL (the INSERT names `target` as `upsert_target` says)."""
         raise ConfigurationError(
             f"The {self.name} dialect has no upsert statement; mode='upsert' and mode='merge' "
             "need the postgres or mysql dialect."
         )
 
+    def upsert_target(self, target: str) -> str:
+        """How an upsert with `newer` names its target, so the condition can name the
+        stored row."""
+        return target
+
     def age_sql(self, column: str) -> str | None:
         """Seconds since the timestamp `column`, on the database's clock; None: unknown."""
         return None
+
+    def ago_sql(self, seconds: float) -> str:
+        """The database clock's time `seconds` ago (as the journal's timestamps hold it),
+        for a range an index can serve where an age computed per row cannot."""
+        return f"CURRENT_TIMESTAMP - INTERVAL '{float(seconds):.6f}' SECOND"
 
     def prepared_ages_sql(self) -> str | None:
         """A query of (gid, seconds since PREPARE) for this database's prepared transactions;
@@ -227,15 +257,36 @@ class Dialect:
         return f"VARCHAR({length})"
 
     def create_table_sql(
-        self, table: str, name: str, columns: str, indexes: Sequence[Sequence[str]] = ()
+        self, table: str, name: str, columns: str, indexes: Sequence[TableIndex] = ()
     ) -> list[str]:
-        """CREATE TABLE IF NOT EXISTS `table` (its bare name `name`) with secondary indexes
-        on each column list of `indexes`."""
+        """CREATE TABLE IF NOT EXISTS `table` (its bare name `name`) with its secondary
+        `indexes`."""
         return [f"CREATE TABLE IF NOT EXISTS {table} ({columns})"] + [
-            f"CREATE INDEX IF NOT EXISTS {self.quote('_'.join((name, *cols, 'idx')))} "
-            f"ON {table} ({', '.join(cols)})"
-            for cols in indexes
+            sql for index in indexes if (sql := self.create_index_sql(table, name, index))
         ]
+
+    def create_index_sql(self, table: str, name: str, index: TableIndex) -> str | None:
+        """CREATE INDEX for `index` of `table` (bare name `name`), a no-op if it exists;
+        None where this server cannot hold it (a partial index, here: lookups then read
+        more rows, with the same results)."""
+        if index.present is not None:
+            return None
+        return (
+            f"CREATE INDEX IF NOT EXISTS {self.quote(index.name(name))} "
+            f"ON {table} ({', '.join(index.columns)})"
+        )
+
+    def drop_index(self, conn: JdbcConnection, table: str, name: str) -> None:
+        """Drop `table`'s index `name` if it has one (an earlier layout's)."""
+        execute(conn, f"DROP INDEX IF EXISTS {self.quote(name)}")
+
+    def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
+        """Add `column` (its name and type) to `table` unless it has it."""
+        execute(conn, f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
+
+    def is_duplicate_index(self, exc: BaseException) -> bool:
+        """CREATE INDEX failed because the index exists (servers without IF NOT EXISTS)."""
+        return sql_error_code(exc) == 1061
 
 
 class GenericDialect(Dialect):

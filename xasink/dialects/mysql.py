@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from ..errors import JournalError, PreflightError
-from ..runtime.jdbc import JdbcConnection, query, sql_error_code
+from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
-from .base import Dialect, advisory_key
+from .base import Dialect, TableIndex, advisory_key
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
 MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
@@ -194,14 +194,37 @@ class MySQLDialect(Dialect):
         return f"VARCHAR({length}) CHARACTER SET ascii COLLATE ascii_bin"
 
     def create_table_sql(
-        self, table: str, name: str, columns: str, indexes: Sequence[Sequence[str]] = ()
+        self, table: str, name: str, columns: str, indexes: Sequence[TableIndex] = ()
     ) -> list[str]:
         # MySQL has no CREATE INDEX IF NOT EXISTS: the indexes are declared with the table.
         declared = "".join(
-            f", INDEX {self.quote('_'.join((name, *cols, 'idx')))} ({', '.join(cols)})"
-            for cols in indexes
+            f", INDEX {self.quote(index.name(name))} ({self._key(index)})" for index in indexes
         )
         return [f"CREATE TABLE IF NOT EXISTS {table} ({columns}{declared})"]
+
+    def create_index_sql(self, table: str, name: str, index: TableIndex) -> str | None:
+        # No IF NOT EXISTS on MySQL: a caller adding an index to an existing table ignores
+        # `is_duplicate_index`.
+        return f"CREATE INDEX {self.quote(index.name(name))} ON {table} ({self._key(index)})"
+
+    def drop_index(self, conn: JdbcConnection, table: str, name: str) -> None:
+        try:
+            execute(conn, f"DROP INDEX {self.quote(name)} ON {table}")
+        except Exception as exc:
+            if sql_error_code(exc) != 1091:  # no such index
+                raise
+
+    def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
+        try:  # MySQL has no ADD COLUMN IF NOT EXISTS
+            execute(conn, f"ALTER TABLE {table} ADD COLUMN {column}")
+        except Exception as exc:
+            if sql_error_code(exc) != 1060:  # a duplicate column name
+                raise
+
+    @staticmethod
+    def _key(index: TableIndex) -> str:
+        """No partial indexes here: a one-character prefix of `present` after the key."""
+        return ", ".join((*index.columns, *([f"{index.present}(1)"] if index.present else [])))
 
     def prepared_count(self, conn: JdbcConnection, format_id: int) -> int:
         # Rows of (formatID, gtrid_length, bqual_length, data), the list XA RECOVER gives
@@ -237,13 +260,44 @@ class MySQLDialect(Dialect):
             "SET SESSION lock_wait_timeout = DEFAULT, innodb_lock_wait_timeout = DEFAULT",
         )
 
+    def estimated_rows(
+        self, conn: JdbcConnection, table: str, schema: str | None, name: str
+    ) -> int | None:
+        rows = query(
+            conn,
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+            "COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            (schema, name),
+        )
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def limit_sql(self, rows: int) -> str:
+        return f"LIMIT {int(rows)}"
+
     def age_sql(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, {column}, UTC_TIMESTAMP(6)) / 1000000.0"
 
-    def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
+    def ago_sql(self, seconds: float) -> str:
+        return f"UTC_TIMESTAMP(6) - INTERVAL {int(seconds * 1e6)} MICROSECOND"
+
+    def upsert_clause(
+        self, key: Sequence[str], others: Sequence[str], newer: str | None = None, target: str = ""
+    ) -> str:
         # VALUES(c) is the row being inserted (MySQL 8.0.20 deprecates it, but keeps it, and
         # MariaDB has no row alias syntax).
-        updates = ", ".join(f"{self.quote(c)} = VALUES({self.quote(c)})" for c in others or key)
+        q = self.quote
+        if newer is None:
+            updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in others or key)
+            return f"ON DUPLICATE KEY UPDATE {updates}"
+        # Each assignment sees the ones before it: the order column is assigned last, so
+        # that every column's condition compares the stored order. The stored row's columns
+        # are named through `target`: the SELECT's columns have the same names.
+        stored = f"{target}.{q(newer)}"
+        newest = f"({stored} IS NULL OR {stored} < VALUES({q(newer)}))"
+        columns = [c for c in others if c != newer] + [newer]
+        updates = ", ".join(
+            f"{q(c)} = IF({newest}, VALUES({q(c)}), {target}.{q(c)})" for c in columns
+        )
         return f"ON DUPLICATE KEY UPDATE {updates}"
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:

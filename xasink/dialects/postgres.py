@@ -7,9 +7,12 @@ from typing import ClassVar
 from urllib.parse import urlencode
 
 from ..errors import PreflightError
-from ..runtime.jdbc import JdbcConnection, query
+from ..runtime.jdbc import JdbcConnection, execute, query
 from ..spec import ConnectionSpec, TableRef
-from .base import Dialect, advisory_key
+from .base import Dialect, TableIndex, advisory_key
+
+#: What an upsert that compares order values calls the stored row.
+_STORED = "xasink_stored"
 
 
 class PostgresDialect(Dialect):
@@ -45,6 +48,24 @@ class PostgresDialect(Dialect):
             "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
         ]
 
+    def create_index_sql(self, table: str, name: str, index: TableIndex) -> str | None:
+        where = f" WHERE {index.present} IS NOT NULL" if index.present else ""
+        return (
+            f"CREATE INDEX IF NOT EXISTS {self.quote(index.name(name))} "
+            f"ON {table} ({', '.join(index.columns)}){where}"
+        )
+
+    def drop_index(self, conn: JdbcConnection, table: str, name: str) -> None:
+        # Index names are per schema: the table's own, not the first on the search path.
+        rows = query(
+            conn,
+            "SELECT quote_ident(n.nspname) FROM pg_class c JOIN pg_namespace n ON n.oid = "
+            "c.relnamespace WHERE c.oid = to_regclass(?)",
+            (table,),
+        )
+        if rows:
+            execute(conn, f"DROP INDEX IF EXISTS {rows[0][0]}.{self.quote(name)}")
+
     def check_server(self, conn: JdbcConnection, branches: int, user: str | None) -> None:
         limit = int(query(conn, "SELECT current_setting('max_prepared_transactions')")[0][0])
         in_use = int(query(conn, "SELECT count(*) FROM pg_prepared_xacts")[0][0])
@@ -66,8 +87,21 @@ class PostgresDialect(Dialect):
                 "`xasink recover`, or " + fix.format(n=max(branches + in_use, branches * 2))
             )
 
+    def estimated_rows(
+        self, conn: JdbcConnection, table: str, schema: str | None, name: str
+    ) -> int | None:
+        rows = query(conn, "SELECT reltuples FROM pg_class WHERE oid = to_regclass(?)", (table,))
+        return int(rows[0][0]) if rows and float(rows[0][0]) >= 0 else None  # -1: never analyzed
+
+    def limit_sql(self, rows: int) -> str:
+        return f"LIMIT {int(rows)}"
+
     def age_sql(self, column: str) -> str:
         return f"EXTRACT(EPOCH FROM (clock_timestamp() - {column}))"
+
+    def ago_sql(self, seconds: float) -> str:
+        # The statement's start, not clock_timestamp(): a volatile clock bounds no index range.
+        return f"statement_timestamp() - make_interval(secs => {float(seconds):.6f})"
 
     def prepared_ages_sql(self) -> str:
         return (
@@ -127,12 +161,23 @@ class PostgresDialect(Dialect):
     def unlock_session(self, conn: JdbcConnection, name: str) -> None:
         query(conn, "SELECT pg_advisory_unlock(?)", (advisory_key(name),))
 
-    def upsert_clause(self, key: Sequence[str], others: Sequence[str]) -> str:
-        target = ", ".join(self.quote(k) for k in key)
+    def upsert_clause(
+        self, key: Sequence[str], others: Sequence[str], newer: str | None = None, target: str = ""
+    ) -> str:
+        keys = ", ".join(self.quote(k) for k in key)
         if not others:
-            return f"ON CONFLICT ({target}) DO NOTHING"
+            return f"ON CONFLICT ({keys}) DO NOTHING"
         updates = ", ".join(f"{self.quote(c)} = EXCLUDED.{self.quote(c)}" for c in others)
-        return f"ON CONFLICT ({target}) DO UPDATE SET {updates}"
+        if newer is None:
+            return f"ON CONFLICT ({keys}) DO UPDATE SET {updates}"
+        stored, column = self.quote(_STORED), self.quote(newer)  # `upsert_target`'s alias
+        return (
+            f"ON CONFLICT ({keys}) DO UPDATE SET {updates} WHERE {stored}.{column} IS NULL "
+            f"OR {stored}.{column} < EXCLUDED.{column}"
+        )
+
+    def upsert_target(self, target: str) -> str:
+        return f"{target} AS {self.quote(_STORED)}"
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
         # The quoted name is a bind parameter that to_regclass parses: never pasted into SQL.

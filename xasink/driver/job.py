@@ -28,7 +28,7 @@ from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import DecisionUnknownError, XasinkError
 from ..executor.contract import WritePlan
-from ..protocol import sessions, sinkmarks
+from ..protocol import retention, sessions, sinkmarks
 from ..protocol.branches import BranchOps
 from ..protocol.connecting import JOURNAL_ROLE, journal_connection, open_journal
 from ..protocol.heartbeat import Heartbeat
@@ -114,6 +114,8 @@ class Job:
             stack.enter_context(checks.forgotten_on_failure(spec))
             stack.enter_context(job._closing)
             yield job
+            if job.trace.state in FINAL_STATES:  # after its end, a due round of its
+                retention.tend(job.journal, job.conn, job.spec)  # journal's retention
 
     @classmethod
     @contextlib.contextmanager
@@ -141,6 +143,8 @@ class Job:
                 stack.enter_context(session)
             stack.enter_context(job._closing)
             yield job
+            if job.trace.state in FINAL_STATES:  # after its end, a due round of its
+                retention.tend(job.journal, job.conn, job.spec)  # journal's retention
 
     @property
     def ops(self) -> BranchOps:
@@ -163,8 +167,9 @@ class Job:
         `opened`); nothing is written."""
         pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
         self.journal = pre.journal
-        # From here on the job names its table as the server resolved it.
-        self.request = dataclasses.replace(self.request, target=pre.table)
+        # From here on the job names its table as the server resolved it, and writes its
+        # `order` column if the table has one.
+        self.request = dataclasses.replace(self.request, target=pre.table, options=pre.options)
         return pre
 
     def can_stage_temporarily(self) -> bool:
@@ -340,7 +345,7 @@ class Job:
     def commit(self, phase_one: PhaseOne) -> int:
         """Phase 2 and finish; returns how many losing attempts were rolled back."""
         assert self.plan is not None and self.decided
-        losers = commit_all(
+        losers, self.trace.stale = commit_all(
             self.plan, self.ops, self.conn, phase_one, self.request.commit_parallelism
         )
         self.trace.state = JobState.COMMITTED

@@ -68,6 +68,7 @@ def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> Ph
         (report.path,) if report.path else (),
     )
     trace.rows, trace.load_paths, trace.branches = report.rows, phase_one.load_paths, 1
+    trace.stale = report.stale
     job.decided = True
     trace.state = JobState.COMMITTED
     trace.done("decide")

@@ -188,6 +188,7 @@ def commit_all(coordinator: Job, members: Sequence[Member]) -> int:
         first = first_staged(job)
         job.plan = dataclasses.replace(job.plan, apply=first, partition_base=0)
         losers += job.commit(m.phase_one())
+        coordinator.trace.stale += job.trace.stale
         try:
             links.mark_done(coordinator.journal, coordinator.conn, str(job.job_id), m.tag)
         except Exception as exc:  # recovery from the coordinator marks it done

@@ -13,7 +13,7 @@ from .. import defaults
 from .._testing.faults import trigger
 from ..errors import CommitError, LostBranchError
 from ..executor.contract import WritePlan
-from ..protocol.applying import JobOrderError
+from ..protocol.applying import Finished, JobOrderError
 from ..protocol.branches import BranchOps, commit_group
 from ..protocol.connecting import journal_connection
 from ..protocol.journal import Journal
@@ -34,8 +34,9 @@ T = TypeVar("T")
 
 def commit_all(
     plan: WritePlan, ops: BranchOps, conn: JdbcConnection, phase_one: PhaseOne, parallelism: int
-) -> int:
-    """Phase 2: commit the winners, then roll back every other attempt of this job."""
+) -> tuple[int, int]:
+    """Phase 2: commit the winners, then roll back every other attempt of this job, then
+    finish it. Returns (losing attempts rolled back, staged changes the apply skipped)."""
     trigger(plan.faults, "after_decision")
     last_report = time.monotonic()
     winners = phase_one.winners
@@ -68,8 +69,8 @@ def commit_all(
         _raise_lost(plan, conn, group.lost, phase_one.rows_of)
     trigger(plan.faults, "before_finish")
     with step("finish"):
-        _finish(plan, ops, conn, winner_keys)
-    return losers
+        stale = _finish(plan, ops, conn, winner_keys)
+    return losers, stale
 
 
 def on_live_connection(plan: WritePlan, conn: JdbcConnection, call: Callable[[Any], T]) -> T:
@@ -95,7 +96,7 @@ HELP_ROUNDS = 3
 
 def _finish_in_order(
     plan: WritePlan, ops: BranchOps, conn: JdbcConnection, winners: set[tuple[int, int]]
-) -> tuple[bool, Exception | None]:
+) -> tuple[Finished | None, Exception | None]:
     """`finish_or_refuse`; while an older decided staged job on the table is unfinished,
     finish that one first (as recovery would: it is decided), then try again."""
     for attempt in range(HELP_ROUNDS + 1):
@@ -136,8 +137,9 @@ def _raise_lost(
 
 def _finish(
     plan: WritePlan, ops: BranchOps, conn: JdbcConnection, winners: set[tuple[int, int]]
-) -> None:
-    """Mark the job committed (and, for a staged mode, apply it in the same transaction).
+) -> int:
+    """Mark the job committed (and, for a staged mode, apply it in the same transaction);
+    returns how many staged changes the apply skipped (0 when another process applied).
 
     A staged apply the target refuses (constraint, value) ends the job aborted with the
     target unchanged; any other failure leaves the decision for `xasink recover`. Success
@@ -171,11 +173,11 @@ def _finish(
     if refusal is not None and plan.apply is not None:
         raise refused(plan.target, plan.job_id, plan.spec.redact(refusal))
     if finished:
-        return
+        return finished.stale
     state = on_live_connection(plan, conn, lambda c: journal.state(c, plan.job_id))
     if state == JobState.COMMITTED:
         log.info("xasink job %s: another process (a recovery run) finished it", plan.job_id)
-        return
+        return 0
     raise CommitError(_ended_elsewhere(plan, state, len(winners)))
 
 

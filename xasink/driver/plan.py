@@ -57,6 +57,7 @@ def apply_plan_for(
         columns=tuple(spelled.values()),
         key=tuple(spelled[k] for k in options.key),
         ordered=options.order is not None,
+        order_column=spelled.get(options.order) if options.order else None,
         op_values=options.op_values,
         op_fold=options.op_fold,
         op_skip=options.op_skip,

@@ -53,6 +53,8 @@ def preflight(
                 conn, dialect, target, schema, options, request.create, spec.redact
             )
             checks.put(spec, ("table", target), tuple(existing))
+        named = {dialect.column_key(c.name) for c in existing}
+        options = options.with_table(lambda column: dialect.column_key(column) in named)
         targets = check_fit(conn, dialect, target, schema, options, existing)
     with step("table identity"):
         table = checks.get(spec, ("identity", target))
@@ -63,7 +65,7 @@ def preflight(
         if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
-    return Preflight(journal, targets, created, table)
+    return Preflight(journal, targets, created, table, options)
 
 
 #: (connection, schema) pairs whose temporary-stage refusal this process has warned about.

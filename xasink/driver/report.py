@@ -89,6 +89,9 @@ class JobEnd:
     #: The class name of the failure that ended the job (never its message).
     error: str | None = None
     redact: Redactor = field(default_factory=Redactor, repr=False, compare=False)
+    #: Staged changes skipped as no newer than their stored rows (upsert, merge with an
+    #: `order` column the table stores): a late change, or a replay of one.
+    stale: int = 0
 
     @property
     def level(self) -> int:
@@ -103,6 +106,7 @@ class JobEnd:
             "mode": self.mode,
             "outcome": str(self.outcome),
             "rows": self.rows,
+            **({"stale": self.stale} if self.stale else {}),
             "branches": self.branches,
             "load": list(self.load_paths),
             "writer": self.writer,
@@ -203,6 +207,8 @@ class JobTrace:
     writer: str = "tasks"
     sink: SinkBatch | None = None
     decided_by: str | None = None
+    #: Staged changes the apply skipped as no newer than the stored rows (`order`).
+    stale: int = 0
     ended: JobEnd | None = None
     #: The running phase, as an index into PHASES.
     running: int = 0
@@ -250,6 +256,7 @@ class JobTrace:
             decided_by=self.decided_by,
             error=None if error is None else type(error).__name__,
             redact=self.redact,
+            stale=self.stale,
         )
         log_job_end(self.ended, self.spark_worker)
         return self.ended

@@ -62,6 +62,8 @@ class Preflight:
     #: The target as the server resolves it (`Dialect.table_identity`): the job writes,
     #: locks and journals this, so that two spellings of one table are one table.
     table: TableRef
+    #: The request's mode options for this table (whether it stores the `order` column).
+    options: ModeOptions
 
 
 @dataclass(frozen=True)

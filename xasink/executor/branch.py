@@ -46,7 +46,9 @@ def report_of(
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if outcome is None:
         return BranchReport(partition, attempt, xid, peak_rss_kb=peak)
-    return BranchReport(partition, attempt, xid, outcome.rows, peak, outcome.path, outcome.problem)
+    return BranchReport(
+        partition, attempt, xid, outcome.rows, peak, outcome.path, outcome.problem, outcome.stale
+    )
 
 
 def write_rows(

@@ -64,6 +64,8 @@ class BranchOutcome:
     path: str
     #: Why the rows cannot be applied (the branch was rolled back), or "".
     problem: str = ""
+    #: Staged changes its one-phase apply skipped as no newer than the stored rows.
+    stale: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,6 @@ class BranchReport:
     peak_rss_kb: int = 0
     path: str = ""
     problem: str = ""
+    #: A one-phase job's staged changes its apply skipped (never a task's: tasks do not
+    #: apply, and the message rows do not carry it).
+    stale: int = 0

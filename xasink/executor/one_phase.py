@@ -15,7 +15,6 @@ from ..errors import JobAbortedError, WriteError
 from ..protocol import applying, sessions
 from ..protocol.applying import JobOrderError
 from ..protocol.sessions import open_session
-from ..protocol.states import Decision
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
@@ -80,10 +79,10 @@ def write_one_phase(
         rows, path, problem = _load(parts, conn, loads)
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
-            decision = plan.journal.commit_in_branch(
+            finished = plan.journal.commit_in_branch(
                 conn, plan.job_id, table, rows, plan.sink, staged
             )
-            problem = "" if decision == Decision.DECIDED else ONE_PHASE_TAKEN
+            problem = "" if finished else ONE_PHASE_TAKEN
         if problem:
             conn.rollback()
             return report_of(0, 0, "", BranchOutcome(0, path, problem))
@@ -91,7 +90,8 @@ def write_one_phase(
             if part.stage_ddl:
                 execute(conn, f"{dialect.drop_temporary} {dialect.qualified(part.table)}")
         trigger(plan.faults, "before_local_commit", 0, 0)
-        report = report_of(0, 0, "", BranchOutcome(rows, path))
+        stale = finished.stale if finished else 0
+        report = report_of(0, 0, "", BranchOutcome(rows, path, stale=stale))
         try:
             conn.commit()
             keep = True

@@ -6,167 +6,29 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import json
 import socket
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT
 from ..errors import ConfigurationError, JournalError
 from ..masking import Redactor
-from ..runtime.jdbc import JdbcConnection, query
-from ..spec import ConnectionSpec, TableRef
-from ..xid import BranchId, valid_job_id
+from ..runtime.jdbc import JdbcConnection
+from ..spec import ConnectionSpec
+from ..xid import valid_job_id
 from . import links
 from .actions import RecoveryReport
 from .applying import StagedApply
-from .branches import BranchOps, Outcome
+from .branches import BranchOps
 from .connecting import journal_session, open_journal
 from .journal import Journal
+from .listing import table_named
 from .participants import finish as finish_participants
 from .participants import given
-from .recovery import awaits_coordinator, describe, no_journal, presume_abort, resolve_in_doubt
-from .schema import SEVERAL_WRITES
+from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
+from .retention import sweep
 from .states import FINAL_STATES, JobState
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    job_id: str
-    state: str
-    table: str
-    rows: int | None
-    age_seconds: float | None
-    heartbeat_seconds: float | None
-    mode: str
-    #: What keeps the job from being final, and what to do about it ("" when final).
-    blocker: str
-    resolution: str
-    #: A streaming job's sink and batch ("" / None otherwise).
-    sink_id: str = ""
-    batch_id: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def list_jobs(
-    ops: BranchOps,
-    conn: JdbcConnection,
-    journal: Journal,
-    *,
-    states: tuple[str, ...] = (),
-    table: str | None = None,
-    limit: int = 200,
-    grace: float = GRACE,
-) -> list[JobInfo]:
-    """Jobs, newest first, with rows, age and what blocks the unfinished ones."""
-    d = journal.dialect
-    where, params = [], []
-    if states:
-        where.append(f"j.state IN ({', '.join('?' for _ in states)})")
-        params.extend(states)
-    named: set[str] = set()
-    if table is not None:  # rows written before tables were resolved hold the spelling
-        named = {table, table_named(conn, journal, table)}
-        where.append("(j.target_table IN (?, ?) OR j.apply_plan LIKE ?)")
-        params.extend((*sorted(named), f"{SEVERAL_WRITES}%"))
-    rows = query(
-        conn,
-        f"SELECT j.job_id, j.state, j.target_table, "
-        f"(SELECT SUM(w.row_count) FROM {journal.winners} w WHERE w.job_id = j.job_id), "
-        f"{d.age_sql('j.created_at') or 'NULL'}, {d.age_sql('j.heartbeat_at') or 'NULL'}, "
-        f"j.apply_plan, j.resolution, j.lease_seconds, j.sink_id, j.batch_id "
-        f"FROM {journal.jobs} j "
-        f"{'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY j.created_at DESC",
-        params,
-    )[:limit]
-    prepared: dict[str, list[BranchId]] = {}
-    for branch, _ in ops.prepared():
-        prepared.setdefault(branch.job_id, []).append(branch)
-    jobs = []
-    for job_id, state, target, total, age, beat, plan, resolution, lease, sink, batch in rows:
-        job_id, state = str(job_id), str(state)
-        tables, mode = _tables_and_mode(str(target), plan)
-        if named and not named & set(tables):
-            continue  # a transaction of other tables
-        jobs.append(
-            JobInfo(
-                job_id,
-                state,
-                ", ".join(tables),
-                None if total is None else int(total),
-                None if age is None else float(age),
-                None if beat is None else float(beat),
-                mode,
-                _blocker(ops, conn, journal, job_id, state, beat, lease, prepared, grace),
-                str(resolution or ""),
-                str(sink or ""),
-                None if batch is None else int(batch),
-            )
-        )
-    return jobs
-
-
-def _tables_and_mode(table: str, plan: object) -> tuple[list[str], str]:
-    """The tables a job changes and its mode, from its row: a transaction's plan names
-    each of its tables and their modes (`mode` lists them, comma-separated)."""
-    if not plan:
-        return [table], "append"
-    try:
-        raw = json.loads(str(plan))
-        writes = raw["writes"] if str(plan).startswith(SEVERAL_WRITES) else [raw]
-        tables = [str(TableRef(**w["target"])) for w in writes]
-        return (tables if len(writes) > 1 else [table]), ",".join(str(w["mode"]) for w in writes)
-    except (ValueError, KeyError, TypeError):
-        return [table], "?"
-
-
-def _blocker(
-    ops: BranchOps,
-    conn: JdbcConnection,
-    journal: Journal,
-    job_id: str,
-    state: str,
-    beat: object,
-    lease: object,
-    prepared: dict[str, list[BranchId]],
-    grace: float,
-) -> str:
-    mine = prepared.get(job_id, [])
-    if state in FINAL_STATES:
-        pending = links.participants(journal, conn, job_id)
-        if pending:
-            where = " ".join(f"--participant {p.address}" for p in pending)
-            return f"not yet {state} in its other database(s): `xasink recover {where}`"
-        return f"{len(mine)} straggler branch(es): run `xasink recover`" if mine else ""
-    if state == JobState.RUNNING:
-        silent = float(beat) if beat is not None else float("inf")
-        if silent < max(grace, float(lease or 0)):
-            return f"writing (heartbeat {silent:.0f}s ago)"
-        coordinator = journal.coordinator(conn, job_id)
-        if coordinator is not None:
-            return f"silent for {silent:.0f}s; {awaits_coordinator(coordinator)}"
-        return f"silent for {silent:.0f}s: `xasink recover` aborts it"
-    if state != JobState.COMMITTING:
-        return f"unknown state {state!r}"
-    winners = journal.winners_of(conn, job_id)
-    listed = {(b.partition, b.attempt) for b in mine}
-    lost = [
-        p
-        for p, a in sorted(winners - listed)
-        if ops.settled(BranchId(journal.tag, job_id, p, a)) is Outcome.LOST
-    ]
-    if lost:
-        return (
-            f"winning branch(es) of partition(s) {lost[:20]} were rolled back outside xasink: "
-            f"`xasink resolve {job_id} --abandon` ends the job"
-        )
-    pending = len(winners & listed)
-    if pending:
-        return f"decided, {pending} winner(s) still prepared: run `xasink recover`"
-    return "decided, all winners committed, not finished: run `xasink recover`"
 
 
 def abandon(
@@ -259,35 +121,10 @@ def _resolution(before: str, final: JobState, reason: str) -> str:
 
 
 def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
-    """Delete the journal rows of jobs that ended more than `older_than_days` ago (and
-    whose staging table is gone); returns how many jobs.
-
-    Rows that are still evidence stay, whatever the age asked for: a job that some sink's
-    mark names (a replay of its batch reads it), a transaction's whose participant is not
-    finished yet (its decision is read from here), and a job that ended within its own lease
-    or the default grace (a stalled driver of it may still settle its branches by its
-    state)."""
-    if older_than_days < 0:
-        raise ConfigurationError("--older-than takes a number of days, 0 or more.")
-    d = journal.dialect
-    age = d.age_sql("j.finished_at")
-    if age is None:
-        raise ConfigurationError(f"The {d.name} dialect cannot compute ages; prune by hand.")
-    marks = ", ".join("?" for _ in FINAL_STATES)
-    old = (
-        f"SELECT j.job_id FROM {journal.jobs} j WHERE j.state IN ({marks}) "
-        f"AND j.apply_plan IS NULL AND j.finished_at IS NOT NULL AND {age} > ? "
-        f"AND {age} > COALESCE(j.lease_seconds, 0) AND {age} > ? "
-        f"AND NOT EXISTS (SELECT 1 FROM {journal.sinks} s WHERE s.job_id = j.job_id)"
-    )
-    params = (*FINAL_STATES, older_than_days * 86400.0, GRACE)
-    pending = links.linked_jobs(journal, conn)  # a participant still to finish reads them
-    jobs = [job for row in query(conn, old, params) if (job := str(row[0])) not in pending]
-    if dry_run or not jobs:
-        return len(jobs)
-    journal.forget(conn, jobs)
-    links.forget(journal, conn, jobs)
-    return len(jobs)
+    """Delete the journal rows of jobs that ended more than `older_than_days` ago, as the
+    journal's retention does by itself, all at once (`retention.sweep`); returns how many
+    jobs. Rows that are still evidence stay, whatever the age asked for."""
+    return sweep(journal, conn, older_than_days, dry_run=dry_run).jobs
 
 
 # -- the commands' sessions ----------------------------------------------------------
@@ -395,15 +232,4 @@ def _recover(
         )
 
 
-def table_named(conn: JdbcConnection, journal: Journal, table: str) -> str:
-    """The table an operator's `--table` spelling names, as jobs record it: resolved by
-    the server (`Dialect.table_identity`), or the spelling when it finds no such table."""
-    try:
-        ref = TableRef.parse(table)
-    except ConfigurationError:
-        return table
-    found = journal.dialect.table_identity(conn, ref)
-    return str(found) if found is not None else table
-
-
-__all__ = ["JobInfo", "abandon", "list_jobs", "operate", "prune", "recover"]
+__all__ = ["abandon", "operate", "prune", "recover"]

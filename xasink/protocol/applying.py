@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from ..dialects import Dialect
@@ -20,7 +21,7 @@ from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, query
 from ..spec import TableRef
 from ..xid import valid_job_id
-from .schema import SEVERAL_WRITES, JournalLayout
+from .schema import JournalLayout
 from .states import FINAL_STATES, JobState
 
 log = logging.getLogger("xasink")
@@ -58,8 +59,9 @@ class StagedApply(Protocol[Plan]):
         """Raise unless the whole staging tables can be applied (in the apply transaction)."""
         ...
 
-    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> int:
-        """Apply the staging tables to their targets, in the caller's one transaction."""
+    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> tuple[int, int]:
+        """Apply the staging tables to their targets, in the caller's one transaction:
+        (rows changed, staged changes skipped as no newer than the row stored)."""
         ...
 
     def drop(
@@ -71,6 +73,14 @@ class StagedApply(Protocol[Plan]):
     def is_data_error(self, exc: BaseException) -> bool:
         """The target refused the rows themselves: applying again cannot help."""
         ...
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A job this call made final, and how many of its staged changes the apply skipped,
+    the stored row being as new or newer (a late change or a replay, by its order)."""
+
+    stale: int = 0
 
 
 def stored_plan(
@@ -144,15 +154,14 @@ def check_apply_order(
     that is not finished yet, on any of this job's tables, blocks this one (it would
     otherwise be applied later and overwrite newer data)."""
     tables = [str(t) for t in plan.targets]
-    marks = ", ".join("?" for _ in tables)
+    changes = journal.changes_sql("o", len(tables))
     rows = query(
         conn,
         f"SELECT o.job_id, o.target_table, o.apply_plan FROM {journal.jobs} o, {journal.jobs} j "
         "WHERE j.job_id = ? AND o.state = ? AND o.job_id <> j.job_id AND o.apply_plan IS NOT "
-        f"NULL AND (o.target_table IN ({marks}) OR o.apply_plan LIKE ?) AND (o.decided_at < "
-        "j.decided_at OR (o.decided_at = j.decided_at AND o.job_id < j.job_id)) "
-        "ORDER BY o.decided_at, o.job_id",
-        (job_id, JobState.COMMITTING, *tables, f"{SEVERAL_WRITES}%"),
+        f"NULL AND {changes} AND (o.decided_at < j.decided_at OR "
+        "(o.decided_at = j.decided_at AND o.job_id < j.job_id)) ORDER BY o.decided_at, o.job_id",
+        (job_id, JobState.COMMITTING, *tables, *tables),
     )
     _raise_first_sharing(journal, rows, plan, staged)
 
@@ -197,13 +206,13 @@ def lock_apply_order(
     it, so one decided but not yet applied raises JobOrderError. A locking read: it sees
     the latest decisions, not the transaction's snapshot (InnoDB)."""
     tables = [str(t) for t in plan.targets]
-    marks = ", ".join("?" for _ in tables)
+    changes = journal.changes_sql("o", len(tables))
     rows = query(
         conn,
-        f"SELECT job_id, target_table, apply_plan FROM {journal.jobs} WHERE state = ? AND "
-        f"job_id <> ? AND apply_plan IS NOT NULL AND (target_table IN ({marks}) OR "
-        "apply_plan LIKE ?) ORDER BY decided_at, job_id FOR UPDATE",
-        (JobState.COMMITTING, job_id, *tables, f"{SEVERAL_WRITES}%"),
+        f"SELECT o.job_id, o.target_table, o.apply_plan FROM {journal.jobs} o WHERE o.state = ? "
+        f"AND o.job_id <> ? AND o.apply_plan IS NOT NULL AND {changes} "
+        "ORDER BY o.decided_at, o.job_id FOR UPDATE",
+        (JobState.COMMITTING, job_id, *tables, *tables),
     )
     _raise_first_sharing(journal, rows, plan, staged)
 
@@ -247,4 +256,4 @@ class JobOrderError(JournalError):
         self.blocker = blocker
 
 
-__all__ = ["JobOrderError", "StagedApply", "StagedPlan"]
+__all__ = ["Finished", "JobOrderError", "StagedApply", "StagedPlan"]

@@ -93,6 +93,8 @@ class HealthReport:
     #: Prepared branches in xasink's layout that carry another journal's tag (not checked).
     other_journal_branches: int = 0
     jobs_by_state: Mapping[str, int] = field(default_factory=dict)
+    #: The states whose count is the server's estimate (`JournalReader.counts_by_state`).
+    estimated_states: tuple[str, ...] = ()
     #: Each streaming sink's last decided batch id.
     sink_batches: Mapping[str, int] = field(default_factory=dict)
     problems: tuple[Problem, ...] = ()
@@ -121,6 +123,7 @@ class HealthReport:
                 "oldest_prepared_seconds": self.oldest_prepared_seconds,
                 "other_journal_branches": self.other_journal_branches,
                 "jobs_by_state": dict(self.jobs_by_state),
+                "estimated_states": list(self.estimated_states),
                 "sinks": dict(self.sink_batches),
                 "branches": [asdict(b) for b in self.branches],
             },
@@ -140,10 +143,11 @@ def assess(
     age_source = AGE_FROM_SERVER if server_ages is not None else AGE_FROM_JOB_START
     rows: dict[str, tuple[str, float | None]] = {}
     counts: dict[str, int] = {}
+    estimated: tuple[str, ...] = ()
     sinks: dict[str, int] = {}
     if status is JournalStatus.OK:
         rows = _jobs_of(conn, journal, {b.job_id for b in first})
-        counts, sinks = _counts(conn, journal), _sinks(conn, journal)
+        (counts, estimated), sinks = journal.counts_by_state(conn), _sinks(conn, journal)
     # Listed again after the job rows were read: a branch its job committed in between is
     # gone, so a finished job's branch is only reported if it really stayed behind.
     found = [b for b in ops.xasink_branches() if str(b.xid) in listed]
@@ -169,6 +173,7 @@ def assess(
         tuple(branches),
         len(found) - len(mine),
         counts,
+        estimated,
         sinks,
         tuple(problems),
     )
@@ -219,11 +224,6 @@ def _jobs_of(
         sorted(job_ids),
     )
     return {str(j): (str(s), None if a is None else float(a)) for j, s, a in rows}
-
-
-def _counts(conn: JdbcConnection, journal: Journal) -> dict[str, int]:
-    rows = query(conn, f"SELECT state, COUNT(*) FROM {journal.jobs} GROUP BY state")
-    return {str(state): int(n) for state, n in sorted(rows)}
 
 
 def _sinks(conn: JdbcConnection, journal: Journal) -> dict[str, int]:

@@ -16,6 +16,7 @@ sink's mark `sinkmarks`', and how a staged job is applied the caller's (`applyin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,8 +32,8 @@ from ..runtime.jdbc import (
     sql_state,
 )
 from ..spec import ConnectionSpec
-from . import applying, links, sinkmarks
-from .applying import StagedApply, StagedPlan
+from . import applying, jobtables, links, sinkmarks
+from .applying import Finished, StagedApply, StagedPlan
 from .records import OPEN_STATES, JournalReader, Winner
 from .schema import DEFAULT_LOCK_WAIT
 from .sinkmarks import SinkBatch, SinkMark
@@ -80,12 +81,13 @@ class Journal(JournalReader):
         A format("xasink") stream's job is registered before its batch is known: with
         `stream_key`, its writer's identity, hashed (see `running_of_stream`), and
         `stream_sink`, its sink when the options name it (`reset_sink` sees it running)."""
-        values = {
-            "apply_plan": plan.to_json() if plan else None,
-            "lease_seconds": int(lease + 0.999),
-        }
-        values |= _sink_columns(sink) | ({"sink_id": stream_sink} if sink is None else {})
-        self._insert_job(conn, job_id, table, JobState.RUNNING, values | {"stream_key": stream_key})
+        values = {"apply_plan": plan.to_json() if plan else None, "stream_key": stream_key}
+        values |= {"lease_seconds": int(lease + 0.999), **sinkmarks.job_columns(sink)}
+        values |= {"sink_id": stream_sink} if sink is None else {}
+        tables = [str(t) for t in plan.targets] if plan else []
+        with local_transaction(conn) if len(tables) > 1 else contextlib.nullcontext():
+            self._insert_job(conn, job_id, table, JobState.RUNNING, values)
+            jobtables.record(self, conn, job_id, tables)
 
     def _insert_job(
         self,
@@ -109,7 +111,11 @@ class Journal(JournalReader):
         (recorded before it exists, as `begin_job` records the first). False: the job is
         no longer running (a recovery run aborted it)."""
         sql = f"UPDATE {self.jobs} SET apply_plan = ? WHERE job_id = ? AND state = ?"
-        return execute(conn, sql, (plan.to_json(), job_id, JobState.RUNNING)) == 1
+        with local_transaction(conn):
+            if execute(conn, sql, (plan.to_json(), job_id, JobState.RUNNING)) != 1:
+                return False
+            jobtables.record(self, conn, job_id, map(str, plan.targets))
+        return True
 
     def heartbeat(self, conn: JdbcConnection, job_id: str, lease: float | None = None) -> None:
         """Prove the job's owner alive; `lease` replaces its lease (a format job's tasks')."""
@@ -170,21 +176,21 @@ class Journal(JournalReader):
         rows: int,
         sink: SinkBatch | None = None,
         plan: StagedPlan | None = None,
-    ) -> Decision:
+    ) -> Finished | None:
         """A single-branch job's whole bookkeeping, inside its branch's own local
-        transaction (the caller commits it, or rolls it back unless DECIDED): the job row,
+        transaction (the caller commits it, or rolls it back unless finished): the job row,
         born committed; for a streaming batch the sink's conditional mark move, which
         serialises writers racing for the batch on the mark's row lock; for a staged mode
         the apply from the branch's temporary staging table. One commit makes all of it
         durable at once, and a crash before it leaves nothing, not even the job's row.
 
-        Returns DECIDED, or BATCH_TAKEN (the mark had reached the batch, belongs to another
-        query or was reset). Raises JobOrderError while an older decided staged job on the
-        table is unfinished, and the target's own refusal of staged rows."""
+        Returns what it finished, or None: the mark had reached the batch, belongs to
+        another query or was reset. Raises JobOrderError while an older decided staged job
+        on the table is unfinished, and the target's own refusal of staged rows."""
         if plan is not None:  # applies into one table, one at a time (see `finish`)
             applying.lock_apply(self, conn, plan)
         try:
-            values = {"lease_seconds": 0, **_sink_columns(sink)}
+            values = {"lease_seconds": 0, **sinkmarks.job_columns(sink)}
             stamped = ("decided_at", "finished_at")
             self._insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
         except Exception as exc:  # a duplicate key: the job's row is an operator's fence
@@ -196,24 +202,25 @@ class Journal(JournalReader):
                 ) from None
             raise
         if plan is not None:  # before the mark: a decision takes its job row, then the mark
+            jobtables.record(self, conn, job_id, map(str, plan.targets))
             applying.lock_apply_order(self, conn, job_id, plan, self.staged)
         if sink is not None:
             try:
                 sinkmarks.advance(self, conn, job_id, sink)
             except sinkmarks.BatchTaken:
-                return Decision.BATCH_TAKEN
+                return None
         execute(
             conn,
             f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
             "VALUES (?, 0, 0, ?)",
             (job_id, rows),
         )
-        if plan is not None:
-            staged = applying.need(self.staged)
-            staged.check(conn, self.dialect, plan)
-            with network_timeout_lifted(conn):  # may run long on a live server
-                staged.apply(conn, self.dialect, plan)
-        return Decision.DECIDED
+        if plan is None:
+            return Finished()
+        staged = applying.need(self.staged)
+        staged.check(conn, self.dialect, plan)
+        with network_timeout_lifted(conn):  # may run long on a live server
+            return Finished(staged.apply(conn, self.dialect, plan)[1])
 
     def fence_one_phase(
         self,
@@ -276,15 +283,18 @@ class Journal(JournalReader):
             sql += " AND apply_plan IS NOT NULL"
         return execute(conn, sql, params) == 1
 
-    def finish(self, conn: JdbcConnection, job_id: str, winners: Iterable[Winner]) -> bool:
+    def finish(
+        self, conn: JdbcConnection, job_id: str, winners: Iterable[Winner]
+    ) -> Finished | None:
         """Phase 2 is complete: mark the job committed and drop its now useless markers.
 
         A staged job's apply runs in the same local transaction, after the conditional
         state change: it happens once, together with `committed`, or not at all. It holds
         the table's apply lock, as a one-phase job's apply does (`commit_in_branch`), so
-        applies into one table never interleave. Returns whether this call made the change
-        (False: another process finished or ended it)."""
+        applies into one table never interleave. Returns what this call finished (None:
+        another process finished or ended it)."""
         held: list[StagedPlan] = []
+        stale = 0
         try:
             with local_transaction(conn):
                 # The apply lock before the job's row, as a one-phase job takes them. Read,
@@ -300,7 +310,7 @@ class Journal(JournalReader):
                         applying.check_apply_order(self, conn, job_id, plan, self.staged)
                         staged.check(conn, self.dialect, plan)
                         with network_timeout_lifted(conn):  # may run long on a live server
-                            staged.apply(conn, self.dialect, plan)
+                            stale = staged.apply(conn, self.dialect, plan)[1]
                     # Exact keys only: a late, still-prepared loser's marker row stays
                     # untouched (a range delete would wait on its lock).
                     self._batch(
@@ -313,21 +323,21 @@ class Journal(JournalReader):
         finally:
             for plan in held:
                 applying.release_apply_lock(self, conn, plan)
-        return changed
+        return Finished(stale) if changed else None
 
     def finish_or_refuse(
         self, conn: JdbcConnection, job_id: str, winners: Iterable[Winner]
-    ) -> tuple[bool, Exception | None]:
+    ) -> tuple[Finished | None, Exception | None]:
         """`finish`, except that when the target refuses a staged job's rows (a data error:
         retrying cannot help) the job is abandoned and the refusal returned. Any other
-        failure propagates, leaving the decision for recovery. Returns (finished by this
-        call, refusal)."""
+        failure propagates, leaving the decision for recovery. Returns (what this call
+        finished, refusal)."""
         try:
             return self.finish(conn, job_id, winners), None
         except Exception as exc:
             refused = self.staged is not None and self.staged.is_data_error(exc)
             if refused and self.abandon(conn, job_id):
-                return False, exc
+                return None, exc
             raise
 
     def abandon(self, conn: JdbcConnection, job_id: str) -> bool:
@@ -360,14 +370,6 @@ class Journal(JournalReader):
             if changed == 1 and final == JobState.ABORTED:
                 sinkmarks.restore(self, conn, job_id)
         return changed == 1
-
-    def forget(self, conn: JdbcConnection, jobs: Sequence[str]) -> None:
-        """Delete the rows of these long finished jobs (`xasink prune`)."""
-        for start in range(0, len(jobs), 500):
-            chunk = jobs[start : start + 500]
-            marks = ", ".join("?" for _ in chunk)
-            for table in (self.winners, self.markers, self.jobs):
-                execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", chunk)
 
     # -- staging tables ----------------------------------------------------------------
     def finished_stages(self, conn: JdbcConnection) -> list[tuple[str, Any]]:
@@ -406,15 +408,6 @@ class Journal(JournalReader):
             "VALUES (?, ?, ?, ?)",
             (job_id, partition, attempt, rows),
         )
-
-
-def _sink_columns(sink: SinkBatch | None) -> dict[str, Any]:
-    """A streaming job's sink, batch and query columns (all NULL for a batch job)."""
-    return {
-        "sink_id": sink.sink_id if sink else None,
-        "batch_id": sink.batch_id if sink else None,
-        "query_id": sink.query_id if sink else None,
-    }
 
 
 __all__ = ["Journal"]

@@ -15,9 +15,10 @@ id, its own branches (XIDs with its own journal's tag) and its own markers. One 
   its job row: a running job with such a row is never aborted by that database's own
   recovery, whatever its heartbeat, because only the coordinator may decide it.
 
-The table joins a journal the first time the journal takes part in such a transaction,
-and the journal's version becomes 2 (`ensure`): a release that knows nothing of links
-refuses the journal instead of aborting a participant's job it cannot see is coordinated.
+Journals of this release have the table from the start. In an earlier layout it joined a
+journal the first time the journal took part in such a transaction, and the journal's
+version became 2: a release that knows nothing of links refuses the journal instead of
+aborting a participant's job it cannot see is coordinated.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, execute, query
-from .schema import LINKED_VERSION, LINKS_TABLE, JournalLayout
+from .schema import LINKED_VERSION, JournalLayout
 from .states import JobState
 
 #: A link row's role: the peer named is the job's coordinator, or one of its participants.
@@ -60,25 +61,7 @@ class Link:
 def ensure(layout: JournalLayout, conn: JdbcConnection) -> None:
     """The journal, ready to take part in a transaction over several databases (DDL,
     before any branch opens)."""
-    layout.ensure_linked(conn, lambda c: _upgrade(layout, c))
-
-
-def _upgrade(layout: JournalLayout, conn: JdbcConnection) -> None:
-    """The links table, then version 2 (under the creation lock; idempotent, so a crash
-    between the two steps is finished by the next call)."""
-    d = layout.dialect
-    columns = (
-        "job_id VARCHAR(64) NOT NULL, peer VARCHAR(16) NOT NULL, role VARCHAR(16) NOT NULL, "
-        f"address {d.text_type} NOT NULL, peer_schema {d.text_type}, winners "
-        f"{d.long_text_type}, state VARCHAR(16) NOT NULL, PRIMARY KEY (job_id, peer)"
-    )
-    for sql in d.create_table_sql(layout.links, LINKS_TABLE, columns):
-        execute(conn, sql)
-    execute(
-        conn,
-        f"UPDATE {layout.meta} SET version = ? WHERE id = 1 AND version < ?",
-        (LINKED_VERSION, LINKED_VERSION),
-    )
+    layout.ensure_linked(conn)
 
 
 def add_participant(
@@ -176,26 +159,6 @@ def linked(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> Link | N
     return found[0] if found else None
 
 
-def linked_jobs(layout: JournalLayout, conn: JdbcConnection) -> set[str]:
-    """Jobs of this coordinator with a participant still to finish: `xasink prune` keeps
-    their rows, which the participant's decision is read from."""
-    pending = _links(layout, conn, "role = ? AND state = ?", (PARTICIPANT, PENDING))
-    return {link.job_id for link in pending}
-
-
-def forget(layout: JournalLayout, conn: JdbcConnection, jobs: Sequence[str]) -> None:
-    """Delete the link rows of these long finished jobs (`xasink prune`)."""
-    for start in range(0, len(jobs), 500):
-        chunk = tuple(jobs[start : start + 500])
-        marks = ", ".join("?" for _ in chunk)
-        try:
-            execute(conn, f"DELETE FROM {layout.links} WHERE job_id IN ({marks})", chunk)
-        except Exception as exc:
-            if not layout.dialect.is_missing_table(exc):
-                raise
-            return
-
-
 def _links(
     layout: JournalLayout, conn: JdbcConnection, where: str, params: tuple[Any, ...]
 ) -> list[Link]:
@@ -246,9 +209,7 @@ __all__ = [
     "add_participant",
     "coordinator_of",
     "ensure",
-    "forget",
     "linked",
-    "linked_jobs",
     "mark_done",
     "participants",
     "record_winners",

@@ -134,7 +134,7 @@ def _finish_one(
         _add(report, link, what, f"as its coordinator decided ({decided})")
         return False
     if found is None and not commit:  # a fence: a driver registering it later fails on it
-        found = journal.fence_one_phase(conn, job_id, "", "xasink recover", _FENCED)
+        found = journal.fence_one_phase(conn, job_id, "", FENCED_BY, _FENCED)
         if found == JobState.ABORTED:
             _add(report, link, RecoveryAction.ABORTED, _FENCED)
     if found == JobState.RUNNING:
@@ -164,6 +164,10 @@ def _finish_one(
     return False
 
 
+#: Who a fence row is resolved by: the journal's retention and `xasink prune` keep it for
+#: good, since a driver that stalled before registering the job here would register it
+#: after the fence is gone, and no one could end that job (model: participants.pml PR).
+FENCED_BY = "xasink recover"
 _FENCED = (
     "its coordinator aborted the transaction before this participant registered it: the "
     "row keeps a late registration from preparing anything (model: fence)"

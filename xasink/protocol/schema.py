@@ -5,45 +5,59 @@ connection, role or schema spelling that finds the journal finds the same tag, a
 is what tells this journal's branches from every other transaction on the server. Nothing
 of a journal is ever recreated once it exists: a lost table is an error, never an empty
 stand-in.
+
+What each table holds, and the indexes that keep a write off the history of finished jobs,
+is `journal_tables`'.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ..defaults import LOCK_WAIT as DEFAULT_LOCK_WAIT
 from ..dialects import Dialect, get_dialect
+from ..dialects.base import TableIndex
 from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, execute, query
 from ..spec import ConnectionSpec
+from . import jobtables
+from .journal_tables import (
+    JOB_TABLES_TABLE,
+    JOBS_TABLE,
+    LINKS_TABLE,
+    MARKERS_TABLE,
+    SINKS_TABLE,
+    WINNERS_TABLE,
+    definitions,
+)
 
 META_TABLE = "xasink_meta"
-JOBS_TABLE = "xasink_jobs"
-WINNERS_TABLE = "xasink_winners"
-MARKERS_TABLE = "xasink_markers"
-#: One row per streaming sink: the highest batch id whose commit decision is recorded.
-SINKS_TABLE = "xasink_sinks"
-#: A transaction over several databases: its coordinator, or its participants (`links`).
-LINKS_TABLE = "xasink_links"
 
-#: How a job row's apply plan starts when it holds a transaction's several writes (the
-#: staged apply writes it so): such a row may change any table, its plan says which.
-SEVERAL_WRITES = '{"writes": '
-
-#: The journal's table layout; stored in `xasink_meta`, checked on every use. A journal is
-#: created at version 1; it becomes `LINKED_VERSION` (1 and the links table) the first time
-#: it takes part in a transaction over several databases, so that a release which knows
-#: nothing of links refuses it rather than abort a job another journal decides.
-SCHEMA_VERSION = 1
+#: The journal's table layout; stored in `xasink_meta`, checked on every use. This release
+#: creates `SCHEMA_VERSION`: every table, the links and a job's tables included, and the
+#: indexes that keep a write's statements off the history. It reads the layouts of earlier
+#: releases, 1 and `LINKED_VERSION` (1 and the links table, which joined a journal the first
+#: time it took part in a transaction over several databases), and `ensure` upgrades them
+#: in place; a release that knows only those then refuses the journal rather than write
+#: jobs whose tables it does not record.
+SCHEMA_VERSION = 3
 LINKED_VERSION = 2
+EARLIER_VERSIONS = (1, LINKED_VERSION)
+#: The journal's own retention in days (`retention`), added to earlier layouts' meta.
+_RETENTION_COLUMN = "retention_days DOUBLE PRECISION"
+#: Indexes of earlier layouts that this one replaces (dropped by the upgrade).
+_REPLACED_INDEXES = ("xasink_jobs_state_idx", "xasink_jobs_target_table_state_idx")
 _LOSS_IF_RECREATED = (
     "an empty stand-in would forget decisions, sink marks or the tag that tells this "
     "journal's prepared branches from every other transaction"
 )
+
+log = logging.getLogger("xasink")
 
 L = TypeVar("L", bound="JournalLayout")
 
@@ -89,6 +103,20 @@ class JournalLayout:
     def links(self) -> str:
         return self._table(LINKS_TABLE)
 
+    @property
+    def job_tables(self) -> str:
+        return self._table(JOB_TABLES_TABLE)
+
+    def changes_sql(self, alias: str, tables: int) -> str:
+        """A condition on the job row `alias`: it changes one of `tables` tables, bound
+        twice in the same order: its own table, or one of a transaction's (`job_tables`,
+        reached by its key)."""
+        marks = ", ".join("?" for _ in range(tables))
+        return (
+            f"({alias}.target_table IN ({marks}) OR EXISTS (SELECT 1 FROM {self.job_tables} "
+            f"x WHERE x.job_id = {alias}.job_id AND x.target_table IN ({marks})))"
+        )
+
     # -- finding it ------------------------------------------------------------------
     @classmethod
     def locate(
@@ -129,12 +157,13 @@ class JournalLayout:
             raise
 
     # -- checking it -----------------------------------------------------------------
-    def check_complete(self, conn: JdbcConnection) -> None:
-        """An existing journal must be whole and of this version: every table, and the one
-        row of `xasink_meta` with its tag. An empty stand-in for a lost table would turn
-        decided jobs into undecided ones (winners, markers), replays into new batches
-        (sinks), or the tag into another one, which hides every prepared branch of the
-        journal from recovery (meta). So nothing is ever recreated: it is an error."""
+    def check_complete(self, conn: JdbcConnection) -> int:
+        """An existing journal must be whole and of a layout this release reads: every
+        table, and the one row of `xasink_meta` with its tag. An empty stand-in for a lost
+        table would turn decided jobs into undecided ones (winners, markers), replays into
+        new batches (sinks), or the tag into another one, which hides every prepared branch
+        of the journal from recovery (meta). So nothing is ever recreated: it is an error.
+        Returns the layout's version (an earlier one is for `ensure` to upgrade)."""
         try:
             rows = query(
                 conn,
@@ -144,30 +173,29 @@ class JournalLayout:
             )
         except Exception:  # look table by table, to say what is wrong
             rows = None
-        if rows and int(rows[0][1]) == SCHEMA_VERSION:
-            return
-        if rows and int(rows[0][1]) == LINKED_VERSION:
-            if self._table_exists(conn, self.links):
-                return
-            raise JournalError(
-                f"The journal is incomplete: {self.links} is missing although the journal "
-                "took part in a transaction over several databases. xasink will not "
-                f"recreate it ({_LOSS_IF_RECREATED}) and touches nothing until it is "
-                "restored from a backup."
+        version = int(rows[0][1]) if rows else None
+        if version == SCHEMA_VERSION:
+            for table in (self.links, self.job_tables):
+                self._require(conn, table, "although the journal's layout has it")
+            return version
+        if version == LINKED_VERSION:
+            self._require(
+                conn,
+                self.links,
+                "although the journal took part in a transaction over several databases",
             )
+            return version
+        if version == 1:
+            return version
         for table in (self.meta, self.winners, self.markers, self.sinks):
-            if not self._table_exists(conn, table):
-                raise JournalError(
-                    f"The journal is incomplete: {table} is missing although {self.jobs} "
-                    f"exists. xasink will not recreate it ({_LOSS_IF_RECREATED}) and touches "
-                    "nothing until it is restored from a backup."
-                )
+            self._require(conn, table, f"although {self.jobs} exists")
+        readable = f"{', '.join(map(str, EARLIER_VERSIONS))} or {SCHEMA_VERSION}"
         if rows is None:
             raise JournalError(
                 f"The journal's tables ({self.meta} and the others) are not laid out as "
-                f"schema version {SCHEMA_VERSION} or {LINKED_VERSION} lays them out (a "
-                "journal of another xasink release, or changed by hand). xasink touches "
-                "nothing in it: use the release that wrote it, or restore it."
+                f"schema version {readable} lays them out (a journal of another xasink "
+                "release, or changed by hand). xasink touches nothing in it: use the release "
+                "that wrote it, or restore it."
             )
         if not rows:
             raise JournalError(
@@ -178,8 +206,16 @@ class JournalLayout:
             )
         raise JournalError(
             f"The journal in {self.meta} has schema version {rows[0][1]}; this xasink reads "
-            f"version {SCHEMA_VERSION} or {LINKED_VERSION}. Use the xasink release that wrote it."
+            f"version {readable}. Use the xasink release that wrote it."
         )
+
+    def _require(self, conn: JdbcConnection, table: str, why: str) -> None:
+        if not self._table_exists(conn, table):
+            raise JournalError(
+                f"The journal is incomplete: {table} is missing {why}. xasink will not "
+                f"recreate it ({_LOSS_IF_RECREATED}) and touches nothing until it is "
+                "restored from a backup."
+            )
 
     def _check_not_half_gone(self, conn: JdbcConnection) -> None:
         """No jobs table, yet the journal's tag is there: under the creation lock no first
@@ -195,24 +231,62 @@ class JournalLayout:
     # -- creating it -----------------------------------------------------------------
     def ensure(self: L, conn: JdbcConnection, spec: ConnectionSpec | None = None) -> L:
         """Create the journal if this schema has none (DDL, before any branch opens), or
-        check that the existing one is whole; returns the journal with its tag."""
+        check that the existing one is whole, upgrading an earlier layout in place;
+        returns the journal with its tag."""
         if not self.exists(conn):  # only a first writer pays for the creation lock
             with self._creation_lock(conn):
                 if not self.exists(conn):  # else another first writer created it meanwhile
                     self._check_not_half_gone(conn)
                     self._create(conn)
-        self.check_complete(conn)
+        if self.check_complete(conn) != SCHEMA_VERSION:
+            self.upgrade(conn)
         return replace(self, tag=str(self._stored_tag(conn)))
 
-    def ensure_linked(
-        self, conn: JdbcConnection, upgrade: Callable[[JdbcConnection], None]
-    ) -> None:
-        """The journal with its links table (`links.ensure`, under the creation lock),
-        before it takes part in a transaction over several databases."""
-        if self._table_exists(conn, self.links) and self.version(conn) == LINKED_VERSION:
-            return
+    def upgrade(self, conn: JdbcConnection) -> None:
+        """An earlier layout to this one, once, under the creation lock: the tables and
+        indexes it lacks (each step a no-op when done, so a crash midway is finished by
+        the next call), the tables of its open transactions recorded, and then its version.
+        Building an index over a long history takes a while, once."""
         with self._creation_lock(conn):
-            upgrade(conn)
+            if self.check_complete(conn) == SCHEMA_VERSION:
+                return  # another writer upgraded it meanwhile
+            log.warning(
+                "xasink: upgrading the journal %s to layout version %d (once; new tables "
+                "and indexes over its history)",
+                self.jobs,
+                SCHEMA_VERSION,
+            )
+            d = self.dialect
+            for table, name, columns, indexes in definitions(self):
+                for sql in d.create_table_sql(table, name, columns, indexes):
+                    execute(conn, sql)
+                for index in indexes:  # an existing table lacks the newer indexes
+                    self._add_index(conn, table, name, index)
+            for name in _REPLACED_INDEXES:
+                d.drop_index(conn, self.jobs, name)
+            d.add_column(conn, self.meta, _RETENTION_COLUMN)
+            jobtables.record_plans(self, conn)
+            execute(
+                conn,
+                f"UPDATE {self.meta} SET version = ? WHERE id = 1 AND version < ?",
+                (SCHEMA_VERSION, SCHEMA_VERSION),
+            )
+
+    def _add_index(self, conn: JdbcConnection, table: str, name: str, index: TableIndex) -> None:
+        sql = self.dialect.create_index_sql(table, name, index)
+        if sql is None:
+            return
+        try:
+            execute(conn, sql)
+        except Exception as exc:
+            if not self.dialect.is_duplicate_index(exc):
+                raise
+
+    def ensure_linked(self, conn: JdbcConnection) -> None:
+        """The journal with its links table, before it takes part in a transaction over
+        several databases: this layout has it; an earlier one is upgraded."""
+        if self.version(conn) != SCHEMA_VERSION:
+            self.upgrade(conn)
 
     def version(self, conn: JdbcConnection) -> int:
         """The journal's version as stored now (0: no meta row)."""
@@ -250,7 +324,10 @@ class JournalLayout:
         table last: whoever sees the jobs table (the sign that a journal exists) finds every
         other table and the tag already there."""
         d = self.dialect
-        meta = "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL, version INTEGER NOT NULL"
+        meta = (
+            "id INTEGER NOT NULL PRIMARY KEY, tag VARCHAR(16) NOT NULL, version INTEGER NOT "
+            f"NULL, {_RETENTION_COLUMN}"
+        )
         for sql in d.create_table_sql(self.meta, META_TABLE, meta):
             execute(conn, sql)
         execute(
@@ -258,58 +335,16 @@ class JournalLayout:
             f"INSERT INTO {self.meta} (id, tag, version) VALUES (1, ?, ?)",
             (secrets.token_hex(4), SCHEMA_VERSION),
         )
-        for table, name, columns, indexes in self._tables():
+        for table, name, columns, indexes in definitions(self):
             for sql in d.create_table_sql(table, name, columns, indexes):
                 execute(conn, sql)
-
-    def _tables(self) -> list[tuple[str, str, str, tuple[tuple[str, ...], ...]]]:
-        """(table, name, columns, indexes) of every table but meta, the jobs table last."""
-        d = self.dialect
-        ts, sink_id = d.timestamp_type, d.ascii_id_type(200)
-        return [
-            (
-                self.winners,
-                WINNERS_TABLE,
-                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT "
-                "NOT NULL, row_count BIGINT, PRIMARY KEY (job_id, partition_id)",
-                (),
-            ),
-            (
-                self.markers,
-                MARKERS_TABLE,
-                "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT "
-                "NOT NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, "
-                "attempt)",
-                (),
-            ),
-            (
-                self.sinks,
-                SINKS_TABLE,
-                f"sink_id {sink_id} NOT NULL PRIMARY KEY, batch_id BIGINT NOT NULL, "
-                f"job_id VARCHAR(64), query_id VARCHAR(64), updated_at {ts} NOT NULL",
-                (),
-            ),
-            (
-                self.jobs,
-                JOBS_TABLE,
-                f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT "
-                f"NULL, state VARCHAR(16) NOT NULL, beats BIGINT NOT NULL, lease_seconds "
-                f"BIGINT, created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at "
-                f"{ts}, finished_at {ts}, apply_plan {d.long_text_type}, resolved_by "
-                f"{d.text_type}, resolution {d.long_text_type}, sink_id {sink_id}, batch_id "
-                f"BIGINT, query_id VARCHAR(64), stream_key VARCHAR(64), prev_batch_id BIGINT, "
-                f"prev_job_id VARCHAR(64), prev_query_id VARCHAR(64)",
-                # What every call reads: the table's open jobs, a state's jobs, a sink's.
-                (("state",), ("target_table", "state"), ("sink_id", "batch_id")),
-            ),
-        ]
 
 
 __all__ = [
     "DEFAULT_LOCK_WAIT",
+    "JOB_TABLES_TABLE",
     "LINKED_VERSION",
     "LINKS_TABLE",
     "SCHEMA_VERSION",
-    "SEVERAL_WRITES",
     "JournalLayout",
 ]

@@ -10,6 +10,7 @@ written by one query. A decided job that ends without its rows puts the mark bac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, execute, local_transaction, query
@@ -137,6 +138,16 @@ def advance(journal: JournalLayout, conn: JdbcConnection, job_id: str, sink: Sin
     )
 
 
+def job_columns(sink: SinkBatch | None) -> dict[str, Any]:
+    """A streaming job's sink, batch and query columns of its job row (all NULL for a
+    batch job)."""
+    return {
+        "sink_id": sink.sink_id if sink else None,
+        "batch_id": sink.batch_id if sink else None,
+        "query_id": sink.query_id if sink else None,
+    }
+
+
 def restore(journal: JournalLayout, conn: JdbcConnection, job_id: str) -> None:
     """A decided streaming job ended without its rows (aborted after its decision): put
     its sink's mark back, so that the batch's replay writes it instead of skipping it.
@@ -159,4 +170,4 @@ def restore(journal: JournalLayout, conn: JdbcConnection, job_id: str) -> None:
     )
 
 
-__all__ = ["NO_BATCH", "SinkBatch", "SinkMark", "foreign"]
+__all__ = ["NO_BATCH", "SinkBatch", "SinkMark", "foreign", "job_columns"]

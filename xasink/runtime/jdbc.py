@@ -12,6 +12,7 @@ from typing import Any, TypeAlias, TypeVar
 import jaydebeapi
 import jpype
 
+from .._testing import statements
 from ..errors import XasinkError
 from ..masking import Redactor
 
@@ -140,6 +141,7 @@ def _java_failure(exc: jaydebeapi.Error) -> BaseException:
 
 def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int:
     """Run one statement; returns the update count."""
+    statements.seen(sql, params)
     cursor = _cursor(conn)
     try:
         cursor.execute(sql, [_java_param(p) for p in params])
@@ -153,6 +155,9 @@ def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int
 
 def execute_many(conn: JdbcConnection, sql: str, rows: Iterable[Sequence[Param]]) -> None:
     """Run `sql` once per row of parameters, as one JDBC batch (one round trip)."""
+    rows = list(rows)
+    for row in rows:
+        statements.seen(sql, row)
     cursor = _cursor(conn)
     try:
         cursor.executemany(sql, [[_java_param(p) for p in row] for row in rows])
@@ -162,6 +167,7 @@ def execute_many(conn: JdbcConnection, sql: str, rows: Iterable[Sequence[Param]]
 
 def query(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> list[tuple[Any, ...]]:
     """Run a query; returns all rows as Python tuples (bookkeeping results are small)."""
+    statements.seen(sql, params)
     cursor = _cursor(conn)
     try:
         cursor.execute(sql, [_java_param(p) for p in params])

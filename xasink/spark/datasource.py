@@ -129,13 +129,13 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
         assert isinstance(begun, Begun)  # no sink here: never skipped
         with job.running():  # tasks beat for it from now on
             plan, _ = job.make_plan(pre, schema, fmt.heartbeat_interval, fmt.lease)
-    ordered = [*request.options.written(frame), *request.options.steering]
+    ordered = [*pre.options.written(frame), *pre.options.steering]
     log.info("xasink job %s: writing into %s (format xasink)", plan.job_id, request.target)
     return MintedJob(plan, tuple(frame.index(c) for c in ordered), trace)
 
 
 def _check_conversions(request: JobRequest, pre: Preflight, schema: StructType) -> None:
-    written = request.options.written(schema.names)
+    written = pre.options.written(schema.names)
     pairs = zip((schema[c] for c in written), pre.targets, strict=True)
     needing = [
         f.name for f, c in pairs if needs_spark_conversion(f.dataType, request.spec.dialect, c)

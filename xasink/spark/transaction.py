@@ -211,6 +211,7 @@ class Transaction:
         if job is None:
             return  # a streaming batch decided before: nothing to write
         self._created |= pre.created
+        options = pre.options  # as the table has it (its `order` column written or not)
         if (
             max_branches == "auto"
             and branches > 1

@@ -67,6 +67,9 @@ class WriteResult:
     batch_id: int | None = None
     #: A streaming batch: seconds from the batch reaching write_xa to the end of its commit.
     lag_seconds: float | None = None
+    #: Changes not applied because the table's row was as new or newer by the `order`
+    #: column, which the table stores (upsert, merge): late changes, replays.
+    stale: int = 0
 
 
 @tracked  # the interpreter's exit waits for it (xasink.runtime.shutdown)
@@ -347,7 +350,7 @@ def _failed(tx: Transaction, exc: BaseException) -> None:
 #: What WriteResult takes from the job's end as it is (the job-end line shows the same).
 _FROM_END = (
     *("job_id", "table", "rows", "mode", "load_paths", "decided_by", "branches"),
-    *("seconds", "outcome", "writer", "sink_id", "batch_id", "lag_seconds"),
+    *("seconds", "outcome", "writer", "sink_id", "batch_id", "lag_seconds", "stale"),
 )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ..dialects import Dialect
 from ..runtime.jdbc import JdbcConnection, Param, execute, query
 from ..spec import TableRef
-from .modes import APPEND, ORDER_COLUMN, OVERWRITE, UPSERT
+from .modes import APPEND, MERGE, ORDER_COLUMN, OVERWRITE, UPSERT
 from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
 
 _ROW_NUMBER = "xasink_rn"
@@ -25,7 +25,9 @@ def apply_statements(dialect: Dialect, plan: ApplyPlan) -> list[Statement]:
 
 def _apply_steps(dialect: Dialect, plan: ApplyPlan) -> tuple[list[Statement], list[Statement]]:
     """The apply's DELETEs, then its INSERTs: a transaction runs every write's deletes
-    children first, then every write's inserts parents first (`apply_all`)."""
+    children first, then every write's inserts parents first (`apply_all`). Where the
+    target stores the order column, a change (an update, a delete) applies only over a
+    stored row that is older (or has no order), in the same one statement."""
     q = dialect.quote
     target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
     columns = ", ".join(q(c) for c in plan.columns)
@@ -35,22 +37,46 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan) -> tuple[list[Statement], li
     if plan.mode == OVERWRITE:
         return [(f"DELETE FROM {target}", ())], [(insert + stage, ())]
     source = _latest(dialect, plan)
-    upsert = dialect.upsert_clause(plan.key, [c for c in plan.columns if c not in plan.key])
+    others = [c for c in plan.columns if c not in plan.key]
+    upsert = dialect.upsert_clause(plan.key, others, plan.order_column, target)
+    if plan.order_column is not None:  # the stored row is named in the upsert's condition
+        insert = f"INSERT INTO {dialect.upsert_target(target)} ({columns}) SELECT {columns} FROM "
     if plan.mode == UPSERT:
         return [], [(f"{insert}{source} {upsert}", ())]
     deletes = plan.delete_values
     marks = ", ".join("?" for _ in deletes)
     keys = ", ".join(q(k) for k in plan.key)
     op = plan.op_sql(dialect, "s.")
+    if plan.order_column is None:
+        delete = f"DELETE FROM {target} WHERE ({keys}) IN (SELECT {keys} FROM {source} WHERE "
+    else:
+        same = " AND ".join(f"s.{q(k)} = {target}.{q(k)}" for k in plan.key)
+        delete = f"DELETE FROM {target} WHERE EXISTS (SELECT 1 FROM {source} WHERE {same} AND "
+        delete += f"{_older(dialect, f'{target}.', plan.order_column)} AND "
     return (
-        [
-            (
-                f"DELETE FROM {target} WHERE ({keys}) IN "
-                f"(SELECT {keys} FROM {source} WHERE {op} IN ({marks}))",
-                deletes,
-            )
-        ],
+        [(f"{delete}{op} IN ({marks}))", deletes)],
         [(f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes)],
+    )
+
+
+def _older(dialect: Dialect, stored: str, order: str) -> str:
+    """The stored row (columns prefixed `stored`) is older than the staged one `s`, or
+    keeps no order: the change applies."""
+    column = dialect.quote(order)
+    return f"({stored}{column} IS NULL OR {stored}{column} < s.{column})"
+
+
+def stale_statement(dialect: Dialect, plan: ApplyPlan) -> Statement | None:
+    """The count of staged changes that will not apply, the stored row being as new or
+    newer (a late change, a replay): run in the apply's transaction before it."""
+    if plan.order_column is None or plan.mode not in (UPSERT, MERGE):
+        return None
+    q = dialect.quote
+    same = " AND ".join(f"s.{q(k)} = o.{q(k)}" for k in plan.key)
+    return (
+        f"SELECT COUNT(*) FROM {_latest(dialect, plan)} JOIN {dialect.qualified(plan.target)} "
+        f"o ON {same} WHERE NOT {_older(dialect, 'o.', plan.order_column)}",
+        (),
     )
 
 
@@ -68,23 +94,22 @@ def _latest(dialect: Dialect, plan: ApplyPlan) -> str:
     return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1) s"
 
 
-def apply(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> int:
-    """Run the apply statements on `conn` (inside the caller's transaction); rows changed."""
-    return sum(execute(conn, sql, params) for sql, params in apply_statements(dialect, plan))
-
-
-def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> int:
-    """Apply every write of `plans` in the caller's one transaction; rows changed. Parents
-    come before their children (`parents_first`): every write's deletes run children
-    first, then every write's inserts parents first, so that a foreign key between two
-    tables of one transaction holds at each statement, on every server."""
+def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tuple[int, int]:
+    """Apply every write of `plans` in the caller's one transaction: (rows changed, staged
+    changes skipped as no newer than their stored rows). Parents come before their
+    children (`parents_first`): every write's deletes run children first, then every
+    write's inserts parents first, so that a foreign key between two tables of one
+    transaction holds at each statement, on every server."""
+    counts = [s for plan in plans.writes if (s := stale_statement(dialect, plan))]
+    stale = sum(int(query(conn, sql, params)[0][0]) for sql, params in counts)
     if len(plans.writes) == 1:
-        return apply(conn, dialect, plans.writes[0])
-    ordered = parents_first(conn, dialect, plans.writes)
-    steps = [_apply_steps(dialect, plan) for plan in ordered]
-    statements = [s for deletes, _ in reversed(steps) for s in deletes]
-    statements += [s for _, inserts in steps for s in inserts]
-    return sum(execute(conn, sql, params) for sql, params in statements)
+        statements = apply_statements(dialect, plans.writes[0])
+    else:
+        ordered = parents_first(conn, dialect, plans.writes)
+        steps = [_apply_steps(dialect, plan) for plan in ordered]
+        statements = [s for deletes, _ in reversed(steps) for s in deletes]
+        statements += [s for _, inserts in steps for s in inserts]
+    return sum(execute(conn, sql, params) for sql, params in statements), stale
 
 
 def parents_first(
@@ -130,7 +155,9 @@ class StagedApplier:
         for write in ApplyPlans.of(plan).writes:
             check_stage(conn, dialect, write)
 
-    def apply(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> int:
+    def apply(
+        self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans
+    ) -> tuple[int, int]:
         return apply_all(conn, dialect, ApplyPlans.of(plan))
 
     def drop(

@@ -5,8 +5,8 @@ or the caller's own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import get_args
 
 from ..defaults import Mode
@@ -44,6 +44,10 @@ class ModeOptions:
     #: An append loaded into a staging table and applied with the job's other staged
     #: writes (a transaction's, so that all its tables change at once).
     stage_append: bool = False
+    #: The target stores the `order` column (or will: a table xasink creates has it): it
+    #: is written like any other column, and a change applies only when it is newer than
+    #: the stored row (`with_table` says from the table's columns).
+    order_stored: bool = True
 
     @classmethod
     def build(
@@ -98,12 +102,21 @@ class ModeOptions:
         return self.mode in (UPSERT, MERGE)
 
     def written(self, frame_columns: Sequence[str]) -> list[str]:
-        """The DataFrame columns written to the target, in DataFrame order."""
-        return [c for c in frame_columns if c not in self.steering]
+        """The DataFrame columns written to the target, in DataFrame order: all but `op`,
+        and but `order` when the table does not store it."""
+        kept = {self.order} if self.order_stored else set()
+        return [c for c in frame_columns if c not in self.steering or c in kept]
+
+    def with_table(self, stored: Callable[[str], bool]) -> ModeOptions:
+        """These options for a table: `stored(name)` says whether it has a column."""
+        if self.order is None or stored(self.order) == self.order_stored:
+            return self
+        return replace(self, order_stored=not self.order_stored)
 
     @property
     def steering(self) -> tuple[str, ...]:
-        """The DataFrame columns that steer the write and are not written to the target."""
+        """The DataFrame columns that steer the write (the staging table has each as a
+        column of its own; the target never has `op`)."""
         return tuple(c for c in (self.op, self.order) if c)
 
 

@@ -53,6 +53,9 @@ class ApplyPlan:
     #: apply refuses a target whose types changed since (`retyping.check_types`).
     #: Empty in plans written before it was recorded: not checked.
     types: tuple[str, ...] = ()
+    #: The target's `order` column (its spelling), when it stores one: a staged change
+    #: applies only over an older stored row (`applier`). None: the target keeps no order.
+    order_column: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -83,6 +86,7 @@ class ApplyPlan:
             op_fold=bool(raw["op_fold"]),
             op_skip=tuple(str(v) for v in raw["op_skip"]),
             types=tuple(str(t) for t in raw.get("types", ())),
+            order_column=raw.get("order_column"),
         )
 
     @property
@@ -143,7 +147,7 @@ class ApplyPlans:
 
     def to_json(self) -> str:
         """One write keeps the single plan's text, which every xasink release reads;
-        several start with `xasink.protocol.applying.SEVERAL_WRITES`."""
+        several start with `xasink.protocol.jobtables.SEVERAL_WRITES`."""
         if len(self.writes) == 1:
             return self.writes[0].to_json()
         return json.dumps({"writes": [asdict(p) for p in self.writes]}, sort_keys=True)

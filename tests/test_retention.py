@@ -1,0 +1,147 @@
+"""The journal bounds itself: writers delete the rows of jobs that ended longer ago than its
+retention, keeping every row that something still reads; `xasink prune` does it at once.
+
+The old history is made by the servers' own row generators (`benchmarks/history.py`); the
+rows that must stay are written as xasink writes them (a participant's fence, a
+coordinator's pending participant, a sink's mark, a staging table still to drop), each
+aged with the history, so that only the rule that keeps it can save it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from support import (
+    connection_args,
+    own_journal_schema,
+    run_sql,
+    start_foreach_stream,
+    stream_files,
+    xasink_cli,
+)
+
+from xasink import foreach_batch, write_xa
+from xasink.protocol import retention
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import history
+
+#: Finished jobs that ended 30 to 60 days ago, past the default retention (7 days).
+OLD = 3_000
+
+
+@pytest.fixture
+def journal_schema(db):
+    yield from own_journal_schema(db)
+
+
+def _old_history(db, schema: str, table: str, sink: str, jobs: int = OLD) -> None:
+    with contextlib.closing(db.admin_connect()) as conn:
+        if db.kind != "postgres":
+            conn.autocommit(True)
+        kind = "postgres" if db.kind == "postgres" else "mysql"
+        history.fill(kind, conn, schema, jobs=jobs, table=table, sink=sink, days=30,
+                     newest_days_ago=30)  # fmt: skip
+
+
+def _jobs(db, schema: str) -> dict[str, str]:
+    rows = run_sql(db, f"SELECT job_id, state FROM {schema}.xasink_jobs")
+    return {str(job): str(state) for job, state in rows}
+
+
+def _table(db, schema: str) -> str:
+    name = f"{schema}.r_{uuid.uuid4().hex[:8]}"
+    ddl = f"CREATE TABLE {name} (id BIGINT NOT NULL, name TEXT, v DOUBLE PRECISION)"
+    run_sql(db, ddl, admin=False)
+    return name
+
+
+def test_a_streams_own_batches_keep_its_journal_within_its_retention(
+    spark, db, journal_schema, tmp_path, monkeypatch
+):
+    """A foreachBatch stream, and no command run by hand: each batch's end sweeps a round
+    of the journal's old history, and the stream's own recent jobs stay."""
+    schema, sink = journal_schema, f"retained-{uuid.uuid4().hex[:6]}"
+    table = _table(db, schema)
+    login = {**connection_args(db), "journal_schema": schema}
+    first = write_xa(_row(spark, -1), table=table, **login).job_id
+    _old_history(db, schema, table, sink)
+    old = set(_jobs(db, schema)) - {first}
+    assert len(old) == OLD
+    # Rounds as often as the stream calls (a backlog waits a few seconds between rounds),
+    # and small enough that this history takes several.
+    monkeypatch.setattr(retention, "BACKLOG_INTERVAL", 0.0)
+    monkeypatch.setattr(retention, "ROUND", 1_000)
+    retention._due.clear()
+    stream_files(tmp_path / "in", batches=5, per_batch=10)
+    query = start_foreach_stream(
+        spark, tmp_path / "in", tmp_path / "cp", foreach_batch(table=table, sink_id=sink, **login)
+    )
+    query.awaitTermination(300)
+    after = _jobs(db, schema)
+    assert old & set(after) == set()
+    assert first in after and len(after) == 1 + 5  # the first write's, one job per batch
+    assert set(after.values()) == {"committed"}
+    assert sorted(int(r[0]) for r in run_sql(db, f"SELECT id FROM {table}")) == [-1, *range(50)]
+
+
+def _row(spark, key: int):
+    return spark.createDataFrame([(key, "x", 0.5)], "id long, name string, v double")
+
+
+def test_prune_keeps_every_row_something_still_reads(spark, db, journal_schema):
+    """Each kept row is as old as the history: a participant's fence (review 4, R6), a
+    coordinator's job whose participant is not finished, the job a sink's mark names, a
+    finished staged job whose staging table is still to drop. Everything else goes."""
+    schema = journal_schema
+    table = _table(db, schema)
+    login = {**connection_args(db), "journal_schema": schema}
+    first = write_xa(_row(spark, 1), table=table, **login).job_id
+    _old_history(db, schema, table, "history-sink", jobs=50)
+    old = sorted(set(_jobs(db, schema)) - {first})[:4]  # each to be kept for its reason
+    fence, coordinated, marked, staged = old
+    j = f"{schema}.xasink"
+    run_sql(
+        db,
+        f"UPDATE {j}_jobs SET state = 'aborted', resolved_by = 'xasink recover', "
+        f"target_table = '' WHERE job_id = '{fence}'",
+        f"INSERT INTO {j}_links (job_id, peer, role, address, state) VALUES ('{coordinated}', "
+        "'abcd1234', 'participant', 'jdbc:postgresql://elsewhere/db', 'pending')",
+        f"INSERT INTO {j}_sinks (sink_id, batch_id, job_id, updated_at) VALUES ('kept-sink', 7, "
+        f"'{marked}', {'now()' if db.kind == 'postgres' else 'UTC_TIMESTAMP(6)'})",
+        f"UPDATE {j}_jobs SET apply_plan = '{{}}' WHERE job_id = '{staged}'",
+    )
+    dry = xasink_cli(db, "prune", "--journal-schema", schema, "--dry-run", "--json")
+    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 50 - 4}, dry.stdout + dry.stderr
+    done = xasink_cli(db, "prune", "--journal-schema", schema)
+    assert done.stdout.startswith("deleted the journal rows of 46 job(s) finished over 7 days ago")
+    left = _jobs(db, schema)
+    assert set(old) <= set(left) and len(left) == 4 + 1
+    assert run_sql(db, f"SELECT COUNT(*) FROM {j}_winners WHERE job_id NOT IN "
+                   f"(SELECT job_id FROM {j}_jobs)") == [(0,)]  # fmt: skip
+
+
+def test_the_retention_is_the_journals_own_setting(spark, db, journal_schema):
+    """Set once for every writer; 0 keeps everything, and then prune needs a number."""
+    schema = journal_schema
+    table = _table(db, schema)
+    login = {**connection_args(db), "journal_schema": schema}
+    write_xa(_row(spark, 1), table=table, **login)
+    _old_history(db, schema, table, "history-sink", jobs=20)
+    keep = xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "0")
+    assert keep.stdout.startswith("the journal's retention is now 0 days (was 7)"), keep.stdout
+    assert run_sql(db, f"SELECT retention_days FROM {schema}.xasink_meta") == [(0,)]
+    retention._due.clear()
+    write_xa(_row(spark, 2), table=table, **login)
+    assert len(_jobs(db, schema)) == 20 + 2  # a writer's round keeps everything
+    said = xasink_cli(db, "prune", "--journal-schema", schema)
+    assert said.stdout.startswith("the journal's retention is 0 (keep everything)")
+    xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "46")
+    retention._due.clear()
+    write_xa(_row(spark, 3), table=table, **login)
+    assert len(_jobs(db, schema)) == 10 + 3  # ended 31.5 to 60 days ago: over 46, ten went

@@ -1,0 +1,225 @@
+"""The `xasink` command's arguments: every subcommand, its options and their help."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from ..defaults import GRACE, LOCK_WAIT, NETWORK_TIMEOUT, RETENTION_DAYS
+from ..dialects import DIALECTS
+from ..masking import Redactor
+
+#: Done and nothing left in doubt; something left (live jobs, a dry run, lost or failed
+#: branches); an error.
+EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a rejected argument is echoed with any URL password masked
+    (a JDBC URL typed in the wrong place would otherwise be printed whole)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {Redactor()(message)}\n")
+
+
+def _connection_options() -> argparse.ArgumentParser:
+    """The options every subcommand needs to reach a database and its journal."""
+    common = _Parser(add_help=False)
+    common.add_argument("--url", required=True, help="JDBC URL, e.g. jdbc:postgresql://h/db")
+    common.add_argument("--user", help="database user")
+    common.add_argument(
+        "--password-env",
+        metavar="VAR",
+        help="name of the environment variable that holds the password (never pass it inline, "
+        "nor as user:password@ in --url: both are visible in the process list)",
+    )
+    common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
+    common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
+    common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
+    common.add_argument("--dialect", choices=tuple(DIALECTS))
+    common.add_argument(
+        "--lock-wait",
+        type=float,
+        default=LOCK_WAIT,
+        metavar="SECONDS",
+        help=f"give up waiting for any lock after this long (default {LOCK_WAIT:.0f})",
+    )
+    common.add_argument(
+        "--network-timeout",
+        type=float,
+        default=NETWORK_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on a server that does not answer within this long (default "
+        f"{NETWORK_TIMEOUT:.0f})",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return common
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more (argparse says which option refused it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="xasink",
+        description="Exactly-once JDBC sink for PySpark. Subcommands act on a database that "
+        "xasink writes to. Exit status: 0 done and nothing left in doubt, 1 something is "
+        "left (live jobs, --dry-run, lost or failed branches), 2 an error.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _connection_options()
+    recover = commands.add_parser(
+        "recover",
+        parents=[common],
+        help="resolve in-doubt xasink branches (commit decided jobs, roll back dead ones)",
+        description="Scan XA RECOVER and resolve xasink's own prepared branches: commit the "
+        "winners of jobs with a recorded commit decision, roll back every other attempt, and "
+        "roll back jobs without a decision once their heartbeat is older than --grace. "
+        "Transactions of other applications are never touched.",
+    )
+    recover.add_argument("--table", help="only jobs that wrote this table ('schema.table')")
+    recover.add_argument("--job", help="only this job")
+    recover.add_argument(
+        "--grace",
+        type=float,
+        default=GRACE,
+        metavar="SECONDS",
+        help=f"treat an undecided job as dead once its heartbeat is this old (default "
+        f"{GRACE:.0f}, or the job's own lease if longer); 0 resolves now, and aborts "
+        "jobs that are still writing",
+    )
+    recover.add_argument("--dry-run", action="store_true", help="report only; change nothing")
+    _add_participants(recover)
+    recover.add_argument(
+        "--presume-abort",
+        metavar="TAG",
+        help="only when the journal is gone for good: roll back the prepared branches "
+        "carrying this journal tag (once older than --grace where the server tells)",
+    )
+    jobs = commands.add_parser(
+        "jobs",
+        parents=[common],
+        help="list jobs: state, table, rows, age and what blocks them",
+    )
+    jobs.add_argument("--state", action="append", help="only jobs in this state (repeatable)")
+    jobs.add_argument("--table", help="only jobs that wrote this table")
+    jobs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    _add_resolve(commands, common)
+    reset = commands.add_parser(
+        "reset-sink",
+        parents=[common],
+        help="forget a streaming sink's last batch, after its query's checkpoint was reset",
+        description="A sink refuses batches of another streaming query, and batch ids below "
+        "its last committed one, so that a reset checkpoint never skips rows silently. After "
+        "deleting a query's checkpoint on purpose, this lets the sink start again at the "
+        "query's next batch. Refused while a job of the sink is running or deciding.",
+    )
+    reset.add_argument("sink_id", metavar="SINK")
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    prune = commands.add_parser(
+        "prune",
+        parents=[common],
+        help="delete the journal rows of long-finished jobs now, or set the journal's retention",
+        description="Writers delete the rows of jobs that ended longer ago than the journal's "
+        f"retention by themselves (default {RETENTION_DAYS:g} days), a few thousand at a time. "
+        "This deletes them all at once, older than --older-than days (default: the "
+        "retention). Rows still needed stay whatever the age: a job a sink's mark names, a "
+        "transaction's whose other database is not finished, a participant's fence, and a "
+        "job that ended within its lease or the default grace.",
+    )
+    when = prune.add_mutually_exclusive_group()
+    when.add_argument("--older-than", type=float, metavar="DAYS")
+    prune.add_argument("--dry-run", action="store_true", help="count only")
+    when.add_argument(
+        "--set-retention",
+        type=float,
+        metavar="DAYS",
+        help="set the journal's retention instead (0 keeps everything), for every writer",
+    )
+    _add_check(commands, common)
+    return parser
+
+
+def _add_participants(recover: argparse.ArgumentParser) -> None:
+    recover.add_argument(
+        "--participant",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another database of this journal's transactions (repeatable): carry each "
+        "decision to it, as --user or its URL's user=",
+    )
+    recover.add_argument(
+        "--participant-password-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="each --participant's password variable, in order (once: for all)",
+    )
+
+
+def _add_resolve(commands: Any, common: argparse.ArgumentParser) -> None:
+    resolve = commands.add_parser(
+        "resolve",
+        parents=[common],
+        help="end a stuck job on purpose (--abandon)",
+        description="End a job that cannot finish. A running job, or a decided staged job, "
+        "is aborted: the target is unchanged. A decided append job with a lost branch ends "
+        "'abandoned': its other rows stay in the table. A one-phase job whose commit's outcome "
+        "was unknown has no row: --table settles it, committed or aborted. Who did it, and "
+        "why, is recorded.",
+    )
+    resolve.add_argument("job_id", metavar="JOB")
+    resolve.add_argument("--abandon", action="store_true", required=True)
+    resolve.add_argument("--reason", default="", help="recorded with the job")
+    resolve.add_argument("--table", help="the table of a job with no row (see above)")
+    resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
+    check = commands.add_parser(
+        "check",
+        parents=[common],
+        help="read-only health check for cron and monitoring: exit 1 lists each problem",
+        description="Look, change nothing: exit 1, one line per problem, when one of this "
+        "journal's branches has been prepared longer than --max-age, a job's owner is silent "
+        "past its lease (undecided, or decided but unfinished), or the journal is damaged. "
+        "Other applications' transactions are never problems. No journal here is healthy.",
+    )
+    check.add_argument(
+        "--max-age",
+        type=_seconds,
+        default=GRACE,
+        metavar="SECONDS",
+        help=f"a prepared branch older than this is a problem (default {GRACE:.0f}); on "
+        "MySQL/MariaDB a branch is aged from its job's start, and a live job's are not counted",
+    )
+    check.add_argument(
+        "--grace",
+        type=_seconds,
+        default=GRACE,
+        metavar="SECONDS",
+        help=f"as for recover: a job's owner silent this long, and past the job's own lease, "
+        f"is a problem (default {GRACE:.0f})",
+    )
+    check.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="print Prometheus text exposition format (for a node exporter's textfile "
+        "collector) instead of lines",
+    )
+    check.set_defaults(refuse=check.error)
+
+
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_UNRESOLVED", "parser"]

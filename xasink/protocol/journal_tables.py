@@ -1,0 +1,110 @@
+"""What the journal's tables hold: each one's columns, key and secondary indexes.
+
+Every statement a write makes reaches the rows it asks for through one of these indexes,
+never by reading the history of finished jobs (`retention` bounds that history, but a
+write must not depend on it): the open jobs through their state, a transaction's tables
+through `xasink_job_tables`, a leftover staging table through the index of the rows that
+still have a plan.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..dialects.base import TableIndex
+
+if TYPE_CHECKING:
+    from .schema import JournalLayout
+
+WINNERS_TABLE = "xasink_winners"
+MARKERS_TABLE = "xasink_markers"
+#: One row per streaming sink: the highest batch id whose commit decision is recorded.
+SINKS_TABLE = "xasink_sinks"
+#: A transaction over several databases: its coordinator, or its participants (`links`).
+LINKS_TABLE = "xasink_links"
+#: Every table a job of several tables changes (a transaction's), where an index finds it.
+JOB_TABLES_TABLE = "xasink_job_tables"
+JOBS_TABLE = "xasink_jobs"
+
+
+def definitions(journal: JournalLayout) -> list[tuple[str, str, str, tuple[TableIndex, ...]]]:
+    """(table, name, columns, indexes) of every table but meta, the jobs table last."""
+    d = journal.dialect
+    ts, sink_id = d.timestamp_type, d.ascii_id_type(200)
+    return [
+        (
+            journal.winners,
+            WINNERS_TABLE,
+            "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT "
+            "NOT NULL, row_count BIGINT, PRIMARY KEY (job_id, partition_id)",
+            (),
+        ),
+        (
+            journal.markers,
+            MARKERS_TABLE,
+            "job_id VARCHAR(64) NOT NULL, partition_id INTEGER NOT NULL, attempt BIGINT "
+            "NOT NULL, row_count BIGINT NOT NULL, PRIMARY KEY (job_id, partition_id, "
+            "attempt)",
+            (),
+        ),
+        (
+            journal.sinks,
+            SINKS_TABLE,
+            f"sink_id {sink_id} NOT NULL PRIMARY KEY, batch_id BIGINT NOT NULL, "
+            f"job_id VARCHAR(64), query_id VARCHAR(64), updated_at {ts} NOT NULL",
+            (),
+        ),
+        (
+            journal.links,
+            LINKS_TABLE,
+            "job_id VARCHAR(64) NOT NULL, peer VARCHAR(16) NOT NULL, role VARCHAR(16) NOT "
+            f"NULL, address {d.text_type} NOT NULL, peer_schema {d.text_type}, winners "
+            f"{d.long_text_type}, state VARCHAR(16) NOT NULL, PRIMARY KEY (job_id, peer)",
+            # A coordinator's participants still to finish, of one peer or all.
+            (TableIndex("role_state_peer", ("role", "state", "peer")),),
+        ),
+        (
+            journal.job_tables,
+            JOB_TABLES_TABLE,
+            f"job_id VARCHAR(64) NOT NULL, target_table {d.text_type} NOT NULL, created_at "
+            f"{ts} NOT NULL, PRIMARY KEY (job_id, target_table)",
+            # `xasink jobs --table`, newest first.
+            (TableIndex("table_created", ("target_table", "created_at")),),
+        ),
+        (
+            journal.jobs,
+            JOBS_TABLE,
+            f"job_id VARCHAR(64) NOT NULL PRIMARY KEY, target_table {d.text_type} NOT "
+            f"NULL, state VARCHAR(16) NOT NULL, beats BIGINT NOT NULL, lease_seconds "
+            f"BIGINT, created_at {ts} NOT NULL, heartbeat_at {ts} NOT NULL, decided_at "
+            f"{ts}, finished_at {ts}, apply_plan {d.long_text_type}, resolved_by "
+            f"{d.text_type}, resolution {d.long_text_type}, sink_id {sink_id}, batch_id "
+            f"BIGINT, query_id VARCHAR(64), stream_key VARCHAR(64), prev_batch_id BIGINT, "
+            f"prev_job_id VARCHAR(64), prev_query_id VARCHAR(64)",
+            (
+                # The open jobs (few, whatever the history), a state's jobs newest
+                # first, and the oldest finished ones (`retention`).
+                TableIndex("state_created", ("state", "created_at")),
+                # A table's jobs, newest first (`xasink jobs --table`).
+                TableIndex("table_created", ("target_table", "created_at")),
+                # Every job, newest first (`xasink jobs`).
+                TableIndex("created", ("created_at",)),
+                # A sink's jobs (replays, `reset-sink`).
+                TableIndex("sink_id_batch_id", ("sink_id", "batch_id")),
+                # Jobs with a plan: running or deciding staged jobs, and finished ones
+                # whose staging tables are still to drop.
+                TableIndex("staged", ("state",), present="apply_plan"),
+            ),
+        ),
+    ]
+
+
+__all__ = [
+    "JOBS_TABLE",
+    "JOB_TABLES_TABLE",
+    "LINKS_TABLE",
+    "MARKERS_TABLE",
+    "SINKS_TABLE",
+    "WINNERS_TABLE",
+    "definitions",
+]
