@@ -7,6 +7,7 @@
         [--count-calls 5] [--label NAME]
     python -m benchmarks.breakdown branches [--rows 1m] [--databases mariadb]
     python -m benchmarks.breakdown format-batch [--databases postgres,mariadb] [--calls 100]
+    python -m benchmarks.breakdown order [--rows 200k] [--databases postgres,mariadb]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job:
 Spark→Arrow only, + encoding (binary COPY on PostgreSQL, CSV on MariaDB, as write_xa
@@ -23,9 +24,10 @@ on id with 1, 2 and 4 branches (concurrent load streams) next to Spark JDBC and 
 raw load (LOAD DATA LOCAL / COPY csv of a pre-built CSV, no Spark) with 1, 2 and 4
 concurrent streams: how many streams the server absorbs, and what it takes in at all.
 `format-batch` runs a `format("xasink")` micro-batch's steps in one process, next to the raw
-load of its rows (benchmarks/format_batch.py).
+load of its rows (benchmarks/format_batch.py). `order` times upsert and merge into a table
+that stores the order column next to one that does not (benchmarks/order_cost.py).
 `--label` writes results/breakdown-<mode>-<label>.{md,json} instead of overwriting
-results/breakdown-<mode>.{md,json}.
+results/breakdown-<mode>.{md,json}; `--output-dir DIR` writes them into DIR instead.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks import cpu, format_batch, rawload
+from benchmarks import cpu, format_batch, order_cost, rawload
 from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, raw, write_xa
 from benchmarks.databases import Database, start_database
 from benchmarks.machine import measured_xasink, xasink_line
@@ -871,10 +873,13 @@ def _raw_sum(data: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "mode", choices=("stages", "memory", "formats", "fixed", "branches", "format-batch")
+        "mode",
+        choices=("stages", "memory", "formats", "fixed", "branches", "format-batch", "order"),
     )
     parser.add_argument("--databases", default="postgres,mariadb")
-    parser.add_argument("--rows", default="1m", help="rows for `stages`, `branches` (default 1m)")
+    parser.add_argument(
+        "--rows", help="rows for `stages`, `branches`, `formats` (default 1m), `order` (200k)"
+    )
     parser.add_argument("--sizes", default="1m,10m", help="partition sizes for `memory`")
     parser.add_argument(
         "--calls",
@@ -890,10 +895,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--label", default="", help="results go to breakdown-<mode>-<label>.{md,json}"
     )
+    parser.add_argument("--output-dir", type=Path, default=RESULTS, help="default: results/")
     args = parser.parse_args(argv)
     databases = [d for d in args.databases.split(",") if d]
-    RESULTS.mkdir(exist_ok=True)
-    if args.mode == "formats":
+    args.rows = args.rows or ("200k" if args.mode == "order" else "1m")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    if args.mode == "order":
+        report = order_cost.order_cost(databases, parse_count(args.rows))
+        text = order_cost.markdown(report)
+    elif args.mode == "formats":
         rows = parse_count(args.rows)
         report = formats(rows)
         text = "\n".join(
@@ -940,8 +950,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(text)
     name = f"breakdown-{args.mode}" + (f"-{args.label}" if args.label else "")
-    (RESULTS / f"{name}.md").write_text(text + "\n")
-    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.output_dir / f"{name}.md").write_text(text + "\n")
+    (args.output_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .contenders import CONTENDERS
+from .history_report import markdown_lines as history_lines
 from .measure import Summary, Timing
 from .streams import STREAM_CONTENDERS, STREAM_FLOORS, StreamSummary
 from .transactions import markdown_lines as transaction_lines
@@ -84,10 +85,12 @@ def markdown(
     meta: dict[str, Any],
     streams: Sequence[StreamSummary] = (),
     transactions: Sequence[Timing] = (),
+    history: Sequence[Timing] = (),
 ) -> str:
     """Rows/s per contender (median run) and the write_xa ratios, plus every timed run; then
-    the stream workloads' batches/s and latencies, and the transaction workloads' time per
-    call and ratios, if any ran."""
+    the stream workloads' batches/s and latencies, the transaction workloads' time per call
+    and ratios, and the history workloads' fresh and long journals side by side, if any
+    ran."""
     machine = meta["machine"]
     lines = [
         "# xasink benchmark",
@@ -113,6 +116,9 @@ def markdown(
     if transactions:
         workloads = {w["name"]: w for w in meta["config"]["workloads"]}
         lines += ["", *transaction_lines(transactions, workloads)]
+    if history:
+        workloads = {w["name"]: w for w in meta["config"]["workloads"]}
+        lines += ["", *history_lines(history, workloads, meta)]
     return "\n".join(lines) + "\n"
 
 

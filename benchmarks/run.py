@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import rawload, report, streams, transactions
+from . import history_runs, rawload, report, streams, transactions
 from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, shown_command, source_digest
@@ -81,7 +81,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help=f"comma list; tiny, small (1k and 10k rows per call, many calls), small-<n>, "
         f"stream-<n> (a stream of n-row micro-batches), tx (tx-small-1k and tx-large-500k: "
-        f"one write into each of two tables per call), tx-small-<n>, tx-large-<n>, or "
+        f"one write into each of two tables per call), tx-small-<n>, tx-large-<n>, "
+        f"history-<n> (a journal of n finished jobs beside a fresh one), or "
         f"narrow-<n>/wide-<n> (n like 100k, 1m). "
         f"Default: {','.join(DEFAULT_WORKLOADS)}",
     )
@@ -199,8 +200,11 @@ def run_workload(
     """Cache the DataFrame once, build the CSV once, then measure on each database.
 
     A stream workload writes its source files instead (`streams.run_workload`); a
-    transaction workload caches a frame per table (`transactions.run_workload`).
+    transaction workload caches a frame per table (`transactions.run_workload`); a history
+    workload measures two journals side by side (`history_runs.run_workload`).
     """
+    if workload.history is not None:
+        return history_runs.run_workload(spark, workload, databases, timings)
     if workload.transaction:
         transactions.run_workload(
             spark,
@@ -364,12 +368,17 @@ def _render(out: Path, meta: dict[str, Any], timings: list[Timing]) -> int:
     stream_names = _stream_workloads(meta)
     config = meta["config"]
     tx_names = {w["name"] for w in config["workloads"] if w.get("transaction")}
-    summaries = [s for s in summarise(timings) if s.workload not in stream_names | tx_names]
+    history_names = {w["name"] for w in config["workloads"] if w.get("history")}
+    own = stream_names | tx_names | history_names
+    summaries = [s for s in summarise(timings) if s.workload not in own]
     tx_timings = [t for t in timings if t.workload in tx_names]
+    history = [t for t in timings if t.workload in history_names]
     stream_summaries = streams.summarise_streams(timings, stream_names)
     partitions = {w["name"]: w["partitions"] for w in config["workloads"]}
     contenders = [c for c in config["contenders"] if c in CONTENDERS]
-    table = report.markdown(summaries, contenders, partitions, meta, stream_summaries, tx_timings)
+    table = report.markdown(
+        summaries, contenders, partitions, meta, stream_summaries, tx_timings, history
+    )
     (out / "latest.md").write_text(table)
     written = [out / "latest.md", out / "latest.json"]
     if summaries:  # the chart shows bulk rows/s; streams are in the table only

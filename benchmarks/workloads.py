@@ -63,6 +63,11 @@ TX_TABLES = 2
 TX_WORKLOADS = ("tx-small-1k", "tx-large-500k")
 TxWrites = Literal["small", "large"]
 
+#: The history workloads (`history-<n>`: a journal holding n finished jobs, against a fresh
+#: one): their 1,000-row calls are the `small-1k` calls (`benchmarks/history_runs.py`
+#: times the stream's batches and the commands by its own counts).
+HISTORY_CALL_ROWS = 1_000
+
 EPOCH_SECONDS = 1_700_000_000
 
 
@@ -96,6 +101,8 @@ class Workload:
     warmup_batches: int = 0
     #: Transaction workloads only: the size of every write, which decides its path.
     transaction: TxWrites | None = None
+    #: History workloads only: the finished jobs written into the history journal.
+    history: int | None = None
 
     @property
     def columns(self) -> list[ColumnSpec]:
@@ -197,7 +204,8 @@ def parse_workloads(names: list[str], partitions: int) -> list[Workload]:
 
 def parse_workload(name: str, partitions: int) -> Workload:
     """'tiny', 'small-<count>', 'stream-<count>' (rows per micro-batch), 'tx-small-<count>'
-    or 'tx-large-<count>' (rows per write), or '<narrow|wide>-<count>' such as 'narrow-1m'."""
+    or 'tx-large-<count>' (rows per write), 'history-<count>' (finished jobs in a journal's
+    history), or '<narrow|wide>-<count>' such as 'narrow-1m'."""
     if name == "tiny":
         return Workload(
             "tiny", "narrow", TINY_PARTITIONS * TINY_ROWS_PER_PARTITION, TINY_PARTITIONS
@@ -238,11 +246,25 @@ def parse_workload(name: str, partitions: int) -> Workload:
                 transaction=writes,
             )
         return Workload(name, "narrow", rows, partitions, transaction=writes)
+    if name.startswith("history-"):
+        jobs = parse_count(name.removeprefix("history-"))
+        if jobs < 1:
+            raise ValueError(f"{name}: a history needs at least one job")
+        return Workload(
+            name,
+            "narrow",
+            HISTORY_CALL_ROWS,
+            SMALL_PARTITIONS,
+            SMALL_CALLS,
+            SMALL_WARMUPS,
+            history=jobs,
+        )
     shape, _, count = name.partition("-")
     if shape not in ("narrow", "wide") or not count:
         raise ValueError(
             f"unknown workload {name!r}: use tiny, small, small-<count>, stream-<count>, "
-            "tx, tx-small-<count>, tx-large-<count>, narrow-<count> or wide-<count>"
+            "tx, tx-small-<count>, tx-large-<count>, history-<count>, narrow-<count> or "
+            "wide-<count>"
         )
     rows = parse_count(count)
     return Workload(name, "narrow" if shape == "narrow" else "wide", rows, partitions)

@@ -170,3 +170,147 @@ def test_a_format_batch_report_sets_each_step_beside_the_raw_load_of_its_rows():
     assert "over 100 batches" in text and "load average 0.50 at the start" in text
     assert "| postgres | 2.50 | 0.10 | 9.00 | 0.20 | 6.00 | 17.80 | 4.50 | 13.10 |" in text
     assert "| postgres | format batch | 30 | 0 | 5 |" in text
+
+
+def test_history_workloads_parse_and_stay_out_of_the_quick_run():
+    (long,) = parse_workloads(["history-10m"], partitions=4)
+    assert (long.history, long.rows, long.partitions) == (10_000_000, 1000, 2)
+    assert (long.repetitions, long.is_stream, long.transaction) == (SMALL_CALLS, False, None)
+    assert parse_workloads(["narrow-1k"], 4)[0].history is None
+    assert not any(w.history for w in parse_args(["--quick"]).workload_specs)
+    with pytest.raises(ValueError, match="at least one job"):
+        parse_workloads(["history-0"], 4)
+
+
+def _history_run(what: str, seconds: float | None, round_no: int = 2, **kw) -> Timing:
+    rows = {"batch": 10, "call": 1000}.get(what.partition(":")[0], 0)
+    return Timing(
+        "postgres", "history-10m", what, round_no, round_no == 1, rows, seconds,
+        None if seconds else "boom", kw,
+    )  # fmt: skip
+
+
+def test_a_history_report_sets_each_journal_beside_the_other_with_its_target():
+    """Medians of the timed runs only, the ratio against the fresh journal, and whether
+    each target is met: the writes by ratio, the commands by the history's seconds."""
+    from benchmarks.history_report import markdown_lines as history_lines
+
+    fill = _history_run(
+        "fill:history", 250.0, round_no=0, jobs=10_000_000, settle_seconds=31.5,
+        journal_bytes=6 * 2**30, load_average_before_fill=[0.5, 0, 0],
+        load_average_after_fill=[1.9, 0, 0], load_average_at_start=[1.2, 0, 0],
+        load_average_at_end=[0.8, 0, 0],
+    )  # fmt: skip
+    timings = [
+        fill,
+        _history_run("batch:fresh", 9.0, round_no=1),  # a warm-up: not in the median
+        _history_run("batch:fresh", 0.050),
+        _history_run("batch:fresh", 0.060),
+        _history_run("batch:history", 0.052),
+        _history_run("batch:history", 0.058),
+        _history_run("call:fresh", 0.100),
+        _history_run("call:history", 0.120),
+        _history_run("check:fresh", 0.1),
+        _history_run("check:history", 2.5),
+        _history_run("prune:fresh", 0.05),
+        _history_run("prune:history", None),
+    ]
+    workloads = {w.name: w.__dict__ for w in parse_workloads(["history-10m"], 4)}
+    meta = {
+        "command": ["python", "-m", "benchmarks", "--workloads", "history-10m"],
+        "machine": {"cpu_count": 2, "cpu_model": "AMD EPYC"},
+    }
+    text = "\n".join(history_lines(timings, workloads, meta))
+    assert "holds 10,000,000 finished jobs" in text and "retention is set to 0" in text
+    assert "Command: `python -m benchmarks --workloads history-10m` · 2 CPUs (AMD EPYC)" in text
+    assert "| postgres | history-10m | 10,000,000 | 250.0 | 31.5 | 6,144 MiB |" in text
+    fill.detail["settle_seconds"] = None  # MariaDB: nothing to vacuum
+    shown = "\n".join(history_lines(timings, workloads, meta))
+    assert "| postgres | history-10m | 10,000,000 | 250.0 | — | 6,144 MiB |" in shown
+    assert "0.50 → 1.90 → 1.20 → 0.80 |" in text
+    assert "| postgres | history-10m | a stream's batch (10 rows, write_xa" in text
+    assert "| 55.0 ms | 55.0 ms | 1 | ≤ 1.1 | yes | 48-62 / 50-60 | 1 + 2 | 0 |" in text
+    assert "| 100.0 ms | 120.0 ms | 1.2 | ≤ 1.1 | **no** | — / — | 0 + 1 | 0 |" in text
+    assert "| `xasink check` | 0.100 s | 2.500 s | 25 | history < 2 s | **no** |" in text
+    prune = "| `xasink prune --older-than 3650 --dry-run` | 0.050 s | failed | — |"
+    assert prune + "  |  | — / — | 0 + 1 | 1 |" in text
+    assert "`xasink jobs" not in text  # not measured: no row
+
+
+def _order_run(
+    contender: str, seconds: float | None, commit: float = 0.0, apply: float = 0.0, **kw
+) -> Timing:
+    detail = {"commit_seconds": commit, "steps": {"finish": apply}, "branches": 4, "stale": 0}
+    return Timing(
+        "postgres", "order-upsert", contender, kw.get("round_no", 2), kw.get("round_no") == 1,
+        1000, seconds, None if seconds else "boom", detail | kw.get("detail", {}),
+    )  # fmt: skip
+
+
+def test_an_order_report_sets_each_write_beside_todays_with_the_ratios():
+    """Medians and middle halves of the timed runs only (no warm-up, no failed run), each
+    write's ratio to the table without the order column, and the stale count it reported."""
+    from benchmarks.order_cost import markdown, summarise
+
+    stale = {"detail": {"stale": 1000}}
+    timings = [
+        _order_run("today", 9.0, 5.0, 5.0, round_no=1),  # the warm-up: in no median
+        *(_order_run("today", s, c, a) for s, c, a in [(2.0, 0.4, 0.3), (2.2, 0.5, 0.4)]),
+        _order_run("today", 2.4, 0.6, 0.5),
+        *(_order_run("ordered", s, c, a) for s, c, a in [(2.2, 0.5, 0.4), (2.4, 0.6, 0.5)]),
+        _order_run("ordered", 2.6, 0.7, 0.6),
+        *(_order_run("stale", s, 0.3, 0.2, **stale) for s in (1.9, 2.0, 2.1)),
+        _order_run("stale", None),
+    ]
+    summary = summarise(timings)
+    assert summary["today"]["total"] == {
+        "median": 2.2, "q1": pytest.approx(2.1), "q3": pytest.approx(2.3),
+        "samples": [2.0, 2.2, 2.4],
+    }  # fmt: skip
+    assert summary["ordered"]["over_today"]["commit"] == pytest.approx(1.2)
+    assert summary["stale"]["failures"] == 1 and summary["stale"]["stale"] == 1000
+    report = {
+        "rows": 1000,
+        "partitions": 4,
+        "warmups": 1,
+        "rounds": 3,
+        "command": ["python", "-m", "benchmarks.breakdown", "order", "--rows", "1000"],
+        "cpu": "AMD EPYC",
+        "cpu_count": 2,
+        "load_average_start": [1.5, 0, 0],
+        "load_average_end": [2.25, 0, 0],
+        "databases": {"postgres": {"upsert": summary}},
+    }
+    text = markdown(report)
+    assert "upsert and merge of 1,000 rows" in text and "1 warm-up + 3 timed rounds" in text
+    assert "load average 1.50 at the start, 2.25 at the end; 2 CPUs (AMD EPYC)" in text
+    assert "Command: `python -m benchmarks.breakdown order --rows 1000`" in text
+    today = "| postgres | upsert | today: no order column | 2.20 (2.10-2.30) | 0.50 (0.45-0.55)"
+    assert today + " | 0.40 (0.35-0.45) | 1.00 | 1.00 | 1.00 | 0 |" in text
+    ordered = "| postgres | upsert | ordered: seq stored, every change newer | 2.40 (2.30-2.50)"
+    assert ordered + " | 0.60 (0.55-0.65) | 0.50 (0.45-0.55) | 1.09 | 1.20 | 1.25 | 0 |" in text
+    assert "| 0.91 | 0.60 | 0.50 | 1,000 |" in text
+    assert "postgres upsert stale: 1 failed run(s): boom" in text
+
+
+def test_an_order_write_expects_its_tables_contents_and_resets_them_on_the_server():
+    from benchmarks.order_cost import OrderWrite, reset_sql
+
+    def write(name: str, mode: str, ordered: bool, older: bool) -> OrderWrite:
+        return OrderWrite(name, mode, "t", ordered, None, older)
+
+    # Merge deletes every tenth id (ids 0, 10, ... 990 of 1,000) unless they are all older.
+    assert write("today", "merge", False, False).expected(1000) == {
+        "rows": 900, "old_rows": 0, "seq": None, "stale": 0,
+    }  # fmt: skip
+    assert write("ordered", "merge", True, False).expected(1001)["rows"] == 900
+    assert write("ordered", "upsert", True, False).expected(1000)["seq"] == 2
+    assert write("stale", "merge", True, True).expected(1000) == {
+        "rows": 1000, "old_rows": 1000, "seq": 1, "stale": 1000,
+    }  # fmt: skip
+    pg = reset_sql("postgres", "t", True, 1000)
+    assert pg[0] == "TRUNCATE TABLE t" and "generate_series(0, 999)" in pg[1]
+    assert "INSERT INTO t (id, name, v, seq) SELECT g, 'old', -1, 1" in pg[1]
+    maria = reset_sql("mariadb", "t", False, 1000)
+    assert maria[1] == "INSERT INTO t (id, name, v) SELECT seq, 'old', -1 FROM seq_0_to_999"
+    assert maria[2] == "ANALYZE TABLE t"
