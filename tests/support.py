@@ -233,6 +233,29 @@ def own_journal_schema(server: DbServer) -> Iterator[str]:
         run_sql(server, drop)
 
 
+def prepared_branch(db: DbServer, schema: str, branch: Any) -> str:
+    """A prepared branch (`branch`: an xasink BranchId) holding its uncommitted marker row in
+    the journal in `schema`, as a late attempt leaves it; returns the admin statement that
+    rolls it back."""
+    xid = branch.xid
+    marker = (
+        f"INSERT INTO {schema}.xasink_markers (job_id, partition_id, attempt, row_count) "
+        f"VALUES ('{branch.job_id}', {branch.partition}, {branch.attempt}, 1)"
+    )
+    if db.kind == "postgres":
+        conn = db.connect(autocommit=False)
+        with contextlib.closing(conn):
+            conn.execute(marker)
+            conn.execute(f"PREPARE TRANSACTION '{xid}'")
+        return f"ROLLBACK PREPARED '{xid}'"
+    named = f"X'{xid.gtrid.hex()}',X'{xid.bqual.hex()}',{xid.format_id}"
+    conn = db.connect()
+    with contextlib.closing(conn), conn.cursor() as cur:
+        for sql in (f"XA START {named}", marker, f"XA END {named}", f"XA PREPARE {named}"):
+            cur.execute(sql)
+    return f"XA ROLLBACK {named}"
+
+
 def journaled(server: DbServer, table: str) -> str:
     """How the journal's `target_table` names an unqualified test table: as the server
     resolves it (PostgreSQL: schema public; MySQL family: the test database)."""

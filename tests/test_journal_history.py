@@ -25,6 +25,7 @@ from support import (
     connection_args,
     events_df,
     own_journal_schema,
+    prepared_branch,
     run_sql,
     spec_for,
     xasink_cli,
@@ -36,6 +37,7 @@ from xasink._testing.statements import Statement, recorded
 from xasink.driver.check_cache import CHECKS
 from xasink.protocol import retention
 from xasink.protocol.connecting import open_journal
+from xasink.xid import BranchId
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import history
@@ -188,9 +190,9 @@ def test_every_statement_of_a_call_is_served_by_an_index_on_a_long_history(
 
     # The retention's own round reads its candidates by index too (what it deletes).
     run_sql(db, f"UPDATE {schema}.xasink_meta SET retention_days = 30")
-    with recorded() as rounds, _journal_connection(db, schema) as (conn, journal, spec):
+    with recorded() as rounds, _journal_session(db, schema) as (session, journal, spec):
         retention._due.clear()
-        swept = retention.tend(journal, conn, spec)
+        swept = retention.tend(journal, session, spec)
     assert swept is not None and swept.jobs == retention.ROUND and swept.more
     assert _problems(db, _explained(db, rounds), bounded=False) == []
     for command in (["jobs", "--limit", "20"], ["check"]):
@@ -205,11 +207,11 @@ def _recorded_as(db, table: str) -> str:
 
 
 @contextlib.contextmanager
-def _journal_connection(db, schema: str):
+def _journal_session(db, schema: str):
     spec = spec_for(db)
     session, journal = open_journal(spec, schema)
     with session:
-        yield session.connection, journal, spec
+        yield session, journal, spec
 
 
 #: The indexes of the jobs table this layout adds (`journal_tables`).
@@ -264,7 +266,15 @@ def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal
         f"heartbeat_at, apply_plan) VALUES ('{job}', '{first}', 'running', 1, 3600, {now}, "
         f"{now}, '{plan}')",
     )
+    # A branch left in doubt (its locks would stall the DDL): the write goes on with the
+    # earlier layout, and leaves the upgrade for later.
+    tag = run_sql(db, f"SELECT tag FROM {j}_meta")[0][0]
+    rollback = prepared_branch(db, schema, BranchId(str(tag), uuid.uuid4().hex, 0, 1))
     CHECKS.clear()  # a process of this release meets the older journal for the first time
+    write_xa(events_df(spark, 5, 1), table=third, **login)
+    assert run_sql(db, f"SELECT version FROM {j}_meta") == [(2,)]
+    run_sql(db, rollback)  # as `xasink recover` would
+    CHECKS.clear()
     write_xa(events_df(spark, 5, 1), table=third, **login)  # the upgrade, then its write
     assert run_sql(db, f"SELECT version FROM {j}_meta") == [(3,)]
     listed = run_sql(db, f"SELECT target_table FROM {j}_job_tables WHERE job_id = '{job}'")
@@ -275,6 +285,7 @@ def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal
     assert not {"xasink_jobs_state_idx", "xasink_jobs_target_table_state_idx"} & _indexes(
         db, schema, "xasink_jobs"
     )
+    assert len(run_sql(db, f"SELECT id FROM {third}")) == 5 * 3
     listed = xasink_cli(db, "jobs", "--journal-schema", schema, "--table", second, "--json")
     assert [j["job_id"] for j in json.loads(listed.stdout)] == [job], listed.stdout
     run_sql(db, f"UPDATE {j}_jobs SET state = 'aborted', apply_plan = NULL WHERE job_id = '{job}'")

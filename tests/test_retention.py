@@ -19,6 +19,7 @@ import pytest
 from support import (
     connection_args,
     own_journal_schema,
+    prepared_branch,
     run_sql,
     start_foreach_stream,
     stream_files,
@@ -27,6 +28,7 @@ from support import (
 
 from xasink import foreach_batch, write_xa
 from xasink.protocol import retention
+from xasink.xid import BranchId
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import history
@@ -103,8 +105,8 @@ def test_prune_keeps_every_row_something_still_reads(spark, db, journal_schema):
     login = {**connection_args(db), "journal_schema": schema}
     first = write_xa(_row(spark, 1), table=table, **login).job_id
     _old_history(db, schema, table, "history-sink", jobs=50)
-    old = sorted(set(_jobs(db, schema)) - {first})[:4]  # each to be kept for its reason
-    fence, coordinated, marked, staged = old
+    old = sorted(set(_jobs(db, schema)) - {first})[:5]  # each to be kept for its reason
+    fence, coordinated, marked, staged, straggling = old
     j = f"{schema}.xasink"
     run_sql(
         db,
@@ -116,12 +118,22 @@ def test_prune_keeps_every_row_something_still_reads(spark, db, journal_schema):
         f"'{marked}', {'now()' if db.kind == 'postgres' else 'UTC_TIMESTAMP(6)'})",
         f"UPDATE {j}_jobs SET apply_plan = '{{}}' WHERE job_id = '{staged}'",
     )
+    # A late losing attempt of a long finished job, still prepared (recovery rolls it
+    # back): its job stays, and the sweep never waits on its marker row's lock.
+    tag = run_sql(db, f"SELECT tag FROM {j}_meta")[0][0]
+    rollback = prepared_branch(db, schema, BranchId(str(tag), straggling, 0, 9))
     dry = xasink_cli(db, "prune", "--journal-schema", schema, "--dry-run", "--json")
-    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 50 - 4}, dry.stdout + dry.stderr
+    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 50 - 5}, dry.stdout + dry.stderr
     done = xasink_cli(db, "prune", "--journal-schema", schema)
-    assert done.stdout.startswith("deleted the journal rows of 46 job(s) finished over 7 days ago")
+    assert done.stdout.startswith("deleted the journal rows of 45 job(s) finished over 7 days ago")
     left = _jobs(db, schema)
-    assert set(old) <= set(left) and len(left) == 4 + 1
+    assert set(old) <= set(left) and len(left) == 5 + 1
+    run_sql(db, rollback)
+    assert (
+        "deleted the journal rows of 1 job(s)"
+        in xasink_cli(db, "prune", "--journal-schema", schema).stdout
+    )
+    assert straggling not in _jobs(db, schema) and set(old) - {straggling} <= set(_jobs(db, schema))
     assert run_sql(db, f"SELECT COUNT(*) FROM {j}_winners WHERE job_id NOT IN "
                    f"(SELECT job_id FROM {j}_jobs)") == [(0,)]  # fmt: skip
 
@@ -133,6 +145,8 @@ def test_the_retention_is_the_journals_own_setting(spark, db, journal_schema):
     login = {**connection_args(db), "journal_schema": schema}
     write_xa(_row(spark, 1), table=table, **login)
     _old_history(db, schema, table, "history-sink", jobs=20)
+    short = xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "0.5")
+    assert short.returncode == 2 and "0 (keep everything) or 1 or more" in short.stderr
     keep = xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "0")
     assert keep.stdout.startswith("the journal's retention is now 0 days (was 7)"), keep.stdout
     assert run_sql(db, f"SELECT retention_days FROM {schema}.xasink_meta") == [(0,)]

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from xasink.protocol.applying import Finished
 from xasink.protocol.branches import Outcome
 from xasink.protocol.records import JobRecord
 from xasink.runtime.jars import HIDDEN_ENV, JARS_ENV
@@ -145,7 +146,7 @@ class FakeJournal:
     beat_on_read: bool = False
     #: What finishes staged jobs (recovery hands it on; the fakes never call it).
     staged: Any = None
-    #: What finish_or_refuse returns (or raises) per job; default (True, None).
+    #: What finish_or_refuse returns (or raises) per job; default (Finished(), None).
     finishes: dict[str, Any] = field(default_factory=dict)
     stages: list[tuple[str, Any]] = field(default_factory=list)
     #: Exceptions the next release_stage calls raise, in order.
@@ -195,9 +196,9 @@ class FakeJournal:
         self.jobs[job_id] = replace(record, state=ABORTED)
         return True
 
-    def finish_or_refuse(self, conn: Any, job_id: str, winners: Any) -> tuple[bool, Any]:
+    def finish_or_refuse(self, conn: Any, job_id: str, winners: Any) -> tuple[Any, Any]:
         self.calls.append(("finish", job_id, frozenset(winners)))
-        result = self.finishes.get(job_id, (True, None))
+        result = self.finishes.get(job_id, (Finished(), None))
         if isinstance(result, BaseException):
             raise result
         if result[0]:

@@ -458,10 +458,15 @@ def test_an_upsert_over_a_stored_order_updates_only_older_rows():
 def test_a_merge_over_a_stored_order_deletes_only_older_rows():
     plan = replace(MERGE, columns=("id", "name", "ts"), order_column="ts")
     delete, insert = apply_statements(PG, plan)
-    assert delete[0] == (
-        f'DELETE FROM "app"."events" WHERE EXISTS (SELECT 1 FROM {LATEST_PG} WHERE '
-        's."id" = "app"."events"."id" AND ("app"."events"."ts" IS NULL OR '
-        '"app"."events"."ts" < s."ts") AND LOWER(s."xasink_op") IN (?, ?))'
+    older = '("xasink_stored"."ts" IS NULL OR "xasink_stored"."ts" < s."ts")'
+    assert delete[0] == (  # driven from the staged changes, the stored rows reached by key
+        f'DELETE FROM "app"."events" AS "xasink_stored" USING {LATEST_PG} WHERE s."id" = '
+        f'"xasink_stored"."id" AND LOWER(s."xasink_op") IN (?, ?) AND {older}'
+    )
+    my_older = "(`xasink_stored`.`ts` IS NULL OR `xasink_stored`.`ts` < s.`ts`)"
+    assert apply_statements(MY, plan)[0][0] == (
+        f"DELETE `xasink_stored` FROM `app`.`events` AS `xasink_stored` JOIN {LATEST_MY} ON "
+        f"s.`id` = `xasink_stored`.`id` WHERE LOWER(s.`xasink_op`) IN (?, ?) AND {my_older}"
     )
     assert 'WHERE "xasink_stored"."ts" IS NULL' in insert[0]
     assert stale_statement(PG, plan) == (

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ from ..errors import ConfigurationError
 from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_state
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
+from ..xid import Xid
 
 _HOST_PORT = re.compile(
     r"^jdbc:[a-z0-9:]+://(?:[^@/]*@)?\[?([^/\]?;,]+?)\]?(?::(\d+))?(?:[/?;,]|$)"
@@ -191,6 +193,20 @@ class Dialect:
         execute(conn, lock)
         return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}  # type: ignore[arg-type]
 
+    @contextlib.contextmanager
+    def waits_bounded(self, conn: JdbcConnection, seconds: int, restore: float) -> Iterator[None]:
+        """Lock waits bounded to `seconds` for the block, then to `restore` again (the
+        session's own bound, as `sessions.bind_lock_wait` set it)."""
+        bound, _ = self.lock_wait_sql(seconds)
+        back, _ = self.lock_wait_sql(max(1, int(restore)))
+        if bound:
+            execute(conn, bound)
+        try:
+            yield
+        finally:
+            if back:
+                execute(conn, back)
+
     def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
         """Take the lock that serialises staged applies into one table (`key` names it),
         until the transaction ends (`unlock_apply` where the lock is the session's)."""
@@ -217,6 +233,11 @@ class Dialect:
             "need the postgres or mysql dialect."
         )
 
+    def delete_joined(self, target: str, alias: str, source: str, on: str, where: str) -> str:
+        """DELETE the rows of `target` (named `alias`) that join `source` `on` a condition,
+        where `where` holds: driven from the source, reaching the target by its key."""
+        raise ConfigurationError(f"The {self.name} dialect has no joined DELETE.")
+
     def upsert_target(self, target: str) -> str:
         """How an upsert with `newer` names its target, so the condition can name the
         stored row."""
@@ -234,6 +255,11 @@ class Dialect:
     def prepared_ages_sql(self) -> str | None:
         """A query of (gid, seconds since PREPARE) for this database's prepared transactions;
         None when the server does not say when a transaction was prepared."""
+        return None
+
+    def prepared_xids(self, conn: JdbcConnection, format_id: int) -> list[Xid] | None:
+        """The prepared transactions with `format_id` the server lists where XA RECOVER on
+        this database would, read on an ordinary connection; None: this dialect cannot."""
         return None
 
     def prepared_count(self, conn: JdbcConnection, format_id: int) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from ..errors import JournalError, PreflightError
 from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
+from ..xid import Xid
 from .base import Dialect, TableIndex, advisory_key
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
@@ -226,6 +228,17 @@ class MySQLDialect(Dialect):
         """No partial indexes here: a one-character prefix of `present` after the key."""
         return ", ".join((*index.columns, *([f"{index.present}(1)"] if index.present else [])))
 
+    def prepared_xids(self, conn: JdbcConnection, format_id: int) -> list[Xid]:
+        found = []
+        for row in query(conn, "XA RECOVER"):
+            if int(row[0]) != format_id:
+                continue
+            data = row[3] if isinstance(row[3], bytes) else str(row[3]).encode("latin-1")
+            gtrid, bqual = data[: int(row[1])], data[int(row[1]) : int(row[1]) + int(row[2])]
+            with contextlib.suppress(ValueError, TypeError):
+                found.append(Xid(format_id, gtrid, bqual))
+        return found
+
     def prepared_count(self, conn: JdbcConnection, format_id: int) -> int:
         # Rows of (formatID, gtrid_length, bqual_length, data), the list XA RECOVER gives
         # the connector's recover() too.
@@ -299,6 +312,11 @@ class MySQLDialect(Dialect):
             f"{q(c)} = IF({newest}, VALUES({q(c)}), {target}.{q(c)})" for c in columns
         )
         return f"ON DUPLICATE KEY UPDATE {updates}"
+
+    def delete_joined(self, target: str, alias: str, source: str, on: str, where: str) -> str:
+        # The multi-table form: a single-table DELETE ... WHERE EXISTS would read the whole
+        # target (no semi-join for it before MariaDB 11.1).
+        return f"DELETE {alias} FROM {target} AS {alias} JOIN {source} ON {on} WHERE {where}"
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import ClassVar
 from urllib.parse import urlencode
@@ -9,6 +10,7 @@ from urllib.parse import urlencode
 from ..errors import PreflightError
 from ..runtime.jdbc import JdbcConnection, execute, query
 from ..spec import ConnectionSpec, TableRef
+from ..xid import Xid
 from .base import Dialect, TableIndex, advisory_key
 
 #: What an upsert that compares order values calls the stored row.
@@ -109,6 +111,19 @@ class PostgresDialect(Dialect):
             "FROM pg_prepared_xacts WHERE database = current_database()"
         )
 
+    def prepared_xids(self, conn: JdbcConnection, format_id: int) -> list[Xid]:
+        rows = query(
+            conn,
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+            "AND split_part(gid, '_', 1) = ?",
+            (str(format_id),),
+        )
+        found = []
+        for (gid,) in rows:
+            with contextlib.suppress(ValueError):  # not pgjdbc's layout: not ours
+                found.append(Xid.from_string(str(gid)))
+        return found
+
     def prepared_count(self, conn: JdbcConnection, format_id: int) -> int:
         # pgjdbc's gid is `formatId_base64(gtrid)_base64(bqual)`; its recover() lists only
         # the current database's transactions.
@@ -175,6 +190,9 @@ class PostgresDialect(Dialect):
             f"ON CONFLICT ({keys}) DO UPDATE SET {updates} WHERE {stored}.{column} IS NULL "
             f"OR {stored}.{column} < EXCLUDED.{column}"
         )
+
+    def delete_joined(self, target: str, alias: str, source: str, on: str, where: str) -> str:
+        return f"DELETE FROM {target} AS {alias} USING {source} WHERE {on} AND {where}"
 
     def upsert_target(self, target: str) -> str:
         return f"{target} AS {self.quote(_STORED)}"

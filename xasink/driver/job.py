@@ -115,7 +115,7 @@ class Job:
             stack.enter_context(job._closing)
             yield job
             if job.trace.state in FINAL_STATES:  # after its end, a due round of its
-                retention.tend(job.journal, job.conn, job.spec)  # journal's retention
+                retention.tend(job.journal, job.session, job.spec)  # journal's retention
 
     @classmethod
     @contextlib.contextmanager
@@ -144,7 +144,7 @@ class Job:
             stack.enter_context(job._closing)
             yield job
             if job.trace.state in FINAL_STATES:  # after its end, a due round of its
-                retention.tend(job.journal, job.conn, job.spec)  # journal's retention
+                retention.tend(job.journal, job.session, job.spec)  # journal's retention
 
     @property
     def ops(self) -> BranchOps:

@@ -123,8 +123,9 @@ def settle(job: Job, reason: str) -> None:
         error = DecisionUnknownError(
             f"Committing job {job.job_id} failed and its outcome is unknown ({reason}): its "
             "COMMIT may still be in flight. Do not run the write again yet. Settle it with "
-            f"`{settle_it}` (with this job's connection options, and before `xasink prune` "
-            "could delete its row): it waits for a COMMIT still in flight, then says "
+            f"`{settle_it}` (with this job's connection options, within the journal's "
+            "retention, 7 days unless set otherwise: the job's row is what tells a commit "
+            "that landed): it waits for a COMMIT still in flight, then says "
             "`committed` (its rows are in the table) or `aborted` (nothing of it is; run the "
             "write again)."
         )

@@ -154,14 +154,14 @@ def check_apply_order(
     that is not finished yet, on any of this job's tables, blocks this one (it would
     otherwise be applied later and overwrite newer data)."""
     tables = [str(t) for t in plan.targets]
-    changes = journal.changes_sql("o", len(tables))
+    changes, params = journal.changes("o", tables)
     rows = query(
         conn,
         f"SELECT o.job_id, o.target_table, o.apply_plan FROM {journal.jobs} o, {journal.jobs} j "
         "WHERE j.job_id = ? AND o.state = ? AND o.job_id <> j.job_id AND o.apply_plan IS NOT "
         f"NULL AND {changes} AND (o.decided_at < j.decided_at OR "
         "(o.decided_at = j.decided_at AND o.job_id < j.job_id)) ORDER BY o.decided_at, o.job_id",
-        (job_id, JobState.COMMITTING, *tables, *tables),
+        (job_id, JobState.COMMITTING, *params),
     )
     _raise_first_sharing(journal, rows, plan, staged)
 
@@ -206,13 +206,13 @@ def lock_apply_order(
     it, so one decided but not yet applied raises JobOrderError. A locking read: it sees
     the latest decisions, not the transaction's snapshot (InnoDB)."""
     tables = [str(t) for t in plan.targets]
-    changes = journal.changes_sql("o", len(tables))
+    changes, params = journal.changes("o", tables)
     rows = query(
         conn,
         f"SELECT o.job_id, o.target_table, o.apply_plan FROM {journal.jobs} o WHERE o.state = ? "
         f"AND o.job_id <> ? AND o.apply_plan IS NOT NULL AND {changes} "
         "ORDER BY o.decided_at, o.job_id FOR UPDATE",
-        (JobState.COMMITTING, job_id, *tables, *tables),
+        (JobState.COMMITTING, job_id, *params),
     )
     _raise_first_sharing(journal, rows, plan, staged)
 

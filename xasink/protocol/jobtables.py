@@ -30,7 +30,7 @@ def record(layout: JournalLayout, conn: JdbcConnection, job_id: str, tables: Ite
     job row's own and is not listed. Runs in the caller's transaction, the one that
     records the job's plan."""
     names = set(tables)
-    if len(names) < 2:
+    if len(names) < 2 or not layout.layered:  # an earlier layout: its plan says them
         return
     known = set(listed(layout, conn, [job_id]).get(job_id, []))
     execute_many(
@@ -44,7 +44,7 @@ def record(layout: JournalLayout, conn: JdbcConnection, job_id: str, tables: Ite
 def listed(layout: JournalLayout, conn: JdbcConnection, jobs: list[str]) -> dict[str, list[str]]:
     """The tables listed for each of `jobs` (by key), in name order."""
     found: dict[str, list[str]] = {}
-    if not jobs:
+    if not jobs or not layout.layered:
         return found
     rows = query(
         conn,

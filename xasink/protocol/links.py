@@ -172,7 +172,7 @@ def _links(
             params,
         )
     except Exception as exc:  # MySQL denies a table it does not let this login see
-        if layout.dialect.is_missing_table(exc) or layout.version(conn) < LINKED_VERSION:
+        if layout.dialect.is_missing_table(exc) or layout.stored_version(conn) < LINKED_VERSION:
             return []
         raise
     return [

@@ -110,7 +110,8 @@ def _newest(
     reads: list[tuple[str, str, tuple[Any, ...], str]] = []
     for name in tables:
         reads.append((jobs, f"j.target_table = ?{only}", (name, *states), "j.created_at"))
-        reads.append((listing, f"x.target_table = ?{only}", (name, *states), "x.created_at"))
+        if journal.layered:  # the transactions that list the table
+            reads.append((listing, f"x.target_table = ?{only}", (name, *states), "x.created_at"))
     if not tables:
         reads = [(jobs, "j.state = ?", (state,), "j.created_at") for state in states]
     found: dict[str, tuple[Any, ...]] = {}

@@ -58,12 +58,13 @@ class JournalReader(JournalLayout):
         counts for each), and no finished job's staging table is left (on any table):
         recovery scoped to `table` would find no job row to act on. Both reads go through
         indexes that hold only such jobs' rows, however long the history."""
+        changes, params = self.changes("j", [table])
         rows = query(
             conn,
             f"SELECT (SELECT COUNT(*) FROM {self.jobs} j WHERE j.state IN (?, ?) AND "
-            f"{self.changes_sql('j', 1)}) + (SELECT COUNT(*) FROM {self.jobs} WHERE "
+            f"{changes}) + (SELECT COUNT(*) FROM {self.jobs} WHERE "
             "apply_plan IS NOT NULL AND state IN (?, ?, ?))",
-            (*OPEN_STATES, table, table, *FINAL_STATES),
+            (*OPEN_STATES, *params, *FINAL_STATES),
         )
         return int(rows[0][0]) == 0
 

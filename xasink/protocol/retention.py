@@ -34,10 +34,12 @@ from ..defaults import GRACE, RETENTION_DAYS
 from ..errors import ConfigurationError
 from ..runtime.jdbc import JdbcConnection, execute, local_transaction, query
 from ..spec import ConnectionSpec
+from ..xid import FORMAT_ID, BranchId
 from .links import PARTICIPANT, PENDING
 from .participants import FENCED_BY
-from .schema import JournalLayout
+from .schema import LINKED_VERSION, JournalLayout
 from .states import FINAL_STATES, JobState
+from .xa import XaSession
 
 log = logging.getLogger("xasink")
 
@@ -49,6 +51,10 @@ ROUND = 2000
 #: delete), `BACKLOG_INTERVAL`.
 INTERVAL = 60.0
 BACKLOG_INTERVAL = 5.0
+#: Seconds a round's statements wait for a lock before the round gives up until the next.
+ROUND_LOCK_WAIT = 2
+#: The shortest retention a journal may have, in days (besides 0, everything).
+MINIMUM_DAYS = 1.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,10 @@ class Swept:
 
 
 def retention_days(journal: JournalLayout, conn: JdbcConnection) -> float:
-    """The journal's retention in days (its default while none is set; 0: keep all)."""
+    """The journal's retention in days (its default while none is set, and in an earlier
+    layout, which has no such setting; 0: keep all)."""
+    if not journal.layered:
+        return RETENTION_DAYS
     rows = query(conn, f"SELECT retention_days FROM {journal.meta} WHERE id = 1")
     if not rows or rows[0][0] is None:
         return RETENTION_DAYS
@@ -68,9 +77,19 @@ def retention_days(journal: JournalLayout, conn: JdbcConnection) -> float:
 
 
 def set_retention(journal: JournalLayout, conn: JdbcConnection, days: float | None) -> None:
-    """Set the journal's retention (None: back to the default)."""
-    if days is not None and not days >= 0:
-        raise ConfigurationError("The retention is a number of days, 0 (keep all) or more.")
+    """Set the journal's retention (None: back to the default). Below a day, a job whose
+    one-phase commit's outcome was unknown could lose its row before an operator settles
+    it (`xasink resolve --abandon --table` tells the outcome by the row)."""
+    if days is not None and not (days == 0 or days >= MINIMUM_DAYS):
+        raise ConfigurationError(
+            f"The retention is a number of days: 0 (keep everything) or {MINIMUM_DAYS:g} or "
+            f"more; got {days:g}."
+        )
+    if not journal.layered:
+        raise ConfigurationError(
+            f"The journal {journal.jobs} has not been upgraded yet (it waits for prepared "
+            "branches to be resolved): run `xasink recover`, then set its retention."
+        )
     execute(conn, f"UPDATE {journal.meta} SET retention_days = ? WHERE id = 1", (days,))
 
 
@@ -82,58 +101,80 @@ def sweep(
     dry_run: bool = False,
 ) -> Swept:
     """Delete the rows of up to `limit` jobs (all, when None) that ended more than
-    `older_than_days` ago and that nothing reads any more (see the module), oldest first.
-    Each read finds its candidates through the index of a state's jobs by age, so it
-    reads what it deletes, not the history; `dry_run` only counts them."""
+    `older_than_days` ago and that nothing reads any more (see the module), oldest first;
+    `dry_run` counts them. Each read finds its candidates through the index of a state's
+    jobs by age, so it reads what it deletes, not the history. A job with a branch still
+    prepared (a late losing attempt) stays for recovery, and while any branch is prepared
+    no marker row is deleted (see `forget`)."""
     if older_than_days < 0:
         raise ConfigurationError("--older-than takes a number of days, 0 or more.")
     d = journal.dialect
-    age = d.age_sql("j.finished_at")
-    if age is None:
-        raise ConfigurationError(f"The {d.name} dialect cannot compute ages; prune by hand.")
+    age, prepared = d.age_sql("j.finished_at"), d.prepared_xids(conn, FORMAT_ID)
+    if age is None or prepared is None:
+        raise ConfigurationError(f"The {d.name} dialect cannot tell ages; prune by hand.")
+    busy = sorted({b.job_id for x in prepared if (b := BranchId.parse(x))})
     seconds = max(older_than_days * 86400.0, GRACE)
     # A job that ended before the cutoff began before it: the index's range.
     eligible = (
-        f"SELECT j.job_id FROM {journal.jobs} j WHERE j.state = ? AND j.created_at < "
-        f"{d.ago_sql(seconds)} AND j.apply_plan IS NULL AND j.finished_at IS NOT NULL "
-        f"AND {age} > ? AND {age} > COALESCE(j.lease_seconds, 0) "
-        f"AND NOT EXISTS (SELECT 1 FROM {journal.sinks} s WHERE s.job_id = j.job_id) "
-        f"AND NOT EXISTS (SELECT 1 FROM {journal.links} l WHERE l.job_id = j.job_id AND "
-        "l.role = ? AND l.state = ?) AND (j.state <> ? OR j.resolved_by IS NULL OR "
-        "j.resolved_by <> ?) ORDER BY j.created_at"
+        f"FROM {journal.jobs} j WHERE j.state = ? AND j.created_at < {d.ago_sql(seconds)} "
+        f"AND j.apply_plan IS NULL AND j.finished_at IS NOT NULL AND {age} > ? "
+        f"AND {age} > COALESCE(j.lease_seconds, 0) AND NOT EXISTS (SELECT 1 FROM "
+        f"{journal.sinks} s WHERE s.job_id = j.job_id) AND (j.state <> ? OR j.resolved_by IS "
+        "NULL OR j.resolved_by <> ?)"
     )
-    kept = (PARTICIPANT, PENDING, JobState.ABORTED, FENCED_BY)
-    total, more = 0, False
+    params: tuple[object, ...] = (seconds, JobState.ABORTED, FENCED_BY)
+    if journal.version >= LINKED_VERSION:
+        eligible += (
+            f" AND NOT EXISTS (SELECT 1 FROM {journal.links} l WHERE l.job_id = j.job_id AND "
+            "l.role = ? AND l.state = ?)"
+        )
+        params += (PARTICIPANT, PENDING)
+    if busy:
+        eligible += f" AND j.job_id NOT IN ({', '.join('?' for _ in busy)})"
+        params += tuple(busy)
+    if dry_run:
+        counts = [query(conn, f"SELECT COUNT(*) {eligible}", (s, *params)) for s in FINAL_STATES]
+        return Swept(sum(int(c[0][0]) for c in counts), False)
+    total = 0
     for state in FINAL_STATES:
         while limit is None or total < limit:
             want = CHUNK if limit is None else min(CHUNK, limit - total)
-            rows = query(conn, f"{eligible} {d.limit_sql(want)}", (state, seconds, *kept))
-            jobs = [str(row[0]) for row in rows]
-            if not dry_run and jobs:
-                forget(journal, conn, jobs)
-            total += len(jobs)
-            if len(jobs) < want or dry_run:
+            rows = query(
+                conn,
+                f"SELECT j.job_id {eligible} ORDER BY j.created_at {d.limit_sql(want)}",
+                (state, *params),
+            )
+            forget(journal, conn, [str(row[0]) for row in rows], markers=not prepared)
+            total += len(rows)
+            if len(rows) < want:
                 break
         else:
-            more = True
-            break
-    return Swept(total, more)
+            return Swept(total, True)
+    return Swept(total, False)
 
 
-def forget(journal: JournalLayout, conn: JdbcConnection, jobs: list[str]) -> None:
+def forget(
+    journal: JournalLayout, conn: JdbcConnection, jobs: list[str], markers: bool = True
+) -> None:
     """Delete every row of these long finished jobs, together (one local transaction): a
     job row is never left without its winners, nor the reverse. A job a sink's mark came
-    to name meanwhile (a decided batch aborted, its mark put back) stays."""
+    to name meanwhile (a decided batch aborted, its mark put back) stays whole. Without
+    `markers`, their marker rows stay (a finished job has none but an abandoned job's
+    winners'): InnoDB's DELETE may read the whole table and wait on a prepared branch's
+    uncommitted marker row, even another job's."""
+    if not jobs:
+        return
     marks = ", ".join("?" for _ in jobs)
+    named = query(conn, f"SELECT job_id FROM {journal.sinks} WHERE job_id IN ({marks})", jobs)
+    jobs = sorted(set(jobs) - {str(row[0]) for row in named})
+    marks = ", ".join("?" for _ in jobs)
+    tables = [journal.winners, *([journal.markers] if markers else [])]
+    tables += [journal.links] if journal.version >= LINKED_VERSION else []
+    tables += [journal.job_tables] if journal.layered else []
     with local_transaction(conn):
-        for table in (journal.winners, journal.markers, journal.job_tables, journal.links):
-            execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", jobs)
-        execute(
-            conn,
-            f"DELETE FROM {journal.jobs} WHERE job_id IN ({marks}) AND NOT EXISTS "
-            f"(SELECT 1 FROM {journal.sinks} s WHERE s.job_id = {journal.jobs}.job_id)",
-            jobs,
-        )
+        for table in (*tables, journal.jobs):
+            if jobs:
+                execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", jobs)
 
 
 #: When each (journal, process) is due for its next round: monotonic seconds.
@@ -141,22 +182,28 @@ _due: dict[tuple[str | None, ...], float] = {}
 _due_lock = threading.Lock()
 
 
-def tend(journal: JournalLayout, conn: JdbcConnection, spec: ConnectionSpec) -> Swept | None:
+def tend(journal: JournalLayout, session: XaSession, spec: ConnectionSpec) -> Swept | None:
     """One round of the journal's retention if it is due in this process (None: not
-    due, or the journal keeps everything). Called after a job ended, on the connection
-    the job used (to the database `spec` names), with no transaction open. Never raises:
-    a failed round is retried later, and a job's outcome is never its business."""
+    due, or the journal keeps everything). Called after a job ended, on the session the
+    job used (to the database `spec` names), with no transaction open; its lock waits
+    are bounded to a few seconds meanwhile (a round never waits on a writer for long).
+    Never raises: a failed round is retried later, and a job's outcome is never its
+    business."""
     key = (spec.url, spec.user, journal.schema, journal.tag)
     now = time.monotonic()
     with _due_lock:
         if _due.get(key, 0.0) > now:
             return None
         _due[key] = now + INTERVAL
+    d, conn = journal.dialect, session.connection
+    if d.age_sql("finished_at") is None:
+        return None  # a dialect that cannot tell ages: `xasink prune` by hand
     try:
         days = retention_days(journal, conn)
         if days == 0:
             return None
-        swept = sweep(journal, conn, days, limit=ROUND)
+        with d.waits_bounded(conn, ROUND_LOCK_WAIT, journal.lock_wait):
+            swept = sweep(journal, conn, days, limit=ROUND)
     except Exception as exc:
         log.warning(
             "xasink: the journal's retention round failed (retried later): %s", spec.redact(exc)

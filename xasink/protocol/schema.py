@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -23,9 +23,11 @@ from ..defaults import LOCK_WAIT as DEFAULT_LOCK_WAIT
 from ..dialects import Dialect, get_dialect
 from ..dialects.base import TableIndex
 from ..errors import JournalError
-from ..runtime.jdbc import JdbcConnection, execute, query
+from ..runtime.jdbc import JdbcConnection, execute, network_timeout_lifted, query
 from ..spec import ConnectionSpec
+from ..xid import FORMAT_ID
 from . import jobtables
+from .jobtables import SEVERAL_WRITES
 from .journal_tables import (
     JOB_TABLES_TABLE,
     JOBS_TABLE,
@@ -48,6 +50,10 @@ META_TABLE = "xasink_meta"
 SCHEMA_VERSION = 3
 LINKED_VERSION = 2
 EARLIER_VERSIONS = (1, LINKED_VERSION)
+#: Seconds the upgrade's DDL waits for a lock before it is left for a later call.
+UPGRADE_LOCK_WAIT = 5
+#: (schema, jobs table) of the journals whose deferred upgrade this process told of.
+_DEFERRED: set[tuple[str | None, str]] = set()
 #: The journal's own retention in days (`retention`), added to earlier layouts' meta.
 _RETENTION_COLUMN = "retention_days DOUBLE PRECISION"
 #: Indexes of earlier layouts that this one replaces (dropped by the upgrade).
@@ -70,6 +76,16 @@ class JournalLayout:
     schema: str | None
     tag: str
     lock_wait: float = DEFAULT_LOCK_WAIT
+    #: Its layout as found: an earlier one (its upgrade deferred) is read and written as
+    #: that release did (`layered`).
+    version: int = SCHEMA_VERSION
+
+    @property
+    def layered(self) -> bool:
+        """Whether the journal has this layout's tables (a transaction's tables listed in
+        `job_tables`, the links, the retention); an earlier layout is used as it is until
+        its upgrade can run (`upgrade`)."""
+        return self.version >= SCHEMA_VERSION
 
     @property
     def dialect(self) -> Dialect:
@@ -107,14 +123,18 @@ class JournalLayout:
     def job_tables(self) -> str:
         return self._table(JOB_TABLES_TABLE)
 
-    def changes_sql(self, alias: str, tables: int) -> str:
-        """A condition on the job row `alias`: it changes one of `tables` tables, bound
-        twice in the same order: its own table, or one of a transaction's (`job_tables`,
-        reached by its key)."""
-        marks = ", ".join("?" for _ in range(tables))
+    def changes(self, alias: str, tables: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        """A condition on the job row `alias`, and its parameters: it changes one of
+        `tables`: its own table, or one of a transaction's (`job_tables`, reached by its
+        key; in an earlier layout, any transaction's plan counts)."""
+        marks = ", ".join("?" for _ in tables)
+        if not self.layered:
+            sql = f"({alias}.target_table IN ({marks}) OR {alias}.apply_plan LIKE ?)"
+            return sql, (*tables, f"{SEVERAL_WRITES}%")
         return (
             f"({alias}.target_table IN ({marks}) OR EXISTS (SELECT 1 FROM {self.job_tables} "
-            f"x WHERE x.job_id = {alias}.job_id AND x.target_table IN ({marks})))"
+            f"x WHERE x.job_id = {alias}.job_id AND x.target_table IN ({marks})))",
+            (*tables, *tables),
         )
 
     # -- finding it ------------------------------------------------------------------
@@ -130,16 +150,22 @@ class JournalLayout:
         exist, or it lost its tag, which `ensure` and `check_complete` refuse). `conn`'s
         lock waits are bounded by `lock_wait` already (`sessions.bind_lock_wait`)."""
         journal = cls(spec.dialect, schema, "", lock_wait)
-        return replace(journal, tag=journal._stored_tag(conn) or "")
+        tag, version = journal._stored(conn) or ("", SCHEMA_VERSION)
+        return replace(journal, tag=tag, version=version)
 
-    def _stored_tag(self, conn: JdbcConnection) -> str | None:
+    def _stored(self, conn: JdbcConnection) -> tuple[str, int] | None:
+        """The stored (tag, version), in one read (None: no journal, or no tag row)."""
         try:
-            rows = query(conn, f"SELECT tag FROM {self.meta} WHERE id = 1")
+            rows = query(conn, f"SELECT tag, version FROM {self.meta} WHERE id = 1")
         except Exception as exc:
             if self.dialect.is_missing_table(exc):
                 return None
             raise
-        return str(rows[0][0]) if rows else None
+        return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def _stored_tag(self, conn: JdbcConnection) -> str | None:
+        stored = self._stored(conn)
+        return stored[0] if stored else None
 
     def exists(self, conn: JdbcConnection) -> bool:
         """Whether the journal's tables are here. Only "no such table" means no; any other
@@ -238,39 +264,72 @@ class JournalLayout:
                 if not self.exists(conn):  # else another first writer created it meanwhile
                     self._check_not_half_gone(conn)
                     self._create(conn)
-        if self.check_complete(conn) != SCHEMA_VERSION:
-            self.upgrade(conn)
-        return replace(self, tag=str(self._stored_tag(conn)))
+        version = self.check_complete(conn)
+        if version != SCHEMA_VERSION:
+            version = self.upgrade(conn)
+        return replace(self, tag=str(self._stored_tag(conn)), version=version)
 
-    def upgrade(self, conn: JdbcConnection) -> None:
+    def upgrade(self, conn: JdbcConnection) -> int:
         """An earlier layout to this one, once, under the creation lock: the tables and
         indexes it lacks (each step a no-op when done, so a crash midway is finished by
         the next call), the tables of its open transactions recorded, and then its version.
-        Building an index over a long history takes a while, once."""
+        Returns the version the journal has now. Building an index over a long history
+        takes a while, once. A prepared branch holds the jobs table until it is resolved,
+        which the DDL would wait for: while any is prepared, or after a short wait, the
+        upgrade is left for a later call and the journal is used as its layout is
+        (recovery, which resolves those branches, works on it)."""
         with self._creation_lock(conn):
-            if self.check_complete(conn) == SCHEMA_VERSION:
-                return  # another writer upgraded it meanwhile
+            found = self.check_complete(conn)
+            if found == SCHEMA_VERSION:
+                return found  # another writer upgraded it meanwhile
+            held = self.dialect.prepared_count(conn, FORMAT_ID)
+            if held:  # their locks on the journal's tables would stall the DDL
+                return self._deferred(found, f"{held} prepared xasink branch(es)")
             log.warning(
                 "xasink: upgrading the journal %s to layout version %d (once; new tables "
                 "and indexes over its history)",
                 self.jobs,
                 SCHEMA_VERSION,
             )
-            d = self.dialect
+            try:
+                with self.dialect.waits_bounded(conn, UPGRADE_LOCK_WAIT, self.lock_wait):
+                    self._upgrade_steps(conn)
+            except Exception as exc:
+                if not self.dialect.is_lock_timeout(exc):
+                    raise
+                return self._deferred(found, "a long transaction on its tables")
+            return SCHEMA_VERSION
+
+    def _deferred(self, found: int, why: str) -> int:
+        """The upgrade left for a later call (said once per journal and process)."""
+        if (self.schema, self.jobs) not in _DEFERRED:
+            _DEFERRED.add((self.schema, self.jobs))
+            log.warning(
+                "xasink: the journal %s keeps layout version %d until %s end (`xasink "
+                "recover` resolves in-doubt branches); a later write upgrades it.",
+                self.jobs,
+                found,
+                why,
+            )
+        return found
+
+    def _upgrade_steps(self, conn: JdbcConnection) -> None:
+        d = self.dialect
+        with network_timeout_lifted(conn):  # an index over a long history
             for table, name, columns, indexes in definitions(self):
                 for sql in d.create_table_sql(table, name, columns, indexes):
                     execute(conn, sql)
                 for index in indexes:  # an existing table lacks the newer indexes
                     self._add_index(conn, table, name, index)
-            for name in _REPLACED_INDEXES:
-                d.drop_index(conn, self.jobs, name)
-            d.add_column(conn, self.meta, _RETENTION_COLUMN)
-            jobtables.record_plans(self, conn)
-            execute(
-                conn,
-                f"UPDATE {self.meta} SET version = ? WHERE id = 1 AND version < ?",
-                (SCHEMA_VERSION, SCHEMA_VERSION),
-            )
+        for name in _REPLACED_INDEXES:
+            d.drop_index(conn, self.jobs, name)
+        d.add_column(conn, self.meta, _RETENTION_COLUMN)
+        jobtables.record_plans(replace(self, version=SCHEMA_VERSION), conn)  # its tables now
+        execute(
+            conn,
+            f"UPDATE {self.meta} SET version = ? WHERE id = 1 AND version < ?",
+            (SCHEMA_VERSION, SCHEMA_VERSION),
+        )
 
     def _add_index(self, conn: JdbcConnection, table: str, name: str, index: TableIndex) -> None:
         sql = self.dialect.create_index_sql(table, name, index)
@@ -285,10 +344,14 @@ class JournalLayout:
     def ensure_linked(self, conn: JdbcConnection) -> None:
         """The journal with its links table, before it takes part in a transaction over
         several databases: this layout has it; an earlier one is upgraded."""
-        if self.version(conn) != SCHEMA_VERSION:
-            self.upgrade(conn)
+        if self.stored_version(conn) != SCHEMA_VERSION and self.upgrade(conn) < LINKED_VERSION:
+            raise JournalError(
+                f"The journal {self.jobs} needs its links table to take part in a "
+                "transaction over several databases, and its upgrade waits for prepared "
+                "branches to be resolved: run `xasink recover`, then the transaction again."
+            )
 
-    def version(self, conn: JdbcConnection) -> int:
+    def stored_version(self, conn: JdbcConnection) -> int:
         """The journal's version as stored now (0: no meta row)."""
         rows = query(conn, f"SELECT version FROM {self.meta} WHERE id = 1")
         return int(rows[0][0]) if rows else 0

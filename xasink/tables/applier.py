@@ -13,6 +13,8 @@ from .modes import APPEND, MERGE, ORDER_COLUMN, OVERWRITE, UPSERT
 from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
 
 _ROW_NUMBER = "xasink_rn"
+#: What a merge's DELETE calls the stored row it compares orders with.
+STORED = "xasink_stored"
 
 Statement = tuple[str, tuple[Param, ...]]
 
@@ -47,16 +49,14 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan) -> tuple[list[Statement], li
     marks = ", ".join("?" for _ in deletes)
     keys = ", ".join(q(k) for k in plan.key)
     op = plan.op_sql(dialect, "s.")
+    inserts = [(f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes)]
     if plan.order_column is None:
         delete = f"DELETE FROM {target} WHERE ({keys}) IN (SELECT {keys} FROM {source} WHERE "
-    else:
-        same = " AND ".join(f"s.{q(k)} = {target}.{q(k)}" for k in plan.key)
-        delete = f"DELETE FROM {target} WHERE EXISTS (SELECT 1 FROM {source} WHERE {same} AND "
-        delete += f"{_older(dialect, f'{target}.', plan.order_column)} AND "
-    return (
-        [(f"{delete}{op} IN ({marks}))", deletes)],
-        [(f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes)],
-    )
+        return [(f"{delete}{op} IN ({marks}))", deletes)], inserts
+    stored = q(STORED)
+    same = " AND ".join(f"s.{q(k)} = {stored}.{q(k)}" for k in plan.key)
+    where = f"{op} IN ({marks}) AND {_older(dialect, f'{stored}.', plan.order_column)}"
+    return [(dialect.delete_joined(target, stored, source, same, where), deletes)], inserts
 
 
 def _older(dialect: Dialect, stored: str, order: str) -> str:
