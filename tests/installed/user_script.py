@@ -45,7 +45,8 @@ def main(where: str, prefix: str, then: str = "") -> None:
         .save()
     )
     print(f"wrote {prefix}_format 300 tasks", flush=True)
-    # A small frame: the driver writes it in one local transaction with its bookkeeping.
+    # A small frame: classic Spark's driver writes it in one local transaction with its
+    # bookkeeping; under Spark Connect (no size estimate, no collect here) its tasks do.
     result = write_xa(df, table=f"{prefix}_write_xa", create="if_missing", **login)
     print(f"wrote {prefix}_write_xa {result.rows} {result.writer}", flush=True)
     if then == "die":
