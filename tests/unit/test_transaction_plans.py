@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from xasink.dialects import get_dialect
 from xasink.errors import JournalError
 from xasink.protocol import applying
 from xasink.protocol.applying import JobOrderError, trusted_plan
@@ -114,3 +115,15 @@ def test_a_transaction_deletes_children_first_and_inserts_parents_first(monkeypa
         'INSERT INTO "public"."orders"',
         'INSERT INTO "public"."items"',
     ]
+
+
+def test_another_schemas_same_named_keys_are_not_ours(monkeypatch):
+    """Review 4, R4: the catalog names old.parent -> old.child beside our items -> orders;
+    read by name alone it made a false cycle, and the child's INSERT ran first."""
+    from xasink.tables import applier
+
+    rows = [("public", "items", "public", "orders"), ("old", "orders", "old", "items")]
+    monkeypatch.setattr(applier, "query", lambda conn, sql, params: rows)
+    plans = [_plan(ITEMS, 0), _plan(ORDERS, 1)]
+    ordered = applier.parents_first(None, get_dialect("postgres"), plans)
+    assert [p.target for p in ordered] == [ORDERS, ITEMS]

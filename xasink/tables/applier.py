@@ -121,8 +121,13 @@ def parents_first(
     rows = query(conn, *found) if found else []
     index = {(p.target.schema, p.target.name): i for i, p in enumerate(plans)}
     names = [p.target.name for p in plans]
-    # A target the server could not resolve has no schema: its name alone, when unique.
-    index |= {(None, n): i for i, n in enumerate(names) if names.count(n) == 1}
+    # A target written without a schema (the session's own): its name alone, when unique.
+    # Never for a resolved one: the catalog's rows name every schema's same-named tables.
+    index |= {
+        (None, p.target.name): i
+        for i, p in enumerate(plans)
+        if p.target.schema is None and names.count(p.target.name) == 1
+    }
 
     def find(schema: object, name: object) -> int | None:
         found = index.get((str(schema), str(name)))
