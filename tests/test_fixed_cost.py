@@ -18,8 +18,10 @@ from support import (
     failing_once,
     journal_session,
     new_table,
+    run_sql,
 )
 
+import xasink.spark.datasource
 import xasink.spark.transaction
 from xasink import SchemaMismatchError, WriteError, write_xa
 from xasink.driver.check_cache import CheckCache
@@ -81,6 +83,38 @@ def test_a_changed_table_is_described_again_once_its_entry_expired(spark, db, cl
     assert_exactly(db, table, range(50))
     write_xa(df.drop("v").withColumn("id", df.id + 50), table=table, **connection_args(db))
     assert_exactly(db, table, range(100))
+
+
+def test_a_column_added_a_moment_ago_is_written_at_once(spark, db, clock, monkeypatch):
+    """A remembered description may let a write on, never refuse it: a refusal rests on the
+    table read again (write_xa, then format("xasink")'s planner, which keeps the same cache)."""
+    monkeypatch.setattr(
+        xasink.spark.datasource, "CHECKS", xasink.spark.transaction.CHECKS, raising=True
+    )
+    table = new_table(db)
+    df = events_df(spark, 50, 1)
+    write_xa(df, table=table, **connection_args(db))
+    run_sql(db, f"ALTER TABLE {table} ADD COLUMN extra INT")
+    write_xa(
+        df.withColumn("id", df.id + 50).withColumn("extra", F.lit(7)),
+        table=table,
+        **connection_args(db),
+    )
+    run_sql(db, f"ALTER TABLE {table} ADD COLUMN more INT")
+    later = df.withColumn("id", df.id + 100).withColumn("extra", F.lit(7))
+    (
+        later.withColumn("more", F.lit(8))
+        .write.format("xasink")
+        .mode("append")
+        .option("url", db.jdbc_url)
+        .option("dbtable", table)
+        .option("user", db.user)
+        .option("password", db.password)
+        .save()
+    )
+    assert_exactly(db, table, range(150))
+    counts = run_sql(db, f"SELECT COUNT(extra), COUNT(more) FROM {table}")
+    assert counts == [(100, 50)]
 
 
 def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):

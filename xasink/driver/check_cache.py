@@ -20,6 +20,8 @@ Why skipping them for a while is safe:
 * The table's identity (the name the server resolves the spelling to) is remembered with
   its description: the job then names that table explicitly, so its apply lock, its
   journal row and the table it writes always agree.
+* A remembered description may only let a write on: when it would refuse the frame (a
+  column it does not know), preflight reads the table again and refuses only on that.
 * Every failed call forgets all entries of its connection, and the next call checks
   again, with preflight's own message for what is wrong.
 * The journal entry is keyed by the journal's stored tag: a journal dropped and made
@@ -27,8 +29,8 @@ Why skipping them for a while is safe:
 
 format("xasink") uses it too, in the planner that serves batch after batch; its tasks and
 `commit()` fail in other processes, which cannot make it forget the entries, so there a
-stale entry lives its full `ttl`: safe for the reasons above, but a write refused because
-the table changed may be refused again until the entry expires.
+stale entry lives its full `ttl`: safe for the reasons above (a refusal is never the
+cache's, and what the server refuses fails the job with the server's reason).
 """
 
 from __future__ import annotations

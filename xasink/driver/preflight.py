@@ -24,6 +24,9 @@ from .request import JobRequest, Preflight
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+    from ..tables.columns import TableColumn
+    from ..tables.modes import ModeOptions
+
 log = logging.getLogger("xasink")
 
 
@@ -46,16 +49,18 @@ def preflight(
             checks.put(spec, "server", max(branches, passed or 0))
     with step("table description"):
         described = checks.get(spec, ("table", target))
-        if isinstance(described, tuple):
-            existing, created = list(described), False
-        else:
+        try:
+            if not isinstance(described, tuple):
+                raise _Undescribed
+            created, (options, targets) = False, _fitted(conn, request, schema, list(described))
+        except (_Undescribed, PreflightError):
+            # A remembered description may only let a write on: a refusal rests on a fresh one
+            # (a column added a moment ago is there now).
             existing, created = ensure_table(
                 conn, dialect, target, schema, options, request.create, spec.redact
             )
             checks.put(spec, ("table", target), tuple(existing))
-        named = {dialect.column_key(c.name) for c in existing}
-        options = options.with_table(lambda column: dialect.column_key(column) in named)
-        targets = check_fit(conn, dialect, target, schema, options, existing)
+            options, targets = _fitted(conn, request, schema, existing)
     with step("table identity"):
         table = checks.get(spec, ("identity", target))
         if not isinstance(table, TableRef):
@@ -66,6 +71,21 @@ def preflight(
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
     return Preflight(journal, targets, created, table, options)
+
+
+class _Undescribed(Exception):
+    """No remembered description of the table: read it."""
+
+
+def _fitted(
+    conn: JdbcConnection, request: JobRequest, schema: StructType, existing: list[TableColumn]
+) -> tuple[ModeOptions, list[TableColumn]]:
+    """The mode's options told which columns the table has, and the columns written (refused
+    with SchemaMismatchError when the frame does not fit)."""
+    dialect = get_dialect(request.spec.dialect)
+    named = {dialect.column_key(c.name) for c in existing}
+    options = request.options.with_table(lambda column: dialect.column_key(column) in named)
+    return options, check_fit(conn, dialect, request.target, schema, options, existing)
 
 
 #: (connection, schema) pairs whose temporary-stage refusal this process has warned about.
