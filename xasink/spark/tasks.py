@@ -47,7 +47,11 @@ MESSAGE_DDL = (
 
 
 def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The mapInArrow function: write this partition into one prepared branch."""
+    """The mapInArrow function: write this partition into one prepared branch (the columns
+    named back where they crossed by position, see `_crossing`)."""
+    names = list(plan.columns)
+    if _crossing(names) != names:
+        batches = (pa.RecordBatch.from_arrays(b.columns, names=names) for b in batches)
     report = write_task(plan, batches)
     yield pa.RecordBatch.from_pylist([dataclasses.asdict(report)], schema=MESSAGE_SCHEMA)
 
@@ -83,9 +87,20 @@ def write_branches(df: DataFrame, plan: WritePlan, on_driver: bool) -> list[Any]
             if on_driver:
                 return [write_from_driver(plan, df)]
             writer = functools.partial(write_partition, plan)
+            if _crossing(df.columns) != df.columns:
+                df = df.toDF(*_crossing(df.columns))
             return df.mapInArrow(writer, MESSAGE_DDL).collect()
     except Exception as exc:
         raise phase_one_failed(plan, exc, on_driver) from exc
+
+
+def _crossing(names: list[str]) -> list[str]:
+    """The column names the frame crosses mapInArrow with: its own, or, when one holds a
+    backtick or a dot, positional ones (PySpark's mapInArrow refers to every column as
+    `df[name]`, unquoted, and misreads those). toDF renames in the JVM, parsing nothing."""
+    if not any("`" in n or "." in n for n in names):
+        return names
+    return [f"_xasink_{i}" for i in range(len(names))]
 
 
 #: The collected batches are merged up to this size: each batch costs the loader a fixed
