@@ -272,6 +272,35 @@ def test_an_unexpected_error_is_masked_and_has_no_traceback(monkeypatch, recover
     )
 
 
+@pytest.mark.parametrize("error", [RuntimeError, PreflightError])
+def test_a_participants_password_is_masked_in_every_error(monkeypatch, recover_calls, error):
+    monkeypatch.setenv("XASINK_UNIT_PW", "own-pw")
+    monkeypatch.setenv("XASINK_UNIT_PART_PW", SECRET)
+    recover_calls.result = error(f"participant login app/{SECRET} refused")
+    argv = ["recover", "--url", URL, "--password-env", "XASINK_UNIT_PW"]
+    argv += ["--participant", "jdbc:mariadb://p/app", "--participant-password-env"]
+    status, out, err = run([*argv, "XASINK_UNIT_PART_PW"])
+    assert (status, out) == (2, "")
+    assert SECRET not in err and "participant login app/*** refused" in err
+
+
+def test_recover_masks_its_participants_passwords_in_a_java_error():
+    """`redacting_java_errors`, as `xasink.recover` wears it: the participants' logins too."""
+    import jaydebeapi
+
+    from xasink.errors import XasinkError
+    from xasink.runtime.jdbc import redacting_java_errors
+
+    @redacting_java_errors
+    def call(**kwargs):
+        raise jaydebeapi.DatabaseError(f"participant login app/{SECRET} failed")
+
+    participant = {"url": "jdbc:mariadb://p/app", "password": SECRET}
+    with pytest.raises(XasinkError) as raised:
+        call(password="own-pw", participants=[participant, "jdbc:postgresql://q/app"])
+    assert SECRET not in str(raised.value) and "app/***" in str(raised.value)
+
+
 def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):
     listed = [
         SimpleNamespace(

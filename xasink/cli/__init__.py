@@ -218,12 +218,18 @@ def main(
             return _reset_sink(args, ask)
         return handlers[args.command](args)
     except XasinkError as exc:
-        print(f"xasink: {exc}", file=args.err)
+        print(f"xasink: {_secrets(args)(str(exc))}", file=args.err)
     except Exception as exc:  # never a traceback, never a secret: exit 2 means "error"
-        secret = os.environ.get(args.password_env) if args.password_env else None
-        text = Redactor([secret])(f"{type(exc).__name__}: {exc}")
+        text = _secrets(args)(f"{type(exc).__name__}: {exc}")
         print(f"xasink: unexpected error: {text}", file=args.err)
     return EXIT_ERROR
+
+
+def _secrets(args: argparse.Namespace) -> Redactor:
+    """Masks every password the command was given: --password-env's and each
+    --participant-password-env's."""
+    names = [args.password_env, *(getattr(args, "participant_password_env", None) or [])]
+    return Redactor([os.environ.get(n) for n in names if n])
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import jaydebeapi
@@ -277,16 +277,23 @@ def java_errors_redacted(name: str, redact: Callable[[str], str]) -> Iterator[No
         ) from None
 
 
+def _passwords(login: Mapping[str, Any]) -> list[str | None]:
+    """A login's password and its password-like JDBC properties."""
+    properties = login.get("properties") or {}
+    return [login.get("password")] + [
+        str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
+    ]
+
+
 def redacting_java_errors(func: F) -> F:
     """No raw Java exception leaves a public call: it becomes an XasinkError whose message
-    has the call's passwords (argument, or `properties`) and URL credentials masked."""
+    has the call's passwords (argument, `properties`, and each of its `participants`') and URL
+    credentials masked."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        properties = kwargs.get("properties") or {}
-        secrets = [kwargs.get("password")] + [
-            str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
-        ]
+        logins = [kwargs, *(p for p in kwargs.get("participants") or () if isinstance(p, Mapping))]
+        secrets = [s for login in logins for s in _passwords(login)]
         with java_errors_redacted(func.__name__, Redactor(secrets)):
             return func(*args, **kwargs)
 
