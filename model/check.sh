@@ -82,6 +82,7 @@ mdb-links-only | -DMUTANT_LINKS_ONLY | the final recovery reaches the participan
 mdb-row-first | -DMUTANT_ROW_BEFORE_LINK | the job row in the participant written before its coordinator link
 mdb-marker | -DMUTANT_MARKER_ACROSS | XAER_NOTA in the participant settled by the job state in the coordinator, not its own
 mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the participant's retention deletes an aborted job that has its coordinator link (the fence)
+mdb-withdraw | -DMUTANT_WITHDRAW_UNFENCED | a participant whose first write failed is withdrawn (its link done) without fencing or aborting its row
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 

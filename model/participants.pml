@@ -22,7 +22,10 @@
  *   7. C: the link done.
  * A failure before step 4 aborts C's J first, then (once it is aborted) P's if P's row was
  * written, rolls back their branches and marks the link done. From step 4 on a failure
- * aborts nothing.
+ * aborts nothing. A failure of step 3b itself (P's Job.begin raises: its recovery scan, or
+ * after its row), before P is a member, first withdraws P: its row INSERTed aborted (a
+ * fence) or, if begin wrote it, aborted; once P's J is aborted, the link done; then C's J
+ * aborted as above (review 4, R5: the link stayed pending for ever).
  *
  * Actors, each of which may crash between any two steps:
  *   - D, the driver; before the decision it may also fail (the block raises, a write fails);
@@ -81,7 +84,9 @@
  *   -DMUTANT_MARKER_ACROSS       a branch's XAER_NOTA settled by the coordinator's job state;
  *   -DMUTANT_UNCONDITIONAL_LINK  step 3a without its condition: this one verifies (no
  *                                counterexample, see model/README.md);
- *   -DMUTANT_PRUNE_FENCE         (-DPRUNE) P's retention deletes the fence too.
+ *   -DMUTANT_PRUNE_FENCE         (-DPRUNE) P's retention deletes the fence too;
+ *   -DMUTANT_WITHDRAW_UNFENCED   a failed first write into P marks the link done without
+ *                                fencing or aborting P's row.
  * model/check.sh lists the configurations that `make model` verifies.
  */
 
@@ -266,6 +271,9 @@ inline resolve(d) {
 /* The driver: the transaction's block and its end (spark/transaction.py with
    driver/participants.py). FAIL: the block raises (or a write fails) before the decision. */
 #define FAIL if :: !final_phase -> goto dead :: goto abort_path :: skip fi
+/* BEGIN_FAIL: the participant's first write fails once its links exist, before it is a
+   member (enlist's Job.begin raises): enlist withdraws it, then the block raises. */
+#define BEGIN_FAIL if :: !final_phase -> goto dead :: goto withdraw :: skip fi
 
 proctype D() {
   byte st, lst, k, out;
@@ -285,12 +293,13 @@ proctype D() {
   FAIL;
 #ifndef MUTANT_ROW_BEFORE_LINK
   plink = 1;                                  /* step 3b: links.add_coordinator */
-  FAIL;
+  BEGIN_FAIL;                                 /* Job.begin's recovery scan in P raises */
 #endif
   atomic {                                    /* step 3b: P's job row (Job.begin) */
     if :: job[DP] == J_NONE -> job[DP] = J_RUNNING; st = 1 :: else -> st = 0 fi
   };
   if :: !st -> goto abort_path :: else fi;    /* duplicate key: a recovery fenced P */
+  BEGIN_FAIL;                                 /* Job.begin raises after P's row */
   joined = 1;                                 /* a member: abort_all aborts it */
   FAIL;
 #ifdef MUTANT_ROW_BEFORE_LINK
@@ -346,6 +355,26 @@ proctype D() {
   CRASH;
   link = L_DONE;                              /* step 7: links.mark_done */
   goto dead;
+
+withdraw:                                     /* enlist's _withdraw: not yet a member */
+#ifndef MUTANT_WITHDRAW_UNFENCED
+  CRASH;
+  atomic {                                    /* P's row INSERTed aborted (the fence), */
+    if :: job[DP] == J_NONE -> job[DP] = J_ABORTED; fence = 1 :: else fi;
+    st = job[DP]                              /* else its state read (duplicate key) */
+  };
+  CRASH;
+  if
+  :: st == J_RUNNING ->                       /* the row begin wrote: Journal.abort */
+       atomic { if :: job[DP] == J_RUNNING -> job[DP] = J_ABORTED :: else fi };
+       CRASH;
+       st = job[DP]
+  :: else
+  fi;
+  if :: st != J_ABORTED -> goto abort_path :: else fi;
+#endif
+  CRASH;
+  link = L_DONE;                              /* links.mark_done; then abort_all for C */
 
 abort_path:                                   /* abort_all: C's job first */
 #ifdef MUTANT_ABORT_P_FIRST_AFTER_DECISION

@@ -471,6 +471,48 @@ def test_a_participant_registered_after_its_coordinator_aborted_is_fenced(
     _clean(postgres, mariadb)
 
 
+@pytest.mark.parametrize("after_row", [False, True], ids=["scan", "row"])
+def test_a_participants_failed_first_write_leaves_nothing_waiting(
+    spark, postgres, mariadb, monkeypatch, after_row
+):
+    """Review 4, R5: the participant's Job.begin raises once both links exist (its recovery
+    scan, or after its job row): the participant is withdrawn (its row aborted, the link
+    done) before the coordinator's job is aborted, so neither `check` nor `recover` on the
+    coordinator finds anything waiting; before, the link stayed pending for ever."""
+    from xasink.driver import job as job_module
+    from xasink.errors import PreflightError
+
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    real_scan, real_begin = job_module.recover_table, job_module.Journal.begin_job
+
+    def scan(ops, conn, journal, table, *args, **kwargs):
+        if audit in table and not after_row:
+            raise PreflightError("an earlier job on the audit table needs attention (test)")
+        return real_scan(ops, conn, journal, table, *args, **kwargs)
+
+    def begin_job(journal, conn, job_id, table, *args, **kwargs):
+        real_begin(journal, conn, job_id, table, *args, **kwargs)
+        if audit in table and after_row:
+            raise PreflightError("the participant failed after its job row (test)")
+
+    monkeypatch.setattr(job_module, "recover_table", scan)
+    monkeypatch.setattr(job_module.Journal, "begin_job", begin_job)
+    with pytest.raises(PreflightError, match="test"), transaction(**_in(postgres)) as tx:
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    assert job_states(postgres)[tx.job_id] == "aborted"
+    assert job_states(mariadb)[tx.job_id] == "aborted"
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    health = xasink_cli(postgres, "check", "--grace", "0")
+    assert health.returncode == 0, health.stdout + health.stderr
+    recovered = _recover(postgres)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    _clean(postgres, mariadb)
+
+
 def test_a_participants_refused_apply_after_the_decision_waits_decided_for_a_person(
     spark, postgres, mariadb
 ):

@@ -392,6 +392,10 @@ class Journal:
     def state(self, conn, job_id):
         return next((r.state for r in self.records if r.job_id == job_id), None)
 
+    def ended(self, conn, job_id):  # a record's heartbeat age stands for when it ended
+        found = [r for r in self.records if r.job_id == job_id]
+        return (found[0].state, found[0].heartbeat_age) if found else None
+
 
 class Ops:
     def __init__(self, branches):
@@ -470,11 +474,16 @@ def test_a_participants_silent_job_names_its_coordinator_and_the_command(monkeyp
 
 
 def test_a_coordinators_ended_job_with_a_pending_participant_is_a_problem(monkeypatch, fakes):
+    """Once it ended longer than the grace ago: before that, its driver is still finishing
+    its participants (a healthy transaction; review 4, R5)."""
     from xasink.protocol.links import Link
 
     journal = Journal(records=[fakes.record("committed", heartbeat_age=5.0)])
     journal.pending = [Link(JOB, "c0ffee00", "participant", "jdbc:mariadb://h/dw", None)]
     answers(monkeypatch, journal, {})
+    result = health.assess(Ops([]), None, journal, max_age=120.0, grace=120.0)
+    assert result.problems == ()
+    journal.records = [fakes.record("committed", heartbeat_age=500.0)]
     result = health.assess(Ops([]), None, journal, max_age=120.0, grace=120.0)
     assert kinds(result.problems) == [("participant-pending", JOB)]
     assert "--participant jdbc:mariadb://h/dw" in result.problems[0].detail

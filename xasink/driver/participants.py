@@ -29,7 +29,7 @@ from ..protocol import links
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..protocol.journal import Journal
-from ..protocol.participants import Participant, copy_decision, settle_earlier
+from ..protocol.participants import FENCED_BY, Participant, copy_decision, settle_earlier
 from ..protocol.states import JobState
 from .job import Job
 from .phase_two import on_live_connection
@@ -126,11 +126,53 @@ def enlist(
     try:
         begun = member.begin(pre, columns, lease, job_id=job_id)
     except Exception:
-        if member.journal.state(member.conn, job_id) == JobState.ABORTED:  # recovery's fence
+        fenced = _fenced(member, job_id)
+        _withdraw(coordinator, member, job_id)
+        if fenced:
             raise aborted_while_writing(job_id) from None
         raise
     member.decided = True  # only its coordinator decides, and only abort_all aborts it
     return settled + begun.recovered
+
+
+def _fenced(member: Job, job_id: str) -> bool:
+    """Whether a recovery from the coordinator fenced the participant's job (its row is
+    aborted): then the write failed because the transaction was aborted."""
+    with contextlib.suppress(Exception):  # the connection may be what failed
+        return member.journal.state(member.conn, job_id) == JobState.ABORTED
+    return False
+
+
+#: Why a withdrawn participant's job row is aborted (`resolved_by` is FENCED_BY).
+WITHDRAWN = "the transaction's first write here failed, before its job took part"
+
+
+def _withdraw(coordinator: Job, member: Job, job_id: str) -> None:
+    """A participant whose first write failed is not a member, so `abort_all` never reaches
+    it: its job is fenced (or, if `Job.begin` wrote its row, aborted) here, then the
+    coordinator's link is done. Without that the link stayed pending for ever: `check`
+    alarming, `prune` keeping the job, `recover` exiting 1 (review 4, R5;
+    model/participants.pml `withdraw`). Where this fails too, recovery from the coordinator
+    with `--participant` ends it, as for a driver that died here."""
+    journal, conn = member.journal, member.conn
+    try:
+        state = journal.fence_one_phase(conn, job_id, "", FENCED_BY, WITHDRAWN)
+        if state == JobState.RUNNING:
+            journal.abort(conn, job_id)
+            state = journal.state(conn, job_id)
+        if state != JobState.ABORTED:
+            raise XasinkError(f"its job is {state or 'missing'} there")
+        links.mark_done(coordinator.journal, coordinator.conn, job_id, journal.tag)
+    except Exception as exc:
+        log.warning(
+            "xasink job %s: the first write into participant %s failed and could not be "
+            "withdrawn there (%s); `xasink recover --url <the transaction's database> "
+            "--participant %s` ends it",
+            job_id,
+            member.spec.address,
+            member.spec.redact(exc),
+            member.spec.address,
+        )
 
 
 def settle_left(coordinator: Job, member: Job) -> list[BranchAction]:

@@ -163,7 +163,7 @@ def assess(
         waiting = _awaiting_coordinator(conn, journal, open_jobs.values())
         problems += _branch_problems(branches, open_jobs, max_age, grace, age_source, waiting)
         problems += _job_problems(open_jobs.values(), counts, grace, waiting)
-        problems += _pending_participants(conn, journal)
+        problems += _pending_participants(conn, journal, grace)
     return HealthReport(
         describe(journal) if status is not JournalStatus.MISSING else _missing(journal),
         status,
@@ -311,16 +311,21 @@ def _awaiting_coordinator(
     return found
 
 
-def _pending_participants(conn: JdbcConnection, journal: Journal) -> list[Problem]:
-    """Transactions this coordinator ended (committed, or aborted) whose participant does
-    not know it yet: its branches hold their locks until recovery carries it there."""
+def _pending_participants(conn: JdbcConnection, journal: Journal, grace: float) -> list[Problem]:
+    """Transactions this coordinator ended (committed, or aborted) longer than `grace` ago
+    whose participant does not know it yet: its branches hold their locks until recovery
+    carries it there. A healthy transaction's driver finishes its participants after its
+    coordinator's job ended: that window is no problem (review 4, R5)."""
     problems = []
     for link in journal.pending_participants(conn):
-        state = journal.state(conn, link.job_id)
-        if state in FINAL_STATES:
+        ended = journal.ended(conn, link.job_id)
+        if ended is None:
+            continue
+        state, ago = ended
+        if state in FINAL_STATES and ago >= grace:
             detail = (
-                f"{state} here, not yet in participant {link.where}: `xasink recover "
-                f"--participant {link.address}` (with this --url) finishes it there"
+                f"{state} here {ago:.0f}s ago, not yet in participant {link.where}: `xasink "
+                f"recover --participant {link.address}` (with this --url) finishes it there"
             )
             problems.append(Problem(ProblemKind.PARTICIPANT_PENDING, link.job_id, detail))
     return problems

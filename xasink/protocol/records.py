@@ -45,6 +45,28 @@ class JournalReader(JournalLayout):
         rows = query(conn, f"SELECT state FROM {self.jobs} WHERE job_id = ?", (job_id,))
         return str(rows[0][0]) if rows else None
 
+    def ended(self, conn: JdbcConnection, job_id: str) -> tuple[str, float] | None:
+        """The job's state and how many seconds ago it ended (infinite when not known; 0
+        for a job not ended); None: no such job."""
+        d = self.dialect
+        age = d.age_sql("finished_at")
+        rows = query(
+            conn,
+            f"SELECT state, finished_at, {d.now_sql}, {age or 'NULL'} FROM {self.jobs} "
+            "WHERE job_id = ?",
+            (job_id,),
+        )
+        if not rows:
+            return None
+        state, finished_at, now, age_s = rows[0]
+        if finished_at is None:
+            return str(state), 0.0
+        if age_s is not None:
+            return str(state), float(age_s)
+        if isinstance(now, dt.datetime) and isinstance(finished_at, dt.datetime):
+            return str(state), (now - finished_at).total_seconds()
+        return str(state), float("inf")
+
     def job(self, conn: JdbcConnection, job_id: str) -> JobRecord | None:
         records = self._records(conn, "job_id = ?", (job_id,))
         return records[0] if records else None
