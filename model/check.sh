@@ -40,6 +40,7 @@ mdb         |
 mdb-loser   | -DLOSER
 mdb-2rc     | -DTWO_RC -DNO_RP
 mdb-prune   | -DPRUNE
+decisions   | 
 liveness    | '
 
 # each mutant of xasink.pml runs in the "append" configuration (plus its own switches);
@@ -82,6 +83,8 @@ mdb-links-only | -DMUTANT_LINKS_ONLY | the final recovery reaches the participan
 mdb-row-first | -DMUTANT_ROW_BEFORE_LINK | the job row in the participant written before its coordinator link
 mdb-marker | -DMUTANT_MARKER_ACROSS | XAER_NOTA in the participant settled by the job state in the coordinator, not its own
 mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the participant's retention deletes an aborted job that has its coordinator link (the fence)
+decisions-id-order | -DMUTANT_ID_ORDER | recovery carries a participant's pending decisions in job-id order, none first
+decisions-no-settle | -DMUTANT_NO_SETTLE | a driver copies its decision to a participant without carrying earlier pending ones first
 mdb-withdraw | -DMUTANT_WITHDRAW_UNFENCED | a participant whose first write failed is withdrawn (its link done) without fencing or aborting its row
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
@@ -94,6 +97,7 @@ model_of() {
     apply*|mutant-apply*) echo "$here/apply.pml" ;;
     tx*|mutant-tx*) echo "$here/transaction.pml" ;;
     mdb*|mutant-mdb*) echo "$here/participants.pml" ;;
+    decisions*|mutant-decisions*) echo "$here/decisions.pml" ;;
     live*|mutant-live*) echo "$here/liveness.pml" ;;
     *) echo "$here/xasink.pml" ;;
   esac

@@ -513,6 +513,88 @@ def test_a_participants_failed_first_write_leaves_nothing_waiting(
     _clean(postgres, mariadb)
 
 
+def _kv(server) -> str:
+    """A participant table of one key, which an upsert sets to its transaction's value."""
+    table = f"kv_{uuid.uuid4().hex[:10]}"
+    _sql(server, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(16))")
+    _sql(server, f"INSERT INTO {table} (id, v) VALUES (1, 'orig')")
+    return table
+
+
+def _value(server, table: str) -> str:
+    with server.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT v FROM {table} WHERE id = 1")
+        return str(cursor.fetchall()[0][0])
+
+
+def _sets(tx, spark, coordinator, participant, table: str, value: str) -> None:
+    """One transaction's writes: a row into the coordinator, then key 1 of the participant's
+    table set to `value` (staged upsert, tasks' branches)."""
+    rows = spark.createDataFrame([(1, value)], "id long, v string")
+    tx.write(rows, _kv(coordinator), mode="upsert", key="id", **PATHS["tasks"])
+    tx.write(rows, table, mode="upsert", key="id", **_in(participant, **PATHS["tasks"]))
+
+
+@pytest.fixture
+def job_ids(monkeypatch):
+    """The job ids the next transactions take, in order (uuid4's hex otherwise)."""
+    from xasink.driver import job as job_module
+
+    given: list[str] = []
+    real = job_module.uuid.uuid4
+
+    class Ids:
+        @staticmethod
+        def uuid4():
+            return uuid.UUID(given.pop(0)) if given else real()
+
+    monkeypatch.setattr(job_module, "uuid", Ids)
+    return given
+
+
+def test_recovery_carries_decisions_to_a_participant_in_decision_order(
+    spark, postgres, mariadb, job_ids
+):
+    """Review 4, R1: two transactions decided in the coordinator, neither copied to the
+    participant; the one decided last has the smaller job id. Recovery from the coordinator
+    carries them in decision order, so the participant's key holds the last decision's value
+    (it took them in job-id order before: the older value won, with no error)."""
+    table = _kv(mariadb)
+    job_ids += ["0" * 31 + "1", "f" * 32]  # T2 begins first, its id sorts first
+    with failing_transaction("before_participants", postgres) as second:
+        _sets(second, spark, postgres, mariadb, table, "T2")
+        with failing_transaction("before_participants", postgres) as first:
+            _sets(first, spark, postgres, mariadb, table, "T1")  # decided first
+    assert [job_states(postgres)[t.job_id] for t in (first, second)] == ["committing"] * 2
+    assert second.job_id < first.job_id
+    assert _value(mariadb, table) == "orig"
+    done = _recover(postgres, participants=[mariadb])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _value(mariadb, table) == "T2"
+    assert set(job_states(mariadb).values()) >= {"committed"}
+    _clean(postgres, mariadb)
+
+
+def test_a_driver_carries_an_earlier_decision_before_its_own(spark, postgres, mariadb):
+    """T2 enlists the participant, then T1 (begun later) decides first and fails to copy its
+    decision there; T2 decides next. Its driver carries T1's decision into the participant
+    before its own, so the participant ends with T2's value, as the coordinator's order has
+    it (before, T2 applied first and a later recovery applied T1 over it)."""
+    table = _kv(mariadb)
+    with transaction(**_in(postgres)) as second:
+        _sets(second, spark, postgres, mariadb, table, "T2")
+        with failing_transaction("before_participants", postgres) as first:
+            _sets(first, spark, postgres, mariadb, table, "T1")
+        assert job_states(postgres)[first.job_id] == "committing"
+    assert job_states(mariadb)[first.job_id] == "committed", "not carried before T2's"
+    assert _value(mariadb, table) == "T2"
+    done = _recover(postgres, participants=[mariadb])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _value(mariadb, table) == "T2"
+    _clean(postgres, mariadb)
+
+
 def test_a_participants_refused_apply_after_the_decision_waits_decided_for_a_person(
     spark, postgres, mariadb
 ):

@@ -26,7 +26,7 @@ from typing import Any
 from .._testing.faults import trigger
 from ..errors import CommitError, ConfigurationError, XasinkError
 from ..protocol import links
-from ..protocol.actions import BranchAction
+from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.connecting import make_spec
 from ..protocol.journal import Journal
 from ..protocol.participants import FENCED_BY, Participant, copy_decision, settle_earlier
@@ -206,6 +206,7 @@ def copy_decisions(coordinator: Job, members: Sequence[Member]) -> None:
     for m in members:
         job, keys = m.job, winners[m.tag]
         assert job.plan is not None
+        _settle_before(coordinator, m)
         try:  # on a fresh connection if the participant restarted since its writes
             copy = functools.partial(_copy, job.journal, str(job.job_id), keys)
             state = on_live_connection(job.plan, job.conn, copy)
@@ -214,6 +215,29 @@ def copy_decisions(coordinator: Job, members: Sequence[Member]) -> None:
         if state not in (JobState.COMMITTING, JobState.COMMITTED):
             raise _undone(coordinator, m, f"its job is {state or 'missing'} there")
         m.job.trace.state = JobState.COMMITTING
+
+
+def _settle_before(coordinator: Job, m: Member) -> None:
+    """The coordinator's decisions taken before this job's and still pending in `m`,
+    carried there first, oldest first, so that its tables apply them in the coordinator's
+    order (review 4, R1; model/decisions.pml). If one cannot be, this job's decision is
+    not copied either: recovery carries both later, in order."""
+    job = m.job
+    reached = Participant(job.spec, job.conn, job.journal, job.ops)
+    try:
+        done = settle_earlier(
+            coordinator.journal,
+            coordinator.conn,
+            reached,
+            job.request.grace,
+            before=str(coordinator.job_id),
+        )
+    except Exception as exc:
+        raise _undone(coordinator, m, f"an earlier decision: {job.spec.redact(exc)}") from None
+    failed = [a for a in done if a.action == RecoveryAction.FAILED]
+    if failed:
+        why = f"job {failed[0].job_id}, decided before it, could not be carried there first"
+        raise _undone(coordinator, m, f"{why}: {failed[0].detail}")
 
 
 def _copy(journal: Journal, job_id: str, keys: Sequence[tuple[int, int, int]], conn: Any) -> Any:

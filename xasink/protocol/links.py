@@ -126,7 +126,7 @@ def mark_done(layout: JournalLayout, conn: JdbcConnection, job_id: str, peer: st
 
 def coordinator_of(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> Link | None:
     """The journal that decides `job_id`, when this journal is one of its participants."""
-    found = _links(layout, conn, "job_id = ? AND role = ?", (job_id, COORDINATOR))
+    found = _links(layout, conn, "l.job_id = ? AND l.role = ?", (job_id, COORDINATOR))
     return found[0] if found else None
 
 
@@ -139,37 +139,65 @@ def participants(
 ) -> list[Link]:
     """The participants this coordinator recorded (of `job_id`, in journal `peer`; still
     pending only)."""
-    where, params = "role = ?", [PARTICIPANT]
+    where, params = "l.role = ?", [PARTICIPANT]
     if peer is not None:
-        where += " AND peer = ?"
+        where += " AND l.peer = ?"
         params.append(peer)
     if job_id is not None:
-        where += " AND job_id = ?"
+        where += " AND l.job_id = ?"
         params.append(job_id)
     if pending:
-        where += " AND state = ?"
+        where += " AND l.state = ?"
         params.append(PENDING)
     return _links(layout, conn, where, tuple(params))
+
+
+def decided_before(
+    layout: JournalLayout, conn: JdbcConnection, job_id: str, peer: str
+) -> list[Link]:
+    """The participant `peer`'s pending links of this coordinator's jobs decided (committing
+    or committed) before `job_id`, oldest decision first: carried there before `job_id`'s,
+    so that every database applies its transactions in the coordinator's decision order
+    (review 4, R1; model/decisions.pml)."""
+    return _links(
+        layout,
+        conn,
+        "l.role = ? AND l.state = ? AND l.peer = ? AND j.state IN (?, ?) AND l.job_id <> "
+        "me.job_id AND (j.decided_at < me.decided_at OR (j.decided_at = me.decided_at AND "
+        "j.job_id < me.job_id))",
+        (PARTICIPANT, PENDING, peer, JobState.COMMITTING, JobState.COMMITTED),
+        joined=(
+            f"JOIN {layout.jobs} j ON j.job_id = l.job_id JOIN {layout.jobs} me ON me.job_id = ?",
+            (job_id,),
+        ),
+        order="j.decided_at, j.job_id",
+    )
 
 
 def linked(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> Link | None:
     """A link of `job_id` in either role: the job is part of a transaction over several
     databases, which no database may end alone once it is decided."""
-    found = _links(layout, conn, "job_id = ?", (job_id,))
+    found = _links(layout, conn, "l.job_id = ?", (job_id,))
     return found[0] if found else None
 
 
 def _links(
-    layout: JournalLayout, conn: JdbcConnection, where: str, params: tuple[Any, ...]
+    layout: JournalLayout,
+    conn: JdbcConnection,
+    where: str,
+    params: tuple[Any, ...],
+    joined: tuple[str, tuple[Any, ...]] = ("", ()),
+    order: str = "l.job_id",
 ) -> list[Link]:
-    """Link rows; none in a journal that never took part in such a transaction (its
-    version says so, read after the failed read: a table made since is seen)."""
+    """Link rows (`l`, with the tables `joined` names and its parameters); none in a journal
+    that never took part in such a transaction (its version says so, read after the failed
+    read: a table made since is seen)."""
     try:
         rows = query(
             conn,
-            f"SELECT job_id, peer, role, address, peer_schema, winners, state "
-            f"FROM {layout.links} WHERE {where} ORDER BY job_id, peer",
-            params,
+            f"SELECT l.job_id, l.peer, l.role, l.address, l.peer_schema, l.winners, l.state "
+            f"FROM {layout.links} l {joined[0]} WHERE {where} ORDER BY {order}, l.peer",
+            (*joined[1], *params),
         )
     except Exception as exc:  # MySQL denies a table it does not let this login see
         if layout.dialect.is_missing_table(exc) or layout.stored_version(conn) < LINKED_VERSION:

@@ -22,7 +22,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.jdbc import JdbcConnection
@@ -78,8 +78,61 @@ def finish(
 ) -> None:
     """Carry every decided (or aborted) job's outcome to its pending participants, after
     the coordinator's own recovery ran; what was done goes into `report`. A participant
-    that is not given or cannot be reached is reported, never skipped silently."""
+    that is not given or cannot be reached is reported, never skipped silently. A decision
+    reaches a participant only after every earlier decision of this coordinator still
+    pending there (`_carry`): each database applies them in the coordinator's order."""
+    carrier = _Carrier(coordinator, conn, report, opener, grace, dry_run, redact)
     for listed in links.participants(coordinator, conn, job, peer=peer):
+        carrier.carry(listed)
+
+
+def settle_earlier(
+    coordinator: Journal,
+    conn: JdbcConnection,
+    here: Participant,
+    grace: float,
+    before: str | None = None,
+) -> list[BranchAction]:
+    """What earlier transactions of this coordinator left in the participant `here` (a
+    decision not yet copied, an abort not yet carried), finished by a transaction that is
+    about to write there; with `before` (a decided job), only the decisions taken before
+    it, oldest first, by its driver before it copies its own. Returns what was done; an
+    action FAILED means an earlier decision could not be carried."""
+
+    @contextlib.contextmanager
+    def opener(link: Link) -> Iterator[Participant | None]:
+        yield here
+
+    report = RecoveryReport(dry_run=False)
+    carrier = _Carrier(coordinator, conn, report, opener, grace, False, here.spec.redact)
+    if before is None:
+        for listed in links.participants(coordinator, conn, peer=here.journal.tag):
+            carrier.carry(listed)
+    else:
+        carrier.earlier(before, here.journal.tag)
+    return [a for a in report.actions if a.action != RecoveryAction.LEFT]
+
+
+@dataclass
+class _Carrier:
+    """Carries the coordinator's outcomes to participants, one link at a time."""
+
+    coordinator: Journal
+    conn: JdbcConnection
+    report: RecoveryReport
+    opener: Opener
+    grace: float
+    dry_run: bool
+    redact: Callable[[object], str]
+    #: Each link carried so far, (job, peer), and whether it is final there.
+    carried: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def carry(self, listed: Link) -> bool:
+        """`listed`'s outcome in its participant, after the earlier decisions still pending
+        there; True once it is final there."""
+        if (listed.job_id, listed.peer) in self.carried:  # carried before a later one
+            return self.carried[(listed.job_id, listed.peer)]
+        coordinator, conn = self.coordinator, self.conn
         state = coordinator.state(conn, listed.job_id)
         if state in (None, JobState.RUNNING):
             why = (
@@ -87,17 +140,45 @@ def finish(
                 if state is None
                 else "still running (alive, or not aborted by this run)"
             )
-            _add(report, listed, RecoveryAction.LEFT, f"coordinator's job {why}")
-            continue
+            _add(self.report, listed, RecoveryAction.LEFT, f"coordinator's job {why}")
+            return False
+        if state != JobState.ABORTED:
+            blocker = self.earlier(listed.job_id, listed.peer)
+            if blocker is not None:
+                detail = (
+                    f"waits for job {blocker}, decided before it, to be carried there first "
+                    "(decisions reach a participant in the coordinator's order)"
+                )
+                _add(self.report, listed, RecoveryAction.LEFT, detail)
+                return False
+        return self._one(listed, state)
+
+    def earlier(self, job_id: str, peer: str) -> str | None:
+        """Carry the decisions taken before `job_id`'s still pending in `peer`, oldest first;
+        the first that could not be finished there (None: all were)."""
+        for link in links.decided_before(self.coordinator, self.conn, job_id, peer):
+            state = self.coordinator.state(self.conn, link.job_id)
+            if not self._one(link, str(state)) and not self.dry_run:
+                return link.job_id
+        return None
+
+    def _one(self, listed: Link, state: str) -> bool:
+        key = (listed.job_id, listed.peer)
+        if key not in self.carried:
+            self.carried[key] = self._finish(listed, state)
+        return self.carried[key]
+
+    def _finish(self, listed: Link, state: str) -> bool:
+        coordinator, conn, report = self.coordinator, self.conn, self.report
         # Read again after the state: the decision writes the winners with it, so a link
         # listed before a decision that landed meanwhile has none (model: stale winners).
         found = links.participants(coordinator, conn, listed.job_id, peer=listed.peer)
         if not found:
-            continue  # finished by another process meanwhile
+            return True  # finished by another process meanwhile
         link = found[0]
         reached = False
         try:
-            with opener(link) as participant:
+            with self.opener(link) as participant:
                 reached = participant is not None
                 if participant is None:
                     _add(
@@ -107,13 +188,15 @@ def finish(
                         f"not given: pass --participant with its URL (participants=[...]) "
                         f"to finish it ({'commit' if state != JobState.ABORTED else 'abort'})",
                     )
-                    continue
-                done = _finish_one(participant, link, state, report, grace, dry_run)
-                if done and not dry_run:
+                    return False
+                done = _finish_one(participant, link, state, report, self.grace, self.dry_run)
+                if done and not self.dry_run:
                     links.mark_done(coordinator, conn, link.job_id, link.peer)
+                return done
         except Exception as exc:
             what = "finishing it failed" if reached else "cannot reach it or log in"
-            _add(report, link, RecoveryAction.FAILED, f"{what}: {redact(exc)}")
+            _add(report, link, RecoveryAction.FAILED, f"{what}: {self.redact(exc)}")
+            return False
 
 
 def _finish_one(
@@ -214,32 +297,6 @@ def given(
             yield None
 
         yield opener
-
-
-def settle_earlier(
-    coordinator: Journal, conn: JdbcConnection, here: Participant, grace: float
-) -> list[BranchAction]:
-    """What earlier transactions of this coordinator left in the participant `here` (a
-    decision not yet copied, an abort not yet carried), finished by a transaction that is
-    about to write there; returns what was done."""
-
-    @contextlib.contextmanager
-    def opener(link: Link) -> Iterator[Participant | None]:
-        yield here
-
-    report = RecoveryReport(dry_run=False)
-    redact = here.spec.redact
-    finish(
-        coordinator,
-        conn,
-        report,
-        opener,
-        grace=grace,
-        dry_run=False,
-        redact=redact,
-        peer=here.journal.tag,
-    )
-    return [a for a in report.actions if a.action != RecoveryAction.LEFT]
 
 
 __all__ = ["Opener", "Participant", "copy_decision", "finish", "given", "settle_earlier"]
