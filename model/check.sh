@@ -82,8 +82,8 @@ mdb-no-fence | -DMUTANT_NO_FENCE | recovery of an aborted job takes a participan
 mdb-links-only | -DMUTANT_LINKS_ONLY | the final recovery reaches the participant only through pending links, not its own resolution
 mdb-row-first | -DMUTANT_ROW_BEFORE_LINK | the job row in the participant written before its coordinator link
 mdb-marker | -DMUTANT_MARKER_ACROSS | XAER_NOTA in the participant settled by the job state in the coordinator, not its own
-mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the participant's retention deletes an aborted job that has its coordinator link (the fence)
-decisions-id-order | -DMUTANT_ID_ORDER | recovery carries a participant's pending decisions in job-id order, none first
+mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the retention in the participant deletes an aborted job that has its coordinator link (the fence)
+decisions-id-order | -DMUTANT_ID_ORDER | recovery carries the pending decisions of a participant in job-id order, none first
 decisions-no-settle | -DMUTANT_NO_SETTLE | a driver copies its decision to a participant without carrying earlier pending ones first
 mdb-withdraw | -DMUTANT_WITHDRAW_UNFENCED | a participant whose first write failed is withdrawn (its link done) without fencing or aborting its row
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'

@@ -26,6 +26,7 @@ EXTERNAL = {
     "sql.streaming.queryId",
     "xasink_sinks.query_id",  # journal columns
     "finished_at",
+    "decided_at",
     "finally",  # Python
 }
 
@@ -103,3 +104,19 @@ def test_the_map_names_code() -> None:
 @pytest.mark.parametrize("token", sorted(set(mapped_names())))
 def test_every_mapped_name_exists(token: str) -> None:
     assert resolves(token), f"model/README.md names `{token}`, which xasink/ does not define"
+
+
+def test_the_model_script_parses_and_names_a_model_for_every_configuration():
+    """`sh -n`: a quote inside a configuration's text once broke `make model` whole."""
+    import subprocess
+
+    script = ROOT / "model" / "check.sh"
+    parsed = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr
+    text = script.read_text()
+    for block in ("CONFIGS='", "MUTANTS='"):
+        body = text.split(block, 1)[1].split("'", 1)[0]
+        for line in filter(None, body.splitlines()):
+            name = line.split("|", 1)[0].strip()
+            assert len(line.split("|")) >= 2, f"{block}: {line}"
+            assert name, f"{block}: {line}"
