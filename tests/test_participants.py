@@ -223,7 +223,7 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
         missing = _recover(postgres)
         assert missing.returncode == 1 and "not given: pass --participant" in missing.stdout
         assert _ids(mariadb, audit) == []
-        pending = xasink_cli(postgres, "check")
+        pending = xasink_cli(postgres, "check", "--grace", "0")  # ended: past a grace of 0
         assert pending.returncode == 1 and "participant-pending" in pending.stdout
         listed = xasink_cli(postgres, "jobs", "--json")
         blocker = next(j["blocker"] for j in json.loads(listed.stdout) if j["job_id"] == tx.job_id)
