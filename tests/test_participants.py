@@ -21,6 +21,7 @@ from support import (
     WatchedDriver,
     connection_args,
     job_states,
+    journal_session,
     sink_mark,
     stage_tables,
     xasink_cli,
@@ -592,6 +593,47 @@ def test_a_driver_carries_an_earlier_decision_before_its_own(spark, postgres, ma
     done = _recover(postgres, participants=[mariadb])
     assert done.returncode == 0, done.stdout + done.stderr
     assert _value(mariadb, table) == "T2"
+    _clean(postgres, mariadb)
+
+
+def test_a_winner_lost_in_a_participant_is_ended_there_and_the_transaction_closed(
+    spark, postgres, mariadb
+):
+    """Review 4, R3: a decided winner of the participant is rolled back behind xasink's back
+    (MariaDB with the binlog can lose one in a crash). Recovery says what each database
+    holds and the command that ends it; `resolve --abandon --linked` ends it there (before:
+    refused, and nothing else could), and recovery from the coordinator then closes the
+    transaction, saying that the databases disagree. Nothing is left pending or prepared."""
+    from xasink.protocol.branches import BranchOps
+
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    with failing_transaction("before_participants", postgres) as tx:
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    with journal_session(mariadb) as (spec, _, journal), BranchOps(spec, journal) as ops:
+        lost = next(b for b, _ in ops.prepared() if b.job_id == tx.job_id)
+    xid = f"X'{lost.xid.gtrid.hex()}',X'{lost.xid.bqual.hex()}',{lost.xid.format_id}"
+    admin_sql(mariadb, f"XA ROLLBACK {xid}")
+    stuck = _recover(postgres, participants=[mariadb])
+    assert stuck.returncode == 1 and "action=LOST" in stuck.stdout, stuck.stdout
+    assert "nothing of it was applied here" in stuck.stdout
+    assert f"xasink resolve {tx.job_id} --abandon --linked" in stuck.stdout
+    assert _ids(postgres, parent) == _expected()[0]  # the coordinator's part is in
+    refused = xasink_cli(mariadb, "resolve", tx.job_id, "--abandon", "--yes")
+    assert refused.returncode == 2 and "--linked" in refused.stderr, refused.stderr
+    ended = xasink_cli(mariadb, "resolve", tx.job_id, "--abandon", "--linked", "--yes")
+    assert ended.returncode == 0, ended.stdout + ended.stderr
+    assert job_states(mariadb)[tx.job_id] == "aborted"
+    closed = _recover(postgres, participants=[mariadb])
+    assert closed.returncode == 0, closed.stdout + closed.stderr
+    assert "the databases disagree" in closed.stdout and "--linked" in closed.stdout
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    for server in (postgres, mariadb):
+        health = xasink_cli(server, "check", "--grace", "0")
+        assert health.returncode == 0, f"{server.kind}: {health.stdout}"
+    assert _ids(mariadb, audit) == []
     _clean(postgres, mariadb)
 
 

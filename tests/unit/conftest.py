@@ -168,6 +168,9 @@ class FakeJournal:
     def coordinator(self, conn: Any, job_id: str) -> Any:
         return self.coordinators.get(job_id)
 
+    def linked(self, conn: Any, job_id: str) -> Any:
+        return self.coordinators.get(job_id)
+
     def state(self, conn: Any, job_id: str) -> str | None:
         record = self.jobs.get(job_id)
         return None if record is None else record.state

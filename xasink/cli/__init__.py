@@ -127,7 +127,9 @@ def _resolve(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
     if not _confirmed(args, ask, f"Abandon job {args.job_id}", args.job_id):
         return EXIT_ERROR
     with _operate(args) as (conn, journal, ops):
-        final, report = abandon(ops, conn, journal, args.job_id, args.reason, args.table)
+        final, report = abandon(
+            ops, conn, journal, args.job_id, args.reason, args.table, linked=args.linked
+        )
     if args.json:
         print(
             json.dumps({"job_id": args.job_id, "state": final, **json.loads(report.to_json())}),

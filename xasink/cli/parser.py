@@ -184,6 +184,13 @@ def _add_resolve(commands: Any, common: argparse.ArgumentParser) -> None:
     resolve.add_argument("--abandon", action="store_true", required=True)
     resolve.add_argument("--reason", default="", help="recorded with the job")
     resolve.add_argument("--table", help="the table of a job with no row (see above)")
+    resolve.add_argument(
+        "--linked",
+        action="store_true",
+        help="a decided job of a transaction over several databases whose branch was lost: "
+        "end it in this database alone (the databases then disagree: recovery from its "
+        "coordinator closes the transaction and says what each holds)",
+    )
     resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 

@@ -13,6 +13,7 @@ from .. import defaults
 from .._testing.faults import trigger
 from ..errors import CommitError, LostBranchError
 from ..executor.contract import WritePlan
+from ..protocol import links
 from ..protocol.applying import Finished, JobOrderError
 from ..protocol.branches import BranchOps, commit_group
 from ..protocol.connecting import journal_connection
@@ -115,6 +116,15 @@ def _raise_lost(
 ) -> None:
     names = [b.name for b in lost]
     partitions = ", ".join(f"{b.partition} ({rows_of.get(b.partition, 0)} rows)" for b in lost)
+    link = links.linked(plan.journal, conn, plan.job_id)
+    if link is not None:
+        raise LostBranchError(
+            f"{len(names)} winning branch(es) of job {plan.job_id} in {plan.target} were "
+            f"rolled back before commit (partitions {partitions[:300]}) by something outside "
+            f"xasink (an administrator, or a server without durable XA): "
+            f"{links.lost_here(link, plan.apply is not None)}.",
+            names,
+        )
     if plan.apply is not None and plan.journal.abandon(conn, plan.job_id):
         raise LostBranchError(
             f"{len(names)} winning branch(es) of job {plan.job_id} were rolled back before "

@@ -149,13 +149,19 @@ def recover_table(
             why = next(a.line() for a in actions if a.job_id == job and a.unresolved)
             # Most such failures pass (a lock wait, a lost connection): the job is healthy,
             # and abandoning it drops its rows for good.
+            last = (
+                "It is one transaction over several databases: it is never dropped here alone "
+                "while it can still finish (only a lost branch is ended with `xasink resolve "
+                f"{job} --abandon --linked`)."
+                if journal.linked(conn, job)
+                else f"Only a job that can never finish is for `xasink resolve {job} --abandon`, "
+                "which drops its rows."
+            )
             raise PreflightError(
                 f"Job {job} on {table} is decided, but finishing it failed just now ({why}). "
                 "Staged writes to one table are applied in decision order, so this write "
                 "waits for it; nothing was written. Run the write again (or `xasink "
-                "recover`) once the cause is gone: that finishes the job first. Only a job "
-                f"that can never finish is for `xasink resolve {job} --abandon`, which drops "
-                "its rows."
+                f"recover`) once the cause is gone: that finishes the job first. {last}"
             )
     return actions
 

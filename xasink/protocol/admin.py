@@ -38,6 +38,7 @@ def abandon(
     job_id: str,
     reason: str,
     table: str | None = None,
+    linked: bool = False,
 ) -> tuple[JobState, RecoveryReport]:
     """End a job that cannot finish, on an operator's word, and record who did what.
 
@@ -46,7 +47,11 @@ def abandon(
     winners that are still prepared (they are committed), the lost ones stay lost. Then the
     job's branches are resolved at once. A job with no row, given its `table`, is a
     single-branch job whose one-phase commit's outcome was unknown (`settle_one_phase`).
-    Returns the final state and that recovery's report.
+    A job of a transaction over several databases is ended here only when it is decided
+    and `linked` says the operator knows the databases will disagree (a branch lost behind
+    xasink's back: nothing else can end it); recovery from its coordinator then closes the
+    transaction (`participants._finish_one`). Returns the final state and that recovery's
+    report.
     """
     if not valid_job_id(job_id):
         raise ConfigurationError(f"{job_id!r} is not an xasink job id (32 hex digits).")
@@ -62,16 +67,19 @@ def abandon(
     if record.state in FINAL_STATES:
         raise ConfigurationError(f"Job {job_id} is already {record.state}; nothing to abandon.")
     link = links.linked(journal, conn, job_id)
-    if link is not None:
+    if link is not None and not (linked and record.state == JobState.COMMITTING):
         raise ConfigurationError(
             f"Job {job_id} is one transaction over several databases (with {link.where}): "
             "ending it in one of them would commit it in some and not in others. Finish it "
             "from its coordinator: `xasink recover --participant URL`, with the coordinator's "
-            "--url (`xasink jobs` names it)."
+            "--url (`xasink jobs` names it). Only a decided job whose branch was lost behind "
+            "xasink's back (recover reports LOST) may be ended here alone, with --linked."
         )
     running = record.state == JobState.RUNNING
     final = JobState.ABORTED if running or record.staged else JobState.ABANDONED
     who, what = _operator(ops), _resolution(record.state, final, reason)
+    if link is not None:
+        what = f"{links.LINKED_END} (with {link.where}); {what}"[:2000]
     if not journal.end_by_operator(conn, job_id, record.state, final, who, what):
         raise ConfigurationError(
             f"Job {job_id} changed state while it was being abandoned; look again with "

@@ -36,6 +36,9 @@ from .states import JobState
 COORDINATOR, PARTICIPANT = "coordinator", "participant"
 #: A participant's link in the coordinator: still to finish, or final there.
 PENDING, DONE = "pending", "done"
+#: How an operator's end of one database's part of a linked job (`xasink resolve --abandon
+#: --linked`, after a lost branch) starts its recorded resolution.
+LINKED_END = "ended in this database alone (--linked)"
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,17 @@ def decided_before(
             (job_id,),
         ),
         order="j.decided_at, j.job_id",
+    )
+
+
+def lost_here(link: Link, staged: bool) -> str:
+    """What a lost winner leaves of a linked job in this database, and how to end it."""
+    held = "nothing of it was applied here" if staged else "its other branches' rows are in"
+    return (
+        f"lost: {held}; the transaction's other databases (with {link.where}) hold their "
+        f"part. Once you have dealt with the rows, `xasink resolve {link.job_id} --abandon "
+        "--linked` against this database ends it here, and recovery from its coordinator "
+        "then closes the transaction"
     )
 
 

@@ -174,14 +174,21 @@ def _blocker(
         if ops.settled(BranchId(journal.tag, job_id, p, a)) is Outcome.LOST
     ]
     if lost:
-        return (
-            f"winning branch(es) of partition(s) {lost[:20]} were rolled back outside xasink: "
-            f"`xasink resolve {job_id} --abandon` ends the job"
+        link = journal.linked(conn, job_id)
+        return f"winning branch(es) of partition(s) {lost[:20]} were rolled back outside " + (
+            f"xasink: `xasink resolve {job_id} --abandon` ends the job"
+            if link is None
+            else f"xasink, {links.lost_here(link, _staged(conn, journal, job_id))}"
         )
     pending = len(winners & listed)
     if pending:
         return f"decided, {pending} winner(s) still prepared: run `xasink recover`"
     return "decided, all winners committed, not finished: run `xasink recover`"
+
+
+def _staged(conn: JdbcConnection, journal: Journal, job_id: str) -> bool:
+    record = journal.job(conn, job_id)
+    return record is not None and record.staged
 
 
 def table_named(conn: JdbcConnection, journal: Journal, table: str) -> str:

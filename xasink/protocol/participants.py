@@ -189,7 +189,10 @@ class _Carrier:
                         f"to finish it ({'commit' if state != JobState.ABORTED else 'abort'})",
                     )
                     return False
-                done = _finish_one(participant, link, state, report, self.grace, self.dry_run)
+                alone = coordinator.resolution(conn, link.job_id).startswith(links.LINKED_END)
+                done = _finish_one(
+                    participant, link, state, report, self.grace, self.dry_run, alone
+                )
                 if done and not self.dry_run:
                     links.mark_done(coordinator, conn, link.job_id, link.peer)
                 return done
@@ -206,9 +209,12 @@ def _finish_one(
     report: RecoveryReport,
     grace: float,
     dry_run: bool,
+    ended_alone: bool = False,
 ) -> bool:
     """One participant of one job, as its coordinator decided; True once it is final as
-    decided (a contradiction, which only a person can have made, is reported, not done)."""
+    decided (a contradiction, which only a person can have made, is reported, not done),
+    or, where an operator ended it in one database alone after a lost branch (here, or in
+    the coordinator: `ended_alone`), final at all."""
     job_id, journal, conn = link.job_id, p.journal, p.conn
     commit = decided != JobState.ABORTED
     found = journal.state(conn, job_id)
@@ -237,12 +243,20 @@ def _finish_one(
     if final is None or final in expected:
         return True
     if final in FINAL_STATES:  # ended there by a person against the coordinator's decision
+        disagree = (
+            f"its job is {final} there although its coordinator decided {decided}: the "
+            "databases disagree"
+        )
+        if ended_alone or journal.resolution(conn, job_id).startswith(links.LINKED_END):
+            # `xasink resolve --abandon --linked` after a lost branch: the transaction is over.
+            what = f"{disagree}, as an operator ended it (`--linked`): closed"
+            _add(report, link, RecoveryAction.FINISHED_ELSEWHERE, what)
+            return True
         _add(
             report,
             link,
             RecoveryAction.FAILED,
-            f"its job is {final} there although its coordinator decided {decided}: the "
-            "databases disagree. Compare the rows of both and mend them by hand",
+            f"{disagree}. Compare the rows of both and mend them by hand",
         )
     return False
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, query
 from .journal_tables import JOBS_TABLE
-from .links import Link, coordinator_of, participants
+from .links import Link, coordinator_of, linked, participants
 from .schema import JournalLayout
 from .states import FINAL_STATES, JobState
 
@@ -44,6 +44,11 @@ class JournalReader(JournalLayout):
         """The job's state alone (one cheap read; None: no such job)."""
         rows = query(conn, f"SELECT state FROM {self.jobs} WHERE job_id = ?", (job_id,))
         return str(rows[0][0]) if rows else None
+
+    def resolution(self, conn: JdbcConnection, job_id: str) -> str:
+        """What an operator recorded when ending the job by hand ('' when none did)."""
+        rows = query(conn, f"SELECT resolution FROM {self.jobs} WHERE job_id = ?", (job_id,))
+        return str(rows[0][0] or "") if rows else ""
 
     def ended(self, conn: JdbcConnection, job_id: str) -> tuple[str, float] | None:
         """The job's state and how many seconds ago it ended (infinite when not known; 0
@@ -171,6 +176,10 @@ class JournalReader(JournalLayout):
     def coordinator(self, conn: JdbcConnection, job_id: str) -> Link | None:
         """The journal that decides `job_id`, when this one is its participant (`links`)."""
         return coordinator_of(self, conn, job_id)
+
+    def linked(self, conn: JdbcConnection, job_id: str) -> Link | None:
+        """A link of `job_id` in either role (`links.linked`)."""
+        return linked(self, conn, job_id)
 
     def pending_participants(self, conn: JdbcConnection) -> list[Link]:
         """Participants of this coordinator's transactions not finished yet (`links`)."""

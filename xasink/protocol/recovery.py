@@ -199,6 +199,9 @@ class _Resolver:
                 "a decided branch was lost before the apply: the target is unchanged; "
                 "run the write again",
             )
+        elif (link := self.journal.linked(self.conn, record.job_id)) is not None:
+            detail = links.lost_here(link, record.staged)
+            self.job_action(record.job_id, RecoveryAction.LOST, f"a decided branch was {detail}")
         elif not record.staged:
             self.job_action(
                 record.job_id,
