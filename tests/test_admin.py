@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support import (
     PARTITIONS,
     ROWS,
@@ -79,6 +80,7 @@ def test_an_append_job_with_a_lost_winner_is_listed_and_abandoned(db):
     assert cli(db, "--grace", "0").returncode == 0
 
 
+@pytest.mark.ci_one_server
 def test_a_staged_job_broken_by_schema_drift_is_abandoned_with_the_table_unchanged(db):
     table = seeded_table(db)
     kill_driver_at(db, table, "before_finish", mode="upsert")
@@ -125,6 +127,7 @@ def _kept_jobs(db) -> set[str]:
         return {str(row[0]) for row in cursor.fetchall()}
 
 
+@pytest.mark.ci_one_server
 def test_prune_deletes_only_long_finished_jobs(db):
     """Prune deletes the rows of jobs that ended longer ago than asked, and never a running
     job, a job that ended within the grace, or the job a sink's mark names."""

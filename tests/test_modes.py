@@ -265,6 +265,7 @@ def test_staging_keeps_the_target_columns_character_set(spark, any_mariadb):
     assert_clean(mariadb)
 
 
+@pytest.mark.ci_one_server
 def test_lost_branch_of_a_staged_job_leaves_the_table_unchanged(db):
     """After the decision, an administrator rolls back a prepared winner. The staged rows
     are incomplete, so recovery must not apply them: it aborts the job and says so."""

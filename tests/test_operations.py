@@ -199,6 +199,7 @@ def test_a_job_waiting_for_its_first_task_keeps_its_start_lease(spark, db):
     assert_exactly(db, table, [])
 
 
+@pytest.mark.ci_one_server
 def test_a_task_beats_before_its_first_row(spark, db, tmp_path):
     """A format('xasink') task whose first row takes long to come (a slow upstream
     operator in its stage): it beats from its first moment, with the running lease
@@ -234,6 +235,7 @@ def test_a_task_beats_before_its_first_row(spark, db, tmp_path):
     assert_exactly(db, table, range(400))
 
 
+@pytest.mark.ci_one_server
 def test_a_micro_batch_whose_tasks_all_fail_ends_its_job(spark, db, tmp_path):
     """The only task of a micro-batch fails every attempt: Spark's abort() gets no task
     message at all. The batch's job is aborted then and there, not left running until a

@@ -40,6 +40,7 @@ def parsed_branches(db) -> list[BranchId]:
         return sorted((b for b, _ in ops.prepared()), key=lambda b: b.partition)
 
 
+@pytest.mark.ci_one_server
 def test_driver_killed_before_decision_rolls_back(db):
     table = new_table(db)
     kill_driver_at(db, table, "before_decision")
@@ -66,6 +67,7 @@ def test_driver_killed_before_decision_rolls_back(db):
     assert job_states(db)[branches[0].job_id] == "aborted"
 
 
+@pytest.mark.ci_one_server
 def test_driver_killed_during_phase_two_rolls_forward(db):
     table = new_table(db)
     kill_driver_at(db, table, "after_first_commit")
