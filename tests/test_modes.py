@@ -153,7 +153,7 @@ def test_refused_apply_aborts_and_leaves_the_table_unchanged(spark, db):
     aborted, the target unchanged, instead of decided-but-stuck."""
     table = seeded_table(db)
     with db.connect() as conn:
-        conn.cursor().execute(f"ALTER TABLE {table} ADD CONSTRAINT positive CHECK (v >= 0)")
+        conn.cursor().execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_pos CHECK (v >= 0)")
     rows = [(i, "new", 1.0) for i in range(50)] + [(77, "bad", -5.0)]
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
     with pytest.raises(InputDataError, match="refused the rows"):

@@ -231,7 +231,7 @@ def test_a_refused_staged_apply_leaves_the_target_unchanged(spark, db):
     error says nothing changed, and no job row claims otherwise."""
     table = seeded_table(db)
     with db.connect() as conn:
-        conn.cursor().execute(f"ALTER TABLE {table} ADD CONSTRAINT positive CHECK (v >= 0)")
+        conn.cursor().execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_pos CHECK (v >= 0)")
         if db.kind != "postgres":
             conn.commit()
     df = small_frame(
