@@ -75,9 +75,15 @@ def _xa_counters(db) -> dict[str, int]:
 
 
 def _all_jobs(db) -> set[str]:
+    """Every job id of the default journal; none before a first write made it."""
     with db.connect() as conn:
         cursor = conn.cursor()
-        cursor.execute("SELECT job_id FROM xasink_jobs")
+        try:
+            cursor.execute("SELECT job_id FROM xasink_jobs")
+        except Exception as exc:  # a test run alone meets a server without a journal yet
+            if "xasink_jobs" not in str(exc):
+                raise
+            return set()
         return {str(row[0]) for row in cursor.fetchall()}
 
 
