@@ -177,6 +177,24 @@ class Dialect:
         dialect cannot tell (a transaction then applies in the order of its writes)."""
         return None
 
+    def self_references_sql(self, table: TableRef) -> tuple[str, tuple[str | None, ...]] | None:
+        """A query of the foreign keys of `table` that reference `table` itself, where the
+        server checks them row by row (InnoDB): rows of (constraint, column, referenced
+        column, the column takes NULL), in key order. None: checked per statement, as
+        PostgreSQL does, so that no order within a statement matters."""
+        return None
+
+    def reopens_temporary(self, conn: JdbcConnection) -> bool:
+        """Whether one statement may name a temporary table more than once."""
+        return True
+
+    def update_joined(
+        self, target: str, alias: str, source: str, on: str, where: str, assignments: str
+    ) -> str:
+        """UPDATE the rows of `target` (named `alias`) that join `source`, as `delete_joined`
+        deletes them."""
+        raise ConfigurationError(f"The {self.name} dialect has no joined UPDATE.")
+
     def types_lock_sql(self, table: TableRef) -> str | None:
         """A statement that keeps the table's column types as they are until the caller's
         transaction ends (None: this dialect has none)."""

@@ -353,6 +353,26 @@ class MySQLDialect(Dialect):
             tuple(t.name for t in tables),
         )
 
+    def self_references_sql(self, table: TableRef) -> tuple[str, tuple[str | None, ...]] | None:
+        return (
+            "SELECT k.CONSTRAINT_NAME, k.COLUMN_NAME, k.REFERENCED_COLUMN_NAME, c.IS_NULLABLE "
+            "FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.COLUMNS c ON "
+            "c.TABLE_SCHEMA = k.TABLE_SCHEMA AND c.TABLE_NAME = k.TABLE_NAME AND "
+            "c.COLUMN_NAME = k.COLUMN_NAME WHERE k.TABLE_SCHEMA = COALESCE(?, DATABASE()) "
+            "AND k.TABLE_NAME = ? AND k.REFERENCED_TABLE_SCHEMA = k.TABLE_SCHEMA AND "
+            "k.REFERENCED_TABLE_NAME = k.TABLE_NAME ORDER BY k.CONSTRAINT_NAME, k.ORDINAL_POSITION",
+            (table.schema, table.name),
+        )
+
+    def reopens_temporary(self, conn: JdbcConnection) -> bool:
+        # MariaDB has since 10.2; MySQL still refuses it ("Can't reopen table", 1137).
+        return "mariadb" in str(query(conn, "SELECT VERSION()")[0][0]).lower()
+
+    def update_joined(
+        self, target: str, alias: str, source: str, on: str, where: str, assignments: str
+    ) -> str:
+        return f"UPDATE {target} AS {alias} JOIN {source} ON {on} SET {assignments} WHERE {where}"
+
     def types_lock_sql(self, table: TableRef) -> str | None:
         # A locking read of no row opens the table for writing: it takes the SHARED_WRITE
         # metadata lock the apply's DELETE/INSERT need, before the catalog is read, and the

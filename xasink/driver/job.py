@@ -163,8 +163,7 @@ class Job:
     # -- before the job exists --------------------------------------------------------
 
     def preflight(self, schema: StructType, branches: int) -> Preflight:
-        """Server, table and journal checks (with DDL), skipping what passed recently (see
-        `opened`); nothing is written."""
+        """Server, table and journal checks (with DDL), some cached (`opened`); no row written."""
         pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
         self.journal = pre.journal
         # From here on the job names its table as the server resolved it, and writes its
@@ -173,8 +172,9 @@ class Job:
         return pre
 
     def can_stage_temporarily(self) -> bool:
-        """Whether a one-phase staged job may stage here (`preflight.can_stage_temporarily`)."""
-        return can_stage_temporarily(self.conn, self.journal, self.spec, self._checks)
+        """Whether a one-phase staged job into its table may stage here (`preflight`)."""
+        target, checks = self.request.target, self._checks
+        return can_stage_temporarily(self.conn, self.journal, self.spec, checks, target)
 
     def begin(
         self,

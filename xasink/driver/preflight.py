@@ -13,7 +13,7 @@ from ..protocol.branches import BranchOps
 from ..protocol.journal import Journal
 from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
-from ..runtime.jdbc import JdbcConnection, java_message
+from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import check_fit, ensure_table
@@ -93,12 +93,24 @@ _WARNED: set[tuple[object, str | None]] = set()
 
 
 def can_stage_temporarily(
-    conn: JdbcConnection, journal: Journal, spec: ConnectionSpec, checks: CheckCache = UNCACHED
+    conn: JdbcConnection,
+    journal: Journal,
+    spec: ConnectionSpec,
+    checks: CheckCache = UNCACHED,
+    table: TableRef | None = None,
 ) -> bool:
     """Whether a single-branch staged job may stage in a temporary table inside its one
     transaction (tried once per `checks` period). Where the login may not, or the try fails
     for any other reason, such a job takes the two-phase path large frames take, with a real
-    staging table, and the process says once why and what would restore the faster path."""
+    staging table, and the process says once why and what would restore the faster path.
+    With `table`, also whether that table's apply can read a temporary stage."""
+    fits = table is None or temporary_stage_fits(conn, table, spec, checks)
+    return fits and _temporary_tables_allowed(conn, journal, spec, checks)
+
+
+def _temporary_tables_allowed(
+    conn: JdbcConnection, journal: Journal, spec: ConnectionSpec, checks: CheckCache
+) -> bool:
     dialect = get_dialect(spec.dialect)
     if not dialect.temporary_tables:
         return False
@@ -122,6 +134,24 @@ def can_stage_temporarily(
         )
     checks.put(spec, key, refusal is None)
     return refusal is None
+
+
+def temporary_stage_fits(
+    conn: JdbcConnection, table: TableRef, spec: ConnectionSpec, checks: CheckCache = UNCACHED
+) -> bool:
+    """Whether a temporary staging table can feed this table's apply. The apply of a table
+    that references itself reads its staging table several times in one statement
+    (`tables.self_reference`), which MySQL refuses for a temporary table ("Can't reopen
+    table"): such a table's small staged writes take the two-phase path instead."""
+    dialect = get_dialect(spec.dialect)
+    key = ("temporary stage fits", table)
+    known = checks.get(spec, key)
+    if isinstance(known, bool):
+        return known
+    found = dialect.self_references_sql(table)
+    fits = found is None or not query(conn, *found) or dialect.reopens_temporary(conn)
+    checks.put(spec, key, fits)
+    return fits
 
 
 def recover_table(

@@ -5,11 +5,13 @@ which the journal runs them (`xasink.tables.staging` says why a job stages)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..dialects import Dialect
 from ..runtime.jdbc import JdbcConnection, Param, execute, query
 from ..spec import TableRef
 from .modes import APPEND, MERGE, ORDER_COLUMN, OVERWRITE, UPSERT
+from .self_reference import SelfReference, self_references, tree_order, unlinked
 from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
 
 _ROW_NUMBER = "xasink_rn"
@@ -19,44 +21,70 @@ STORED = "xasink_stored"
 Statement = tuple[str, tuple[Param, ...]]
 
 
-def apply_statements(dialect: Dialect, plan: ApplyPlan) -> list[Statement]:
+def apply_statements(
+    dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference] = ()
+) -> list[Statement]:
     """The statements, in order, that make the target reflect the staged rows."""
-    deletes, inserts = _apply_steps(dialect, plan)
-    return deletes + inserts
+    steps = _apply_steps(dialect, plan, refs)
+    return steps.unlinks + steps.deletes + steps.inserts
 
 
-def _apply_steps(dialect: Dialect, plan: ApplyPlan) -> tuple[list[Statement], list[Statement]]:
+class Steps(NamedTuple):
+    """One write's apply: UPDATEs that unlink the rows its deletes delete from each other
+    (`self_reference`; their counts are not changes), its DELETEs, its INSERTs."""
+
+    unlinks: list[Statement]
+    deletes: list[Statement]
+    inserts: list[Statement]
+
+
+def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference] = ()) -> Steps:
     """The apply's DELETEs, then its INSERTs: a transaction runs every write's deletes
     children first, then every write's inserts parents first (`apply_all`). Where the
     target stores the order column, a change (an update, a delete) applies only over a
-    stored row that is older (or has no order), in the same one statement."""
+    stored row that is older (or has no order), in the same one statement. `refs`, the
+    target's self-references a server checks row by row, order the inserts and unlink
+    the deleted rows first."""
     q = dialect.quote
     target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
     columns = ", ".join(q(c) for c in plan.columns)
     insert = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM "
-    if plan.mode == APPEND:
-        return [], [(insert + stage, ())]
-    if plan.mode == OVERWRITE:
-        return [(f"DELETE FROM {target}", ())], [(insert + stage, ())]
+    tree, order = tree_order(dialect, refs, stage) if refs else ("", "")
+    if plan.mode in (APPEND, OVERWRITE):
+        rows = (insert + f"{stage} s{tree}{order}" if refs else insert + stage, ())
+        if plan.mode == APPEND:
+            return Steps([], [], [rows])
+        unlinks = [(f"UPDATE {target} SET {s} WHERE {w}", ()) for s, w in unlinked(dialect, refs)]
+        return Steps(unlinks, [(f"DELETE FROM {target}", ())], [rows])
     source = _latest(dialect, plan)
     others = [c for c in plan.columns if c not in plan.key]
     upsert = dialect.upsert_clause(plan.key, others, plan.order_column, target)
     if plan.order_column is not None:  # the stored row is named in the upsert's condition
         insert = f"INSERT INTO {dialect.upsert_target(target)} ({columns}) SELECT {columns} FROM "
     if plan.mode == UPSERT:
-        return [], [(f"{insert}{source} {upsert}", ())]
+        return Steps([], [], [(f"{insert}{source}{tree}{order} {upsert}", ())])
     deletes = plan.delete_values
     marks = ", ".join("?" for _ in deletes)
     keys = ", ".join(q(k) for k in plan.key)
     op = plan.op_sql(dialect, "s.")
-    inserts = [(f"{insert}{source} WHERE {op} NOT IN ({marks}) {upsert}", deletes)]
+    inserts = [(f"{insert}{source}{tree} WHERE {op} NOT IN ({marks}){order} {upsert}", deletes)]
     if plan.order_column is None:
-        delete = f"DELETE FROM {target} WHERE ({keys}) IN (SELECT {keys} FROM {source} WHERE "
-        return [(f"{delete}{op} IN ({marks}))", deletes)], inserts
+        chosen = f"({keys}) IN (SELECT {keys} FROM {source} WHERE {op} IN ({marks}))"
+        unlinks = [
+            (f"UPDATE {target} SET {s} WHERE {w} AND {chosen}", deletes)
+            for s, w in unlinked(dialect, refs)
+        ]
+        return Steps(unlinks, [(f"DELETE FROM {target} WHERE {chosen}", deletes)], inserts)
     stored = q(STORED)
     same = " AND ".join(f"s.{q(k)} = {stored}.{q(k)}" for k in plan.key)
     where = f"{op} IN ({marks}) AND {_older(dialect, f'{stored}.', plan.order_column)}"
-    return [(dialect.delete_joined(target, stored, source, same, where), deletes)], inserts
+    unlinks = [
+        (dialect.update_joined(target, stored, source, same, f"{w} AND {where}", s), deletes)
+        for s, w in unlinked(dialect, refs, f"{stored}.")
+    ]
+    return Steps(
+        unlinks, [(dialect.delete_joined(target, stored, source, same, where), deletes)], inserts
+    )
 
 
 def _older(dialect: Dialect, stored: str, order: str) -> str:
@@ -102,14 +130,14 @@ def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tupl
     transaction holds at each statement, on every server."""
     counts = [s for plan in plans.writes if (s := stale_statement(dialect, plan))]
     stale = sum(int(query(conn, sql, params)[0][0]) for sql, params in counts)
-    if len(plans.writes) == 1:
-        statements = apply_statements(dialect, plans.writes[0])
-    else:
-        ordered = parents_first(conn, dialect, plans.writes)
-        steps = [_apply_steps(dialect, plan) for plan in ordered]
-        statements = [s for deletes, _ in reversed(steps) for s in deletes]
-        statements += [s for _, inserts in steps for s in inserts]
-    return sum(execute(conn, sql, params) for sql, params in statements), stale
+    ordered = parents_first(conn, dialect, plans.writes) if len(plans.writes) > 1 else plans.writes
+    steps = [_apply_steps(dialect, p, self_references(conn, dialect, p)) for p in ordered]
+    for step in reversed(steps):  # children first
+        for sql, params in step.unlinks:
+            execute(conn, sql, params)
+    changed = [s for step in reversed(steps) for s in step.deletes]
+    changed += [s for step in steps for s in step.inserts]
+    return sum(execute(conn, sql, params) for sql, params in changed), stale
 
 
 def parents_first(

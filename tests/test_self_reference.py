@@ -1,0 +1,138 @@
+"""A table whose foreign key references itself (an org chart: `boss` → `id`), written by
+every staged apply: overwrite, upsert, a merge deleting a subtree, and a transaction's
+append.
+
+InnoDB checks a foreign key row by row, so on MySQL and MariaDB the apply must insert
+parents before their children and delete children before their parents; PostgreSQL checks
+at the end of each statement. The rows are given children first and the old chart's
+parents have the lowest ids, the order a naive apply trips over. A child whose boss is in
+neither the rows nor the table is still refused, with nothing written. Rows are read with
+psycopg/pymysql; nothing may be left prepared or staged.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from support import connection_args, stage_tables
+
+from xasink import InputDataError, transaction, write_xa
+
+#: write_xa's keywords that make the driver write a small frame, or tasks write every one.
+PATHS = {"driver": {}, "tasks": {"driver_write_bytes": 0, "max_branches": 2}}
+SCHEMA = "id long, boss long, name string"
+
+
+def _chart(first: int, size: int, fanout: int = 3) -> list[tuple[int, int | None, str]]:
+    """A tree of `size` people from id `first` (its root), children listed first."""
+    rows = [
+        (first + i, None if i == 0 else first + (i - 1) // fanout, f"p{first + i}")
+        for i in range(size)
+    ]
+    return rows[::-1]
+
+
+def _table(db, rows: list[tuple[int, int | None, str]]) -> str:
+    name = f"org_{uuid.uuid4().hex[:10]}"
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, boss BIGINT, name VARCHAR(32), "
+            f"FOREIGN KEY (boss) REFERENCES {name} (id))"
+        )
+        mark = "%s"
+        for row in sorted(rows, key=lambda r: r[0]):  # parents (lower ids) first
+            cursor.execute(f"INSERT INTO {name} VALUES ({mark}, {mark}, {mark})", row)
+        conn.commit()
+    return name
+
+
+def _contents(db, table: str) -> list[tuple[int, int | None, str]]:
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT id, boss, name FROM {table} ORDER BY id")
+        return [(int(i), None if b is None else int(b), str(n)) for i, b, n in cursor.fetchall()]
+
+
+def _clean(db) -> None:
+    assert db.prepared_transactions() == [], "prepared transactions were left behind"
+    assert stage_tables(db) == [], "a staging table was left behind"
+
+
+def _frame(spark, rows):
+    df = spark.createDataFrame(rows, SCHEMA)
+    df.cache().count()  # Spark knows the size: a small frame goes through the driver
+    return df
+
+
+def _write(spark, db, table, rows, path="driver", **options):
+    return write_xa(
+        _frame(spark, rows), table=table, **connection_args(db), **PATHS[path], **options
+    )
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_org_chart_is_overwritten_by_another(spark, db, path):
+    table = _table(db, _chart(0, 40))
+    new = _chart(100, 60)
+    assert _write(spark, db, table, new, path, mode="overwrite").rows == len(new)
+    assert _contents(db, table) == sorted(new)
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_upsert_adds_a_subtree_and_moves_people(spark, db, path):
+    old = _chart(0, 40)
+    table = _table(db, old)
+    # New people under person 5, given children first; person 39 moves under a new one.
+    added = [*_chart(1000, 30)[:-1], (1000, 5, "p1000")]
+    moved = [(39, 1029, "p39")]
+    assert _write(spark, db, table, moved + added, path, mode="upsert", key="id").rows == 31
+    want = {r[0]: r for r in old} | {r[0]: r for r in added + moved}
+    assert _contents(db, table) == sorted(want.values())
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_merge_deletes_a_subtree(spark, db, path):
+    old = _chart(0, 40)
+    table = _table(db, old)
+    subtree = {1}  # person 1 and everyone under them
+    while more := {i for i in range(1, 40) if (i - 1) // 3 in subtree} - subtree:
+        subtree |= more
+    rows = [(i, None, "", "D") for i in sorted(subtree)] + [(500, 0, "p500", "I")]
+    df = spark.createDataFrame(rows, SCHEMA + ", op string")
+    df.cache().count()
+    write_xa(df, table=table, mode="merge", key="id", op="op", **connection_args(db), **PATHS[path])
+    want = [r for r in old if r[0] not in subtree] + [(500, 0, "p500")]
+    assert _contents(db, table) == sorted(want)
+    _clean(db)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_transaction_appends_a_chart_children_first(spark, db, path):
+    table = _table(db, [])
+    new = _chart(0, 50)
+    with transaction(**connection_args(db)) as tx:
+        tx.write(_frame(spark, new), table, **PATHS[path])
+    assert tx.result is not None and tx.result.outcome == "committed"
+    assert _contents(db, table) == sorted(new)
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.parametrize("mode", ["overwrite", "upsert"])
+def test_a_child_without_its_boss_is_refused_and_nothing_written(spark, db, mode):
+    old = _chart(0, 20)
+    table = _table(db, old)
+    rows = [*_chart(100, 20), (200, 999, "orphan")]
+    with pytest.raises(InputDataError):
+        _write(spark, db, table, rows, "tasks", mode=mode, key="id")
+    assert _contents(db, table) == sorted(old)
+    _clean(db)

@@ -1,0 +1,126 @@
+"""A table whose foreign key references the table itself (an org chart's `boss` → `id`, a
+category tree), applied where the server checks foreign keys row by row (InnoDB). One
+statement then holds only if every parent goes in before its children, and every child
+is gone, or unlinked, before its parent. PostgreSQL checks at each statement's end: its
+dialect reports no self-reference, and nothing here runs there.
+
+Inserts take the staged rows in tree order: a recursive query gives each staged row its
+depth among the staged rows (a row whose parent is not staged, or is itself, is a root),
+and the INSERT ... SELECT runs ORDER BY that depth, the order InnoDB inserts in. Deletes
+first set the self-reference of the rows they delete to NULL, where it takes NULL, so
+that their order no longer matters; a row left behind that still references a deleted one
+meets the key's own ON DELETE rule, as it would on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..dialects import Dialect
+from ..runtime.jdbc import JdbcConnection, query
+from .staging import ApplyPlan
+
+#: How deep a tree of staged rows is ordered (MySQL stops a recursion at 1,000 levels); a
+#: row deeper than that goes in with the unordered rest, after the ordered ones.
+MAX_DEPTH = 500
+LEVELS = "xasink_levels"
+_DEPTH = "xasink_depth"
+_TREE = "xasink_tree"
+_LAST = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class SelfReference:
+    """One foreign key from the table to itself, in the write's spelling of its columns."""
+
+    columns: tuple[str, ...]
+    referenced: tuple[str, ...]
+    #: Every referencing column takes NULL: a row can be unlinked before it is deleted.
+    nullable: bool
+
+
+def self_references(
+    conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan
+) -> tuple[SelfReference, ...]:
+    """The target's self-references whose columns the write stages (one whose columns it
+    does not stage keeps its stored values, which already hold)."""
+    found = dialect.self_references_sql(plan.target)
+    if found is None:
+        return ()
+    spelling = {c.lower(): c for c in plan.columns}
+    keys: dict[str, list[tuple[str | None, str | None, bool]]] = {}
+    for name, column, referenced, nullable in query(conn, *found):
+        part = (spelling.get(str(column).lower()), spelling.get(str(referenced).lower()))
+        keys.setdefault(str(name), []).append((*part, str(nullable).upper() == "YES"))
+    return tuple(
+        SelfReference(
+            tuple(str(c) for c, _, _ in parts),
+            tuple(str(r) for _, r, _ in parts),
+            all(n for _, _, n in parts),
+        )
+        for parts in keys.values()
+        if all(c is not None and r is not None for c, r, _ in parts)
+    )
+
+
+def tree_order(
+    dialect: Dialect, refs: Sequence[SelfReference], stage: str, alias: str = "s"
+) -> tuple[str, str]:
+    """(a LEFT JOIN that gives each staged row `alias` its depth, the ORDER BY that puts
+    parents first). The depth comes from the staging table `stage` itself (every staged
+    version of a key), and follows the self-references onto the same columns as the first."""
+    q = dialect.quote
+    key = refs[0].referenced
+    same = [r for r in refs if r.referenced == key]
+    names = [f"xasink_k{i}" for i in range(len(key))]
+
+    def parent(child: str, parent: str, columns: Sequence[str]) -> str:
+        return " OR ".join(
+            "("
+            + " AND ".join(
+                f"{child}.{q(f)} = {parent}.{c}" for f, c in zip(r.columns, columns, strict=True)
+            )
+            + ")"
+            for r in same
+        )
+
+    def itself(a: str, a_columns: Sequence[str], b: str, b_columns: Sequence[str]) -> str:
+        return " AND ".join(f"{a}.{x} = {b}.{y}" for x, y in zip(a_columns, b_columns, strict=True))
+
+    quoted = [q(k) for k in key]
+    roots = (
+        f"SELECT {', '.join(f'r.{k}' for k in quoted)}, 0 FROM {stage} r WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {stage} p WHERE ({parent('r', 'p', quoted)}) "
+        f"AND NOT ({itself('p', quoted, 'r', quoted)}))"
+    )
+    step = (
+        f"SELECT {', '.join(f'c.{k}' for k in quoted)}, t.{_DEPTH} + 1 FROM {stage} c JOIN "
+        f"{_TREE} t ON {parent('c', 't', names)} WHERE t.{_DEPTH} < {MAX_DEPTH} "
+        f"AND NOT ({itself('c', quoted, 't', names)})"
+    )
+    levels = (
+        f"WITH RECURSIVE {_TREE} ({', '.join(names)}, {_DEPTH}) AS ({roots} UNION ALL {step}) "
+        f"SELECT {', '.join(names)}, MAX({_DEPTH}) AS {_DEPTH} FROM {_TREE} "
+        f"GROUP BY {', '.join(names)}"
+    )
+    on = " AND ".join(f"{alias}.{k} = {LEVELS}.{n}" for k, n in zip(quoted, names, strict=True))
+    return (
+        f" LEFT JOIN ({levels}) {LEVELS} ON {on}",
+        f" ORDER BY COALESCE({LEVELS}.{_DEPTH}, {_LAST})",
+    )
+
+
+def unlinked(
+    dialect: Dialect, refs: Sequence[SelfReference], alias: str = ""
+) -> list[tuple[str, str]]:
+    """(SET assignments, WHERE condition) per nullable self-reference: what sets it to NULL
+    in the rows a DELETE will delete (named `alias`), before it deletes them."""
+    q = dialect.quote
+    return [
+        (
+            ", ".join(f"{alias}{q(c)} = NULL" for c in r.columns),
+            "(" + " OR ".join(f"{alias}{q(c)} IS NOT NULL" for c in r.columns) + ")",
+        )
+        for r in refs
+        if r.nullable
+    ]
