@@ -57,7 +57,7 @@ def _tables(db) -> tuple[str, str, str]:
     return parent, child, other
 
 
-@pytest.mark.mysql_ci
+@pytest.mark.ci_one_server  # make test: each path on one of the two servers
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_child_applied_while_its_parents_are_held_ends_exactly_once(spark, db, path):
     parent, child, other = _tables(db)

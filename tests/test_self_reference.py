@@ -73,7 +73,6 @@ def _write(spark, db, table, rows, path="driver", **options):
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("path", list(PATHS))
 def test_an_org_chart_is_overwritten_by_another(spark, db, path):
     table = _table(db, _chart(0, 40))
@@ -83,7 +82,6 @@ def test_an_org_chart_is_overwritten_by_another(spark, db, path):
     _clean(db)
 
 
-@pytest.mark.mysql_ci
 @pytest.mark.parametrize("path", list(PATHS))
 def test_an_upsert_adds_a_subtree_and_moves_people(spark, db, path):
     old = _chart(0, 40)
@@ -98,7 +96,6 @@ def test_an_upsert_adds_a_subtree_and_moves_people(spark, db, path):
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_merge_deletes_a_subtree(spark, db, path):
     old = _chart(0, 40)
@@ -126,7 +123,6 @@ def test_a_transaction_appends_a_chart_children_first(spark, db, path):
     _clean(db)
 
 
-@pytest.mark.mysql_ci
 @pytest.mark.parametrize("mode", ["overwrite", "upsert"])
 def test_a_child_without_its_boss_is_refused_and_nothing_written(spark, db, mode):
     old = _chart(0, 20)
