@@ -132,3 +132,22 @@ def test_a_child_without_its_boss_is_refused_and_nothing_written(spark, db, mode
         _write(spark, db, table, rows, "tasks", mode=mode, key="id")
     assert _contents(db, table) == sorted(old)
     _clean(db)
+
+
+def test_a_participant_overwrites_its_org_chart_in_the_coordinators_transaction(
+    spark, postgres, mariadb
+):
+    """The same apply in a participant (where a refusal after the decision would leave the
+    job decided and unappliable): MariaDB's chart is overwritten with the coordinator's
+    table, in one transaction."""
+    chart = _table(mariadb, _chart(0, 40))
+    mine = _table(postgres, [])
+    new = _chart(100, 60)
+    other = connection_args(mariadb)
+    with transaction(**connection_args(postgres)) as tx:
+        tx.write(_frame(spark, new), mine, **PATHS["tasks"])
+        tx.write(_frame(spark, new), chart, mode="overwrite", **other, **PATHS["tasks"])
+    assert tx.result is not None and tx.result.outcome == "committed"
+    assert _contents(mariadb, chart) == sorted(new) == _contents(postgres, mine)
+    _clean(mariadb)
+    _clean(postgres)
