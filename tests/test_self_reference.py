@@ -151,3 +151,49 @@ def test_a_participant_overwrites_its_org_chart_in_the_coordinators_transaction(
     assert _contents(mariadb, chart) == sorted(new) == _contents(postgres, mine)
     _clean(mariadb)
     _clean(postgres)
+
+
+@pytest.mark.mysql_ci
+def test_an_overwrite_without_the_boss_column_still_replaces_the_chart(spark, db):
+    """The frame does not name `boss`: the new rows have none, and the old chart, whose
+    rows reference each other, is still deleted (unlinked first)."""
+    table = _table(db, _chart(0, 40))
+    df = spark.createDataFrame([(i, f"n{i}") for i in range(100, 130)], "id long, name string")
+    write_xa(df, table=table, mode="overwrite", **connection_args(db), **PATHS["tasks"])
+    assert _contents(db, table) == [(i, None, f"n{i}") for i in range(100, 130)]
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_ordered_upsert_orders_by_the_newest_version_of_each_row(spark, db, path):
+    """Person 1's older version reports to 2, its newer one to nobody, and 2 reports to 1:
+    only the newest versions are written, so 1 goes in first."""
+    table = _table(db, [])
+    rows = [(2, 1, "b", 1), (1, 2, "a-old", 1), (1, None, "a", 2)]
+    df = spark.createDataFrame(rows, SCHEMA + ", v long")
+    df.cache().count()
+    options = {"mode": "upsert", "key": "id", "order": "v"}
+    write_xa(df, table=table, **options, **connection_args(db), **PATHS[path])
+    assert _contents(db, table) == [(1, None, "a"), (2, 1, "b")]
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+def test_a_transactions_second_small_write_overwrites_a_chart(spark, db):
+    """Small writes are held for one local transaction; on MySQL the chart's cannot stage
+    in a temporary table, so the transaction goes on in two phases from that write."""
+    first = f"people_{uuid.uuid4().hex[:10]}"  # no foreign key: its write is held
+    with db.connect() as conn:
+        conn.cursor().execute(
+            f"CREATE TABLE {first} (id BIGINT PRIMARY KEY, boss BIGINT, name VARCHAR(32))"
+        )
+        conn.commit()
+    chart = _table(db, _chart(0, 40))
+    new = _chart(100, 60)
+    with transaction(**connection_args(db)) as tx:
+        tx.write(_frame(spark, new), first)
+        tx.write(_frame(spark, new), chart, mode="overwrite")
+    assert tx.result is not None and tx.result.outcome == "committed"
+    assert _contents(db, chart) == sorted(new) == _contents(db, first)
+    _clean(db)

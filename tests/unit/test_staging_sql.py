@@ -475,3 +475,24 @@ def test_a_merge_over_a_stored_order_deletes_only_older_rows():
         (),
     )
     assert stale_statement(PG, replace(plan, order_column=None)) is None
+
+
+def test_a_self_reference_orders_inserts_over_one_row_per_key_and_unlinks_deletes():
+    from xasink.tables.self_reference import SelfReference
+
+    boss = SelfReference(("boss",), ("id",), nullable=True)
+    plan = _plan("upsert", key=("id",), ordered=True)
+    (insert,) = apply_statements(MY, plan, (boss,))
+    sql = insert[0]
+    # Depths over the newest version of each key, each node and depth once.
+    assert "SELECT DISTINCT n.`id`, n.`boss` FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER()" in sql
+    assert " UNION SELECT " in sql and "UNION ALL" not in sql
+    assert sql.index("ORDER BY COALESCE(xasink_levels.xasink_depth") < sql.index("ON DUPLICATE")
+    overwrite = apply_statements(MY, _plan("overwrite"), (replace(boss, staged=False),))
+    assert overwrite[0] == (
+        "UPDATE `app`.`events` SET `boss` = NULL WHERE (`boss` IS NOT NULL)",
+        (),
+    )
+    assert overwrite[1] == ("DELETE FROM `app`.`events`", ())
+    assert "ORDER BY" not in overwrite[2][0], "an unstaged reference cannot order the inserts"
+    assert apply_statements(MY, _plan("overwrite")) == overwrite[1:], "no reference: as before"

@@ -283,7 +283,8 @@ class Transaction:
             self._trace.table += f", {request.target}"
             if self._skipped is not None:
                 return None, pre
-            if self._held is not None and not on_driver:
+            small = on_driver and (not request.options.staged or job.can_stage_temporarily())
+            if self._held is not None and not small:
                 resolved = job.request  # the promotion plans each held write with its own
                 self._promote(job)
                 job.request = resolved

@@ -49,9 +49,9 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
     columns = ", ".join(q(c) for c in plan.columns)
     insert = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM "
-    tree, order = tree_order(dialect, refs, stage) if refs else ("", "")
+    tree, order = tree_order(dialect, refs, _latest(dialect, plan, "")) if refs else ("", "")
     if plan.mode in (APPEND, OVERWRITE):
-        rows = (insert + f"{stage} s{tree}{order}" if refs else insert + stage, ())
+        rows = (insert + f"{stage} s{tree}{order}" if tree else insert + stage, ())
         if plan.mode == APPEND:
             return Steps([], [], [rows])
         unlinks = [(f"UPDATE {target} SET {s} WHERE {w}", ()) for s, w in unlinked(dialect, refs)]
@@ -108,18 +108,18 @@ def stale_statement(dialect: Dialect, plan: ApplyPlan) -> Statement | None:
     )
 
 
-def _latest(dialect: Dialect, plan: ApplyPlan) -> str:
+def _latest(dialect: Dialect, plan: ApplyPlan, alias: str = " s") -> str:
     """The staged rows, one per key: the one with the highest order value."""
     stage = dialect.qualified(plan.stage)
     if not plan.ordered:
-        return f"{stage} s"
+        return f"{stage}{alias}"
     q = dialect.quote
     keys = ", ".join(q(k) for k in plan.key)
     ranked = (
         f"SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {q(ORDER_COLUMN)} DESC) "
         f"AS {_ROW_NUMBER} FROM {stage} t"
     )
-    return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1) s"
+    return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1){alias}"
 
 
 def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tuple[int, int]:

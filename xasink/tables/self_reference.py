@@ -26,53 +26,72 @@ MAX_DEPTH = 500
 LEVELS = "xasink_levels"
 _DEPTH = "xasink_depth"
 _TREE = "xasink_tree"
+_NODES = "xasink_nodes"
 _LAST = 1_000_000_000
 
 
 @dataclass(frozen=True)
 class SelfReference:
-    """One foreign key from the table to itself, in the write's spelling of its columns."""
+    """One foreign key from the table to itself, its columns in the write's spelling where
+    it stages them (the catalog's otherwise)."""
 
     columns: tuple[str, ...]
     referenced: tuple[str, ...]
     #: Every referencing column takes NULL: a row can be unlinked before it is deleted.
     nullable: bool
+    #: The write stages every column of it: its inserts can be put in tree order.
+    staged: bool = True
 
 
 def self_references(
     conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan
 ) -> tuple[SelfReference, ...]:
-    """The target's self-references whose columns the write stages (one whose columns it
-    does not stage keeps its stored values, which already hold)."""
+    """The target's self-references. One whose columns the write does not stage keeps its
+    stored values on insert, but its rows must still be unlinked before a delete."""
     found = dialect.self_references_sql(plan.target)
     if found is None:
         return ()
     spelling = {c.lower(): c for c in plan.columns}
-    keys: dict[str, list[tuple[str | None, str | None, bool]]] = {}
+    keys: dict[str, list[tuple[str, str, bool, bool]]] = {}
     for name, column, referenced, nullable in query(conn, *found):
-        part = (spelling.get(str(column).lower()), spelling.get(str(referenced).lower()))
-        keys.setdefault(str(name), []).append((*part, str(nullable).upper() == "YES"))
+        column, referenced = str(column), str(referenced)
+        staged = column.lower() in spelling and referenced.lower() in spelling
+        keys.setdefault(str(name), []).append(
+            (
+                spelling.get(column.lower(), column),
+                spelling.get(referenced.lower(), referenced),
+                str(nullable).upper() == "YES",
+                staged,
+            )
+        )
     return tuple(
         SelfReference(
-            tuple(str(c) for c, _, _ in parts),
-            tuple(str(r) for _, r, _ in parts),
-            all(n for _, _, n in parts),
+            tuple(c for c, _, _, _ in parts),
+            tuple(r for _, r, _, _ in parts),
+            all(n for _, _, n, _ in parts),
+            all(st for _, _, _, st in parts),
         )
         for parts in keys.values()
-        if all(c is not None and r is not None for c, r, _ in parts)
     )
 
 
 def tree_order(
-    dialect: Dialect, refs: Sequence[SelfReference], stage: str, alias: str = "s"
+    dialect: Dialect, refs: Sequence[SelfReference], rows: str, alias: str = "s"
 ) -> tuple[str, str]:
     """(a LEFT JOIN that gives each staged row `alias` its depth, the ORDER BY that puts
-    parents first). The depth comes from the staging table `stage` itself (every staged
-    version of a key), and follows the self-references onto the same columns as the first."""
+    parents first), or ("", "") when no self-reference is staged. `rows` (a FROM item
+    taking an alias after it) are the rows the apply writes, one per key; the depth
+    follows the staged self-references onto the same columns as the first. Nodes and
+    depths are distinct, so that no row is reached once per path."""
+    staged = [r for r in refs if r.staged]
+    if not staged:
+        return "", ""
     q = dialect.quote
-    key = refs[0].referenced
-    same = [r for r in refs if r.referenced == key]
+    key = staged[0].referenced
+    same = [r for r in staged if r.referenced == key]
     names = [f"xasink_k{i}" for i in range(len(key))]
+    quoted = [q(k) for k in key]
+    columns = list(dict.fromkeys([*quoted, *(q(c) for r in same for c in r.columns)]))
 
     def parent(child: str, parent: str, columns: Sequence[str]) -> str:
         return " OR ".join(
@@ -87,21 +106,21 @@ def tree_order(
     def itself(a: str, a_columns: Sequence[str], b: str, b_columns: Sequence[str]) -> str:
         return " AND ".join(f"{a}.{x} = {b}.{y}" for x, y in zip(a_columns, b_columns, strict=True))
 
-    quoted = [q(k) for k in key]
+    nodes = f"SELECT DISTINCT {', '.join(f'n.{c}' for c in columns)} FROM {rows} n"
     roots = (
-        f"SELECT {', '.join(f'r.{k}' for k in quoted)}, 0 FROM {stage} r WHERE NOT EXISTS "
-        f"(SELECT 1 FROM {stage} p WHERE ({parent('r', 'p', quoted)}) "
+        f"SELECT {', '.join(f'r.{k}' for k in quoted)}, 0 FROM {_NODES} r WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {_NODES} p WHERE ({parent('r', 'p', quoted)}) "
         f"AND NOT ({itself('p', quoted, 'r', quoted)}))"
     )
     step = (
-        f"SELECT {', '.join(f'c.{k}' for k in quoted)}, t.{_DEPTH} + 1 FROM {stage} c JOIN "
+        f"SELECT {', '.join(f'c.{k}' for k in quoted)}, t.{_DEPTH} + 1 FROM {_NODES} c JOIN "
         f"{_TREE} t ON {parent('c', 't', names)} WHERE t.{_DEPTH} < {MAX_DEPTH} "
         f"AND NOT ({itself('c', quoted, 't', names)})"
     )
     levels = (
-        f"WITH RECURSIVE {_TREE} ({', '.join(names)}, {_DEPTH}) AS ({roots} UNION ALL {step}) "
-        f"SELECT {', '.join(names)}, MAX({_DEPTH}) AS {_DEPTH} FROM {_TREE} "
-        f"GROUP BY {', '.join(names)}"
+        f"WITH RECURSIVE {_NODES} AS ({nodes}), {_TREE} ({', '.join(names)}, {_DEPTH}) AS "
+        f"({roots} UNION {step}) SELECT {', '.join(names)}, MAX({_DEPTH}) AS {_DEPTH} "
+        f"FROM {_TREE} GROUP BY {', '.join(names)}"
     )
     on = " AND ".join(f"{alias}.{k} = {LEVELS}.{n}" for k, n in zip(quoted, names, strict=True))
     return (
