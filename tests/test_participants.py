@@ -221,6 +221,10 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
         health = xasink_cli(mariadb, "check", "--grace", "0", "--max-age", "0")
         assert health.returncode == 1 and "silent-job" in health.stdout, health.stdout
         assert "--participant" in health.stdout and "aborts it" not in health.stdout
+        # --linked ends only a job whose branch was lost: the coordinator's are prepared.
+        linked = xasink_cli(postgres, "resolve", tx.job_id, "--abandon", "--linked", "--yes")
+        assert linked.returncode == 2 and "was lost here" in linked.stderr, linked.stderr
+        assert job_states(postgres)[tx.job_id] == "committing"
         missing = _recover(postgres)
         assert missing.returncode == 1 and "not given: pass --participant" in missing.stdout
         assert _ids(mariadb, audit) == []

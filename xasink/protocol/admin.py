@@ -23,7 +23,7 @@ from .applying import StagedApply
 from .branches import BranchOps
 from .connecting import journal_session, open_journal
 from .journal import Journal
-from .listing import table_named
+from .listing import lost_winners, table_named
 from .participants import finish as finish_participants
 from .participants import given
 from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
@@ -75,6 +75,16 @@ def abandon(
             "--url (`xasink jobs` names it). Only a decided job whose branch was lost behind "
             "xasink's back (recover reports LOST) may be ended here alone, with --linked."
         )
+    if link is not None:
+        mine = [b for b, _ in ops.prepared() if b.job_id == job_id]
+        if not lost_winners(ops, conn, journal, job_id, mine):
+            raise ConfigurationError(
+                f"Job {job_id} is one transaction over several databases (with {link.where})"
+                " and no winning branch of it was lost here: `xasink recover --participant "
+                "URL` from its coordinator finishes it (a refused apply, once the rows or "
+                "the constraint are mended). --linked ends only a job whose branch was "
+                "rolled back behind xasink's back (recover reports LOST)."
+            )
     running = record.state == JobState.RUNNING
     final = JobState.ABORTED if running or record.staged else JobState.ABANDONED
     who, what = _operator(ops), _resolution(record.state, final, reason)

@@ -138,6 +138,19 @@ def _tables_and_mode(table: str, plan: object, listed: list[str]) -> tuple[list[
         return (listed or [table]), "?"
 
 
+def lost_winners(
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, mine: list[BranchId]
+) -> list[int]:
+    """The partitions of a decided job whose winning branch is neither prepared (`mine`)
+    nor proven committed by its marker: rolled back behind xasink's back."""
+    listed = {(b.partition, b.attempt) for b in mine}
+    return [
+        p
+        for p, a in sorted(journal.winners_of(conn, job_id) - listed)
+        if ops.settled(BranchId(journal.tag, job_id, p, a)) is Outcome.LOST
+    ]
+
+
 def _blocker(
     ops: BranchOps,
     conn: JdbcConnection,
@@ -167,12 +180,7 @@ def _blocker(
     if state != JobState.COMMITTING:
         return f"unknown state {state!r}"
     winners = journal.winners_of(conn, job_id)
-    listed = {(b.partition, b.attempt) for b in mine}
-    lost = [
-        p
-        for p, a in sorted(winners - listed)
-        if ops.settled(BranchId(journal.tag, job_id, p, a)) is Outcome.LOST
-    ]
+    lost = lost_winners(ops, conn, journal, job_id, mine)
     if lost:
         link = journal.linked(conn, job_id)
         return f"winning branch(es) of partition(s) {lost[:20]} were rolled back outside " + (
@@ -180,7 +188,7 @@ def _blocker(
             if link is None
             else f"xasink, {links.lost_here(link, _staged(conn, journal, job_id))}"
         )
-    pending = len(winners & listed)
+    pending = len(winners & {(b.partition, b.attempt) for b in mine})
     if pending:
         return f"decided, {pending} winner(s) still prepared: run `xasink recover`"
     return "decided, all winners committed, not finished: run `xasink recover`"
