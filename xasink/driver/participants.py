@@ -115,15 +115,15 @@ def enlist(
         member.journal.schema,
     ):
         raise aborted_while_writing(job_id)
-    links.add_coordinator(
-        member.journal,
-        member.conn,
-        job_id,
-        coordinator.journal.tag,
-        coordinator.spec.address,
-        coordinator.journal.schema,
-    )
-    try:
+    try:  # from here a failure withdraws the participant: the coordinator's link is made
+        links.add_coordinator(
+            member.journal,
+            member.conn,
+            job_id,
+            coordinator.journal.tag,
+            coordinator.spec.address,
+            coordinator.journal.schema,
+        )
         begun = member.begin(pre, columns, lease, job_id=job_id)
     except Exception:
         fenced = _fenced(member, job_id)
