@@ -77,7 +77,7 @@ def abandon(
         )
     if link is not None:
         mine = [b for b, _ in ops.prepared() if b.job_id == job_id]
-        if not lost_winners(ops, conn, journal, job_id, mine):
+        if not lost_winners(ops, journal, job_id, journal.winners_of(conn, job_id), mine):
             raise ConfigurationError(
                 f"Job {job_id} is one transaction over several databases (with {link.where})"
                 " and no winning branch of it was lost here: `xasink recover --participant "

@@ -17,6 +17,7 @@ from ..xid import BranchId
 from . import jobtables, links
 from .branches import BranchOps, Outcome
 from .journal import Journal
+from .records import Winner
 from .recovery import awaits_coordinator
 from .states import FINAL_STATES, JobState
 
@@ -139,14 +140,18 @@ def _tables_and_mode(table: str, plan: object, listed: list[str]) -> tuple[list[
 
 
 def lost_winners(
-    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, mine: list[BranchId]
+    ops: BranchOps,
+    journal: Journal,
+    job_id: str,
+    winners: frozenset[Winner],
+    mine: list[BranchId],
 ) -> list[int]:
     """The partitions of a decided job whose winning branch is neither prepared (`mine`)
     nor proven committed by its marker: rolled back behind xasink's back."""
     listed = {(b.partition, b.attempt) for b in mine}
     return [
         p
-        for p, a in sorted(journal.winners_of(conn, job_id) - listed)
+        for p, a in sorted(winners - listed)
         if ops.settled(BranchId(journal.tag, job_id, p, a)) is Outcome.LOST
     ]
 
@@ -180,7 +185,7 @@ def _blocker(
     if state != JobState.COMMITTING:
         return f"unknown state {state!r}"
     winners = journal.winners_of(conn, job_id)
-    lost = lost_winners(ops, conn, journal, job_id, mine)
+    lost = lost_winners(ops, journal, job_id, winners, mine)
     if lost:
         link = journal.linked(conn, job_id)
         return f"winning branch(es) of partition(s) {lost[:20]} were rolled back outside " + (

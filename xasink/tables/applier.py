@@ -49,7 +49,7 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
     columns = ", ".join(q(c) for c in plan.columns)
     insert = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM "
-    tree, order = tree_order(dialect, refs, _latest(dialect, plan, "")) if refs else ("", "")
+    tree, order = tree_order(dialect, refs, _latest(dialect, plan, ""))
     if plan.mode in (APPEND, OVERWRITE):
         rows = (insert + f"{stage} s{tree}{order}" if tree else insert + stage, ())
         if plan.mode == APPEND:
