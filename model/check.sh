@@ -40,6 +40,7 @@ mdb         |
 mdb-loser   | -DLOSER
 mdb-2rc     | -DTWO_RC -DNO_RP
 mdb-prune   | -DPRUNE
+mdb-lost    | -DLOST_C
 decisions   | 
 liveness    | '
 
@@ -86,6 +87,7 @@ mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the retention in the participan
 decisions-id-order | -DMUTANT_ID_ORDER | recovery carries the pending decisions of a participant in job-id order, none first
 decisions-no-settle | -DMUTANT_NO_SETTLE | a driver copies its decision to a participant without carrying earlier pending ones first
 mdb-withdraw | -DMUTANT_WITHDRAW_UNFENCED | a participant whose first write failed is withdrawn (its link done) without fencing or aborting its row
+mdb-linked-abort | -DLOST_C -DMUTANT_LINKED_ABORT | an operator ending a decided job in the coordinator alone after its branch there was lost aborts it, turning the decision over for the participant
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 

@@ -46,7 +46,12 @@
  *     link), unless the row is RC's fence: a driver stalled before step 3b would otherwise
  *     write P's row after it. Committed rows are deleted only once they ended longer ago
  *     than the grace and the job's lease; in this model that is once everything has
- *     stopped, where deleting them changes nothing.
+ *     stopped, where deleting them changes nothing;
+ *   - A and O (-DLOST_C): an administrator's XA ROLLBACK of C's winner behind xasink's back
+ *     once it is decided (A, at any moment), and the operator's `xasink resolve J --abandon
+ *     --linked` against C (O, concurrent, and once everything has stopped): if C's J is
+ *     committing and its winner there is lost, J ends `abandoned` in C (conditional), then
+ *     C's resolution. The decision stands: RC carries it to P as a commit.
  * Once everything has stopped, a fault-free recovery from C with P runs to completion, then
  * P's own resolution (as RP: a zombie that prepared after the link was done is only seen
  * there).
@@ -66,7 +71,10 @@
  *       P, by anyone (at each XA ROLLBACK);
  *   (4) the marker rule, per database: an XA COMMIT answered XAER_NOTA (not listed) is
  *       settled by the marker in the branch's own database, then that database's job
- *       state: "committed" only for a committed branch, "lost" only for a rolled-back one.
+ *       state: "committed" only for a committed branch, "lost" only for a rolled-back one;
+ *   (5) -DLOST_C, once A struck: the decision stands for P (its branch committed, its J
+ *       committed), C's J ended `abandoned` by the operator (never aborted: a stream's
+ *       batch would be put back and its replay write P's committed rows again).
  *
  * Switches: -DLOSER; -DTWO_RC (a second concurrent RC); -DNO_RP (no concurrent RP). One of
  * these re-introduces a bug (model/README.md has their counterexamples):
@@ -86,7 +94,9 @@
  *                                counterexample, see model/README.md);
  *   -DMUTANT_PRUNE_FENCE         (-DPRUNE) P's retention deletes the fence too;
  *   -DMUTANT_WITHDRAW_UNFENCED   a failed first write into P marks the link done without
- *                                fencing or aborting P's row.
+ *                                fencing or aborting P's row;
+ *   -DMUTANT_LINKED_ABORT        (-DLOST_C) the operator's --linked end aborts a staged J in
+ *                                C (the end before this fix).
  * model/check.sh lists the configurations that `make model` verifies.
  */
 
@@ -113,6 +123,7 @@
 #define J_COMMITTING 2
 #define J_COMMITTED  3
 #define J_ABORTED    4
+#define J_ABANDONED  5            /* -DLOST_C: ended by an operator, the decision standing */
 
 #define L_NONE    0               /* C's link row (J, P) */
 #define L_PENDING 1
@@ -137,6 +148,7 @@ bit plink;                        /* P: xasink_links (J, C, coordinator) */
 bit decided;                      /* ghost: C's decision is recorded */
 bit fence;                        /* P's row of J is RC's fence (resolved_by its name) */
 bit final_phase;
+bit lostc;                        /* -DLOST_C: A rolled back C's decided winner */
 
 #define CRASH if :: !final_phase -> goto dead :: skip fi
 
@@ -247,7 +259,7 @@ inline resolve(d) {
   od;
   if
   :: rst == J_ABORTED -> ROLLBACK_ALL(lst)
-  :: rst == J_COMMITTING || rst == J_COMMITTED ->
+  :: rst == J_COMMITTING || rst == J_COMMITTED || rst == J_ABANDONED ->
        d_step { l0 = lst & ~wm; out = O_GONE; if :: lst & wm -> out = O_NONE :: else fi };
        ROLLBACK_ALL(l0);
        if
@@ -337,6 +349,7 @@ proctype D() {
   CRASH;                                      /* step 6 in C: Job.commit */
   out = O_NONE;
   commit_branch(WC);
+  if :: out == O_LOST -> goto dead :: else fi;  /* LostBranchError, before the finish */
   CRASH;
   listing(DC, lst);
   lst = lst & ~WB(DC);
@@ -449,7 +462,7 @@ proctype RC() {
 #endif
        :: else
        fi
-  :: else ->                                  /* committing or committed */
+  :: else ->                                  /* committing, committed or abandoned */
        if
        :: pst == J_RUNNING ->                 /* copy_decision */
             atomic {
@@ -509,6 +522,38 @@ dead:
 }
 #endif
 
+#ifdef LOST_C
+/* An administrator's XA ROLLBACK of C's decided winner, behind xasink's back. */
+proctype A() {
+  atomic { if :: br[WC] == B_PREP && decided -> br[WC] = B_RB; lostc = 1 :: else fi }
+}
+
+#ifndef MUTANT_LINKED_ABORT
+#define LINKED_END J_ABANDONED
+#else
+#define LINKED_END J_ABORTED
+#endif
+
+/* `xasink resolve J --abandon --linked` against C (admin.abandon): the job decided, linked,
+   a winner of it lost here (`listing.lost_winners`: not listed, no marker); then its end,
+   conditional on the state read (`Journal.end_by_operator`); then C's resolution. */
+proctype O() {
+  byte rst, lst, l0, k, out, looks, wm;
+  bit ab;
+  atomic {
+    if :: job[DC] == J_COMMITTING && br[WC] == B_RB && !(mk & WB(DC)) -> skip
+    :: else -> goto dead
+    fi
+  };
+  CRASH;
+  atomic { if :: job[DC] == J_COMMITTING -> job[DC] = LINKED_END :: else -> goto dead fi };
+  CRASH;
+  resolve(DC);
+dead:
+  atomic { rst = 0; lst = 0; l0 = 0; k = 0; out = 0; looks = 0; ab = 0; wm = 0 }
+}
+#endif
+
 init {
   atomic {
     job[DC] = J_RUNNING;                      /* step 1: begin_job */
@@ -525,9 +570,16 @@ init {
 #ifdef PRUNE
     run PR();
 #endif
+#ifdef LOST_C
+    run A(); run O();
+#endif
   }
   _nr_pr == 1;                                /* everything has stopped */
   final_phase = 1;
+#ifdef LOST_C
+  run O();                                    /* the operator ends what recovery reports */
+  _nr_pr == 1;
+#endif
   run RC();                                   /* the final recovery from C with P */
   _nr_pr == 1;
 #ifndef MUTANT_LINKS_ONLY
@@ -535,15 +587,17 @@ init {
   _nr_pr == 1;
 #endif
   d_step {
+    /* (5) a winner lost in C: the decision stands for P, C's J ended by the operator */
+    assert(!lostc || (br[WP] == B_COMMIT && job[DP] == J_COMMITTED && job[DC] == J_ABANDONED));
     /* (1) all or nothing */
-    assert((br[WC] == B_COMMIT) == (br[WP] == B_COMMIT));
-    assert((br[WC] == B_COMMIT) == decided);
+    assert(lostc || (br[WC] == B_COMMIT) == (br[WP] == B_COMMIT));
+    assert((br[WP] == B_COMMIT) == decided);
     assert(br[LP] != B_COMMIT);
     /* nothing left in doubt; both rows final; the link not pending */
     assert(br[WC] != B_PREP && br[WP] != B_PREP && br[LP] != B_PREP);
-    assert(job[DC] == J_COMMITTED || job[DC] == J_ABORTED);
+    assert(job[DC] == J_COMMITTED || job[DC] == J_ABORTED || job[DC] == J_ABANDONED);
     assert(job[DP] == J_COMMITTED || job[DP] == J_ABORTED || job[DP] == J_NONE);
-    assert((job[DC] == J_COMMITTED) == (job[DP] == J_COMMITTED));
+    assert(lostc || (job[DC] == J_COMMITTED) == (job[DP] == J_COMMITTED));
     assert(link != L_PENDING);
     assert(mk == 0)
   }

@@ -629,7 +629,7 @@ def test_a_winner_lost_in_a_participant_is_ended_there_and_the_transaction_close
     assert refused.returncode == 2 and "--linked" in refused.stderr, refused.stderr
     ended = xasink_cli(mariadb, "resolve", tx.job_id, "--abandon", "--linked", "--yes")
     assert ended.returncode == 0, ended.stdout + ended.stderr
-    assert job_states(mariadb)[tx.job_id] == "aborted"
+    assert job_states(mariadb)[tx.job_id] == "abandoned"
     closed = _recover(postgres, participants=[mariadb])
     assert closed.returncode == 0, closed.stdout + closed.stderr
     assert "the databases disagree" in closed.stdout and "--linked" in closed.stdout
@@ -638,6 +638,55 @@ def test_a_winner_lost_in_a_participant_is_ended_there_and_the_transaction_close
         health = xasink_cli(server, "check", "--grace", "0")
         assert health.returncode == 0, f"{server.kind}: {health.stdout}"
     assert _ids(mariadb, audit) == []
+    _clean(postgres, mariadb)
+
+
+def test_a_winner_lost_in_the_coordinator_leaves_the_decision_standing(spark, postgres, mariadb):
+    """A stream's batch: the decision reached the participant, which committed its part,
+    then the coordinator's winner was rolled back behind xasink's back. `resolve --abandon
+    --linked` against the coordinator ends its part there and must not turn the decision
+    over (before: the job was aborted there and the sink's mark put back, so the replayed
+    batch wrote the participant's committed rows again). The decision stands: the batch
+    stays written, its replay is skipped, the participant keeps its rows once."""
+    from xasink.protocol.branches import BranchOps
+
+    parent, _ = _tables(postgres)
+    audit = _audit(mariadb)
+    parents, _ = _frames(spark)
+    sink = f"lost-{uuid.uuid4().hex[:8]}"
+    stream = {"sink_id": sink, "batch_id": 0}
+    with (
+        pytest.raises(Exception),  # noqa: B017
+        injected(Fault("after_first_commit", "raise")),
+        transaction(**connection_args(postgres), **stream) as tx,
+    ):
+        tx.write(parents, parent, **PATHS["tasks"])
+        tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    assert _recover(mariadb).returncode == 0  # the participant finishes its copied part
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    with journal_session(postgres) as (spec, _, journal), BranchOps(spec, journal) as ops:
+        lost = next(b for b, _ in ops.prepared() if b.job_id == tx.job_id)
+    admin_sql(postgres, f"ROLLBACK PREPARED '{lost.xid}'")
+    stuck = _recover(postgres, participants=[mariadb])
+    assert stuck.returncode == 1 and "action=LOST" in stuck.stdout, stuck.stdout
+    ended = xasink_cli(postgres, "resolve", tx.job_id, "--abandon", "--linked", "--yes")
+    assert ended.returncode == 0, ended.stdout + ended.stderr
+    assert "The decision stands" in ended.stdout, ended.stdout
+    assert job_states(postgres)[tx.job_id] == "abandoned"
+    assert sink_mark(postgres, sink) == (0, tx.job_id), "the decided batch was put back"
+    with transaction(**connection_args(postgres), **stream) as replay:
+        replay.write(parents, parent, **PATHS["tasks"])
+        replay.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
+    assert replay.result is not None and replay.result.skipped
+    closed = _recover(postgres, participants=[mariadb])
+    assert closed.returncode == 0, closed.stdout + closed.stderr
+    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert _ids(postgres, parent) == []  # staged: the apply never ran
+    assert job_states(mariadb)[tx.job_id] == "committed"
+    assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    for server in (postgres, mariadb):
+        health = xasink_cli(server, "check", "--grace", "0")
+        assert health.returncode == 0, f"{server.kind}: {health.stdout}"
     _clean(postgres, mariadb)
 
 

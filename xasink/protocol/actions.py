@@ -26,6 +26,8 @@ class RecoveryAction(TextEnum):
     APPLIED = "applied"
     COMMITTED = "committed"
     FINISHED_ELSEWHERE = "finished elsewhere"
+    #: Ended in one database alone by an operator (`resolve --abandon --linked`).
+    ENDED = "ended"
     DROPPED_STAGE = "dropped stage"
     # Left in doubt: nothing done (alive, too young, waiting), or it failed.
     LEFT = "left"

@@ -18,7 +18,7 @@ from ..runtime.jdbc import JdbcConnection
 from ..spec import ConnectionSpec
 from ..xid import valid_job_id
 from . import links
-from .actions import RecoveryReport
+from .actions import BranchAction, RecoveryAction, RecoveryReport
 from .applying import StagedApply
 from .branches import BranchOps
 from .connecting import journal_session, open_journal
@@ -47,11 +47,11 @@ def abandon(
     winners that are still prepared (they are committed), the lost ones stay lost. Then the
     job's branches are resolved at once. A job with no row, given its `table`, is a
     single-branch job whose one-phase commit's outcome was unknown (`settle_one_phase`).
-    A job of a transaction over several databases is ended here only when it is decided
-    and `linked` says the operator knows the databases will disagree (a branch lost behind
-    xasink's back: nothing else can end it); recovery from its coordinator then closes the
-    transaction (`participants._finish_one`). Returns the final state and that recovery's
-    report.
+    A job of a transaction over several databases is ended here only when it is decided,
+    a winner of it here was lost behind xasink's back, and `linked` says the operator knows
+    the databases will disagree. It ends `abandoned` (staged or not): the decision stands
+    for the other databases, and recovery from its coordinator closes the transaction
+    (`participants._finish_one`). Returns the final state and that recovery's report.
     """
     if not valid_job_id(job_id):
         raise ConfigurationError(f"{job_id!r} is not an xasink job id (32 hex digits).")
@@ -86,7 +86,11 @@ def abandon(
                 "rolled back behind xasink's back (recover reports LOST)."
             )
     running = record.state == JobState.RUNNING
-    final = JobState.ABORTED if running or record.staged else JobState.ABANDONED
+    # A linked job's decision stands for its other databases, which may have committed
+    # their part already: aborting it here would put a stream's batch back for a replay
+    # that writes their part twice. It ends `abandoned`, a staged one without its apply.
+    aborts = link is None and (running or record.staged)
+    final = JobState.ABORTED if aborts else JobState.ABANDONED
     who, what = _operator(ops), _resolution(record.state, final, reason)
     if link is not None:
         what = f"{links.LINKED_END} (with {link.where}); {what}"[:2000]
@@ -96,6 +100,9 @@ def abandon(
             "`xasink jobs`."
         )
     report = resolve_in_doubt(ops, conn, journal, job=job_id, grace=0)
+    if link is not None:
+        ended = links.ended_here(link, record.staged)
+        report.actions.insert(0, BranchAction(job_id, -1, -1, RecoveryAction.ENDED, ended))
     return final, report
 
 

@@ -188,6 +188,24 @@ def lost_here(link: Link, staged: bool) -> str:
     )
 
 
+def ended_here(link: Link, staged: bool) -> str:
+    """What `resolve --abandon --linked` did: this database's part ended, the decision
+    standing for the others (what each holds, and what finishes them)."""
+    held = (
+        "nothing of it is applied here (its staging table is dropped)"
+        if staged
+        else "the rows of its branches that were not lost are in"
+    )
+    others = (
+        "its participants commit their part (those that did not yet: `xasink recover "
+        "--participant URL` from this database, the coordinator)"
+        if link.role == PARTICIPANT
+        else f"the transaction's other databases keep their part; recovery from its "
+        f"coordinator ({link.address}) closes the transaction"
+    )
+    return f"{LINKED_END}: {held}. The decision stands: {others}"
+
+
 def linked(layout: JournalLayout, conn: JdbcConnection, job_id: str) -> Link | None:
     """A link of `job_id` in either role: the job is part of a transaction over several
     databases, which no database may end alone once it is decided."""
