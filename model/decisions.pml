@@ -5,34 +5,50 @@
  * Each transaction T0, T1 has enlisted P (its job row running in C and in P, C's link to P
  * pending). Its driver D(i) then:
  *   1. decides in C (its job running -> committing, C's decision clock stamps decided_at);
- *   2. carries every earlier decision of C still pending in P, oldest first
- *      (`driver/participants.py` `_settle_before` -> `protocol/participants.py` `finish(...,
- *      before=J)`), and fails (CommitError, its own copy not made) if one of them fails;
- *   3. copies its own decision into P, applies it there and marks its link done
- *      (`copy_decisions`, `commit_all`).
+ *   2. copies every earlier decision of C still pending in P into P, oldest first
+ *      (`driver/participants.py` `_settle_before` -> `protocol/participants.py`
+ *      `settle_earlier(..., before=J, copy_only=True)` -> `_Carrier.earlier`), and fails
+ *      (CommitError, its own copy not made) if one of them cannot be copied;
+ *   3. copies its own decision into P, commits its branches there and applies it (P's
+ *      order check applies an earlier-stamped job first), and marks its link done
+ *      (`copy_decisions`, `commit_all`);
+ *   4. finishes the earlier decisions it copied (`_settle_after`); a failure is left to
+ *      recovery.
  * A recovery from C with P (RC: `xasink recover --url C --participant P`) runs concurrently,
- * and once everything has stopped a fault-free one finishes what is left: it lists the pending
- * links and, for each decided job J, first carries every pending decision decided before J
- * (`_carry`), then J.
+ * and once everything has stopped a fault-free one finishes what is left: it lists the
+ * pending links and, for each decided job J, first copies every pending decision decided
+ * before J (`_Carrier.earlier`), then carries J; then it tries once more the links it could
+ * not finish (`finish`'s second pass). The final one also aborts a job still undecided (its
+ * driver is gone): C's recovery aborts it, and the abort carried to P rolls its branches back.
  *
  * Carrying a decided job J to P (`_finish_one`): P's row of J running -> committing, stamped
- * with P's own clock (the copy order); then P's recovery of J applies it, and P's own order
- * check (`check_apply_order`, verified in apply.pml) applies every job committing in P with
- * an earlier P stamp first; then C's link of J done. Every actor may crash between any two
- * steps; a crashed carrier leaves its work to the next.
+ * with P's own clock (the copy order); then P's recovery of J commits its branches and
+ * applies it, P's own order check (`check_apply_order`, verified in apply.pml) applying every
+ * job committing in P with an earlier P stamp first; then C's link of J done. Every actor may
+ * crash between any two steps; a crashed carrier leaves its work to the next.
  *
- * Asserted at the end: every decided job is committed in P, and P's table holds the rows of
- * the job decided last in C (C's own table does: its applies run in decision order).
+ * -DPER_BRANCH: T1 writes P's table with per-branch appends (`per_branch_appends=True`): its
+ * branches hold their rows (and locks) in P from before its decision until they commit, and
+ * it has no apply; T0 stages an upsert of those keys, whose apply waits on T1's held rows
+ * (a lock wait timeout: the apply fails, the job stays committing in P).
+ *
+ * Asserted at the end: every decided job is committed in P (no dead end), its link done, and
+ * (without PER_BRANCH, where T1's rows land at its prepare) P's table holds the rows of the
+ * job decided last in C (C's own table does: its applies run in decision order).
  *
  * Mutants (model/check.sh):
- *   -DMUTANT_ID_ORDER   recovery carries the pending links in job-id order, none first
- *                       (review 4, R1: `ORDER BY job_id`);
- *   -DMUTANT_NO_SETTLE  the driver copies its own decision without carrying earlier ones.
+ *   -DMUTANT_ID_ORDER        recovery carries the pending links in job-id order, none first
+ *                            (review 4, R1: `ORDER BY job_id`);
+ *   -DMUTANT_NO_SETTLE       the driver copies its own decision without carrying earlier ones;
+ *   -DMUTANT_SETTLE_APPLIES  (-DPER_BRANCH) an earlier decision is carried whole (copied and
+ *                            applied) before a later one, by the driver and by recovery, and
+ *                            the later one waits until it is final (the code before this rule).
  */
 
 #define RUNNING    1
 #define COMMITTING 2
 #define COMMITTED  3
+#define ABORTED    4
 #define PENDING 0
 #define DONE    1
 #define NONE 2                     /* no job's rows in P's table yet */
@@ -47,45 +63,77 @@ byte pclock;
 bit link[2];                       /* C's link of each job to P */
 byte lastP = NONE;                 /* whose rows P's table holds */
 bit idlow;                         /* which of the two job ids sorts first */
+bit held[2];                       /* -DPER_BRANCH: a job's branch rows in P, uncommitted */
 bit final_phase;
+
+#ifdef PER_BRANCH
+#define STAGED(k) ((k) == 0)        /* T1 appends per branch: no apply */
+#else
+#define STAGED(k) 1
+#endif
+/* a staged apply waits on the other job's held rows: a lock wait timeout */
+#define BLOCKED(k) (STAGED(k) && held[OTHER(k)])
 
 #define CRASH if :: !final_phase -> goto dead :: skip fi
 
-/* P's recovery of job j: every job committing in P with a stamp up to j's, oldest first */
+/* P's recovery of job j, after its branches committed: its apply (a staged one first
+   applies a staged job committing in P with an earlier stamp); ok = 0 when an apply waits
+   on held rows (the job stays committing) */
 inline apply_upto(j) {
   d_step {
+    ok = 1;
     if
     :: pj[j] == COMMITTING ->
          if
-         :: pj[OTHER(j)] == COMMITTING && pdec[OTHER(j)] < pdec[j] ->
-              pj[OTHER(j)] = COMMITTED; lastP = OTHER(j)
+         :: STAGED(j) && STAGED(OTHER(j)) && pj[OTHER(j)] == COMMITTING &&
+            pdec[OTHER(j)] < pdec[j] ->
+              if :: BLOCKED(OTHER(j)) -> ok = 0
+              :: else -> pj[OTHER(j)] = COMMITTED; lastP = OTHER(j)
+              fi
          :: else
          fi;
-         pj[j] = COMMITTED; lastP = j
-    :: else
+         if :: ok && BLOCKED(j) -> ok = 0 :: else fi;
+         if :: ok -> pj[j] = COMMITTED; if :: STAGED(j) -> lastP = j :: else fi :: else fi
+    :: else -> ok = (pj[j] == COMMITTED)
     fi
   }
 }
 
-/* _finish_one for a decided job j: the copy, P's recovery of it, then the link done */
+/* _finish_one's copy: P's row of j running -> committing, stamped with P's clock */
+inline copy_one(j) {
+  atomic { if :: pj[j] == RUNNING -> pj[j] = COMMITTING; pclock++; pdec[j] = pclock :: else fi }
+}
+
+/* _finish_one for a decided job j: the copy, P's recovery of it (its branches committed,
+   then its apply), then the link done; fin = 1 once it is */
 inline carry_one(j) {
-  atomic { if :: pj[j] == RUNNING -> pj[j] = COMMITTING; pclock++; pdec[j] = pclock :: else fi };
+  fin = 0;
+  copy_one(j);
+  CRASH;
+  held[j] = 0;                               /* phase 2 in P: its branches commit */
   CRASH;
   apply_upto(j);
   CRASH;
-  link[j] = DONE
+  if :: ok -> link[j] = DONE; fin = 1 :: else fi
 }
 
-/* _carry: the pending decisions taken before j's, then j's */
+/* _carry: the pending decision taken before j's copied first (carried whole, and j left
+   while it is not final, in the old code), then j carried */
 inline carry(j) {
   atomic { take = (link[OTHER(j)] == PENDING && cdec[OTHER(j)] != 0 && cdec[OTHER(j)] < cdec[j]) };
   CRASH;
-  if :: take -> carry_one(OTHER(j)); CRASH :: else fi;
+#ifndef MUTANT_SETTLE_APPLIES
+  if :: take -> copy_one(OTHER(j)); CRASH :: else fi;
   carry_one(j)
+#else
+  fin = 1;
+  if :: take -> carry_one(OTHER(j)); CRASH :: else fi;
+  if :: fin -> carry_one(j) :: else fi
+#endif
 }
 
 proctype D(bit i) {
-  bit take;
+  bit take, ok, fin;
   CRASH;
   atomic { cj[i] = COMMITTING; cclock++; cdec[i] = cclock };   /* the decision in C */
   CRASH;
@@ -94,20 +142,24 @@ proctype D(bit i) {
 #else
   carry_one(i);
 #endif
+  CRASH;
+#ifndef MUTANT_SETTLE_APPLIES
+  if :: fin && take -> carry_one(OTHER(i)) :: else fi;   /* _settle_after */
+#endif
 dead:
-  take = 0
+  take = 0; ok = 0; fin = 0
 }
 
 /* recovery from C with P: the pending links, each decided one carried */
 proctype RC() {
-  bit take, first, j;
+  bit take, first, j, ok, fin;
   byte n;
   first = idlow;                             /* links listed; the first, by job id */
   n = 0;
   do
-  :: n == 2 -> break
+  :: n == 4 -> break                         /* two passes: the second retries */
   :: else ->
-       j = (n == 0 -> first : 1 - first);
+       j = ((n % 2) == 0 -> first : 1 - first);
        CRASH;
        if
        :: link[j] == PENDING && cdec[j] != 0 ->   /* its coordinator's state: decided */
@@ -116,18 +168,24 @@ proctype RC() {
 #else
             carry_one(j)
 #endif
+       :: link[j] == PENDING && cdec[j] == 0 && final_phase ->
+            /* silent and undecided: aborted in C, the abort carried (P's branches back) */
+            atomic { cj[j] = ABORTED; pj[j] = ABORTED; held[j] = 0; link[j] = DONE }
        :: else
        fi;
        n++
   od;
 dead:
-  take = 0; first = 0; j = 0; n = 0
+  take = 0; first = 0; j = 0; n = 0; ok = 0; fin = 0
 }
 
 init {
   atomic {
     cj[0] = RUNNING; cj[1] = RUNNING; pj[0] = RUNNING; pj[1] = RUNNING;
     if :: idlow = 0 :: idlow = 1 fi;
+#ifdef PER_BRANCH
+    held[1] = 1;                             /* T1's branches prepared in P */
+#endif
     run D(0); run D(1); run RC()
   }
   _nr_pr == 1;                               /* everything has stopped */
@@ -135,8 +193,9 @@ init {
   run RC();                                  /* the final recovery from C with P */
   _nr_pr == 1;
   d_step {
-    assert(cdec[0] == 0 || pj[0] == COMMITTED);
-    assert(cdec[1] == 0 || pj[1] == COMMITTED);
+    assert(cdec[0] == 0 || (pj[0] == COMMITTED && link[0] == DONE));
+    assert(cdec[1] == 0 || (pj[1] == COMMITTED && link[1] == DONE));
+#ifndef PER_BRANCH
     /* P's table holds the rows of the job decided last */
     if
     :: cdec[0] == 0 && cdec[1] == 0 -> assert(lastP == NONE)
@@ -144,5 +203,6 @@ init {
     :: cdec[1] > cdec[0] -> assert(lastP == 1)
     :: else -> assert(0)
     fi
+#endif
   }
 }

@@ -8,6 +8,7 @@ psycopg/pymysql; nothing may be left prepared or staged in either database.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -31,7 +32,7 @@ from test_protocol import admin_sql
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables, failing_transaction
 
 from xasink import CommitError, ConfigurationError, JobAbortedError, transaction
-from xasink._testing.faults import Fault, injected
+from xasink._testing.faults import Fault, InjectedFault, injected
 
 AUDIT_ROWS = 25
 CUSTOMERS_LATER = 1000
@@ -597,6 +598,45 @@ def test_a_driver_carries_an_earlier_decision_before_its_own(spark, postgres, ma
     done = _recover(postgres, participants=[mariadb])
     assert done.returncode == 0, done.stdout + done.stderr
     assert _value(mariadb, table) == "T2"
+    _clean(postgres, mariadb)
+
+
+@pytest.mark.parametrize("driver", ["alive", "killed"])
+def test_an_earlier_decision_waiting_on_a_later_jobs_branches_does_not_stall_it(
+    spark, postgres, mariadb, driver
+):
+    """Review 4, R1's settling: T2 (per_branch_appends) prepares rows in a participant
+    table; T1, begun later, upserts ten of those keys there, decides first and fails to copy
+    its decision. Carrying T1 first, before T2, applies T1 while T2's prepared rows hold the
+    keys it upserts, which only T2's commit releases (before: T2's driver raised CommitError
+    after a lock wait timeout, and recovery waited the same way for good, T2 behind T1).
+    T1's decision is now copied first (the participant keeps the coordinator's order) and
+    applied once T2's branches let go: by T2's driver, or, when that died too, by one run
+    of recovery. As in one database, a per-branch append's rows are in the table from its
+    prepare, and an upsert decided before them but applied after changes them."""
+    table = _audit(mariadb)
+    renamed = spark.createDataFrame([(i, "T1") for i in range(10)], "id long, note string")
+    options = _in(postgres, per_branch_appends=True, lock_wait_timeout=3)
+    with contextlib.ExitStack() as stack:
+        if driver == "killed":
+            stack.enter_context(pytest.raises(InjectedFault))
+            stack.enter_context(injected(Fault("before_participants", "raise")))
+        second = stack.enter_context(transaction(**options))
+        second.write(_audit_frame(spark), _audit(postgres), **PATHS["tasks"])
+        second.write(_audit_frame(spark), table, **_in(mariadb, **PATHS["tasks"]))
+        with failing_transaction("before_participants", postgres) as first:
+            first.write(_audit_frame(spark), _audit(postgres), **PATHS["tasks"])
+            first.write(renamed, table, mode="upsert", key="id", **_in(mariadb))
+    done = _recover(postgres, "--lock-wait", "3", participants=[mariadb])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _ids(mariadb, table) == list(range(AUDIT_ROWS))
+    with mariadb.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT id FROM {table} WHERE note = 'T1' ORDER BY id")
+        assert [row[0] for row in cursor.fetchall()] == list(range(10))
+    for server in (postgres, mariadb):
+        assert {job_states(server)[t.job_id] for t in (first, second)} == {"committed"}
+    assert {_links(postgres)[f"{t.job_id}:participant"] for t in (first, second)} == {"done"}
     _clean(postgres, mariadb)
 
 

@@ -219,25 +219,45 @@ def copy_decisions(coordinator: Job, members: Sequence[Member]) -> None:
 
 def _settle_before(coordinator: Job, m: Member) -> None:
     """The coordinator's decisions taken before this job's and still pending in `m`,
-    carried there first, oldest first, so that its tables apply them in the coordinator's
-    order (review 4, R1; model/decisions.pml). If one cannot be, this job's decision is
-    not copied either: recovery carries both later, in order."""
-    job = m.job
-    reached = Participant(job.spec, job.conn, job.journal, job.ops)
+    copied there first, oldest first, so that its tables apply them in the coordinator's
+    order (review 4, R1; model/decisions.pml); they are finished after this job's commit
+    there (`_settle_after`). If one cannot be copied, this job's decision is not copied
+    either: recovery carries both later, in order."""
     try:
-        done = settle_earlier(
-            coordinator.journal,
-            coordinator.conn,
-            reached,
-            job.request.grace,
-            before=str(coordinator.job_id),
-        )
+        done = _earlier(coordinator, m, copy_only=True)
     except Exception as exc:
-        raise _undone(coordinator, m, f"an earlier decision: {job.spec.redact(exc)}") from None
+        why = f"an earlier decision: {m.job.spec.redact(exc)}"
+        raise _undone(coordinator, m, why) from None
     failed = [a for a in done if a.action == RecoveryAction.FAILED]
     if failed:
-        why = f"job {failed[0].job_id}, decided before it, could not be carried there first"
+        why = f"job {failed[0].job_id}, decided before it, could not be copied there first"
         raise _undone(coordinator, m, f"{why}: {failed[0].detail}")
+
+
+def _settle_after(coordinator: Job, m: Member) -> None:
+    """The earlier decisions `_settle_before` copied into `m`, finished once this job's
+    branches there are committed: an apply of one may have waited on their rows. One that
+    fails is left to recovery (this job is committed)."""
+    try:
+        left = [a.line() for a in _earlier(coordinator, m, copy_only=False) if a.unresolved]
+    except Exception as exc:
+        left = [m.job.spec.redact(exc)]
+    for why in left:
+        log.warning(
+            "xasink job %s: an earlier decision in participant %s is left to `xasink recover`: %s",
+            coordinator.job_id,
+            m.where,
+            why,
+        )
+
+
+def _earlier(coordinator: Job, m: Member, copy_only: bool) -> list[BranchAction]:
+    job = m.job
+    reached = Participant(job.spec, job.conn, job.journal, job.ops)
+    before = str(coordinator.job_id)
+    return settle_earlier(
+        coordinator.journal, coordinator.conn, reached, job.request.grace, before, copy_only
+    )
 
 
 def _copy(journal: Journal, job_id: str, keys: Sequence[tuple[int, int, int]], conn: Any) -> Any:
@@ -255,6 +275,7 @@ def commit_all(coordinator: Job, members: Sequence[Member]) -> int:
         job.plan = dataclasses.replace(job.plan, apply=first, partition_base=0)
         losers += job.commit(m.phase_one())
         coordinator.trace.stale += job.trace.stale
+        _settle_after(coordinator, m)
         try:
             links.mark_done(coordinator.journal, coordinator.conn, str(job.job_id), m.tag)
         except Exception as exc:  # recovery from the coordinator marks it done

@@ -80,10 +80,26 @@ def finish(
     the coordinator's own recovery ran; what was done goes into `report`. A participant
     that is not given or cannot be reached is reported, never skipped silently. A decision
     reaches a participant only after every earlier decision of this coordinator still
-    pending there (`_carry`): each database applies them in the coordinator's order."""
-    carrier = _Carrier(coordinator, conn, report, opener, grace, dry_run, redact)
-    for listed in links.participants(coordinator, conn, job, peer=peer):
-        carrier.carry(listed)
+    pending there is copied (`_Carrier.earlier`): each database applies them in the
+    coordinator's order. An earlier job's apply can wait on a later one's prepared branches
+    there (per-branch appends hold their rows until phase 2), so the jobs left unfinished
+    are tried once more after a later one was finished."""
+    listed = links.participants(coordinator, conn, job, peer=peer)
+    first = RecoveryReport(dry_run=report.dry_run)
+    carrier = _Carrier(coordinator, conn, first, opener, grace, dry_run, redact)
+    for link in listed:
+        carrier.carry(link)
+    left = [link for link in listed if not carrier.carried.get((link.job_id, link.peer))]
+    if dry_run or not left or len(left) == len(listed):
+        report.actions += first.actions
+        return
+    again = RecoveryReport(dry_run=False)
+    retry = _Carrier(coordinator, conn, again, opener, grace, dry_run, redact)
+    for link in left:
+        retry.carry(link)
+    ended = {job for (job, _), final in retry.carried.items() if final}
+    report.actions += [a for a in first.actions if not (a.unresolved and a.job_id in ended)]
+    report.actions += again.actions
 
 
 def settle_earlier(
@@ -92,12 +108,15 @@ def settle_earlier(
     here: Participant,
     grace: float,
     before: str | None = None,
+    copy_only: bool = False,
 ) -> list[BranchAction]:
     """What earlier transactions of this coordinator left in the participant `here` (a
     decision not yet copied, an abort not yet carried), finished by a transaction that is
-    about to write there; with `before` (a decided job), only the decisions taken before
-    it, oldest first, by its driver before it copies its own. Returns what was done; an
-    action FAILED means an earlier decision could not be carried."""
+    about to write there. With `before` (a decided job), only the decisions taken before
+    it, oldest first: by its driver, copied (`copy_only`) before it copies its own, and
+    finished once its own is committed there (their applies may need rows its prepared
+    branches hold). Returns what was done; an action FAILED means an earlier decision could
+    not be carried."""
 
     @contextlib.contextmanager
     def opener(link: Link) -> Iterator[Participant | None]:
@@ -108,8 +127,11 @@ def settle_earlier(
     if before is None:
         for listed in links.participants(coordinator, conn, peer=here.journal.tag):
             carrier.carry(listed)
-    else:
+    elif copy_only:
         carrier.earlier(before, here.journal.tag)
+    else:
+        for listed in links.decided_before(coordinator, conn, before, here.journal.tag):
+            carrier.carry(listed)
     return [a for a in report.actions if a.action != RecoveryAction.LEFT]
 
 
@@ -126,6 +148,8 @@ class _Carrier:
     redact: Callable[[object], str]
     #: Each link carried so far, (job, peer), and whether it is final there.
     carried: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: The links whose decision is copied into their participant (not yet final there).
+    copies: set[tuple[str, str]] = field(default_factory=set)
 
     def carry(self, listed: Link) -> bool:
         """`listed`'s outcome in its participant, after the earlier decisions still pending
@@ -146,7 +170,7 @@ class _Carrier:
             blocker = self.earlier(listed.job_id, listed.peer)
             if blocker is not None:
                 detail = (
-                    f"waits for job {blocker}, decided before it, to be carried there first "
+                    f"waits for job {blocker}, decided before it, to be copied there first "
                     "(decisions reach a participant in the coordinator's order)"
                 )
                 _add(self.report, listed, RecoveryAction.LEFT, detail)
@@ -154,13 +178,37 @@ class _Carrier:
         return self._one(listed, state)
 
     def earlier(self, job_id: str, peer: str) -> str | None:
-        """Carry the decisions taken before `job_id`'s still pending in `peer`, oldest first;
-        the first that could not be finished there (None: all were)."""
+        """Copy the decisions taken before `job_id`'s still pending in `peer`, oldest first:
+        the participant stamps them in the coordinator's order, and its own order check
+        applies them so. Only copied: an apply of one may wait on `job_id`'s prepared
+        branches there, which only its own commit releases. Returns the first that could
+        not be copied there (None: all were)."""
         for link in links.decided_before(self.coordinator, self.conn, job_id, peer):
-            state = self.coordinator.state(self.conn, link.job_id)
-            if not self._one(link, str(state)) and not self.dry_run:
+            if not self._copied(link) and not self.dry_run:
                 return link.job_id
         return None
+
+    def _copied(self, link: Link) -> bool:
+        """`link`'s decision recorded in its participant (True: there, or its job ended)."""
+        key = (link.job_id, link.peer)
+        if self.carried.get(key) or key in self.copies:
+            return True
+        try:
+            with self.opener(link) as participant:
+                if participant is None:
+                    _add(self.report, link, RecoveryAction.LEFT, "not given: pass --participant")
+                    return False
+                journal, conn = participant.journal, participant.conn
+                state = journal.state(conn, link.job_id)
+                if state == JobState.RUNNING and not self.dry_run:
+                    state = copy_decision(journal, conn, link.job_id, link.winners)
+        except Exception as exc:
+            _add(self.report, link, RecoveryAction.FAILED, f"copying: {self.redact(exc)}")
+            return False
+        if state in (None, JobState.RUNNING):
+            return False
+        self.copies.add(key)
+        return True
 
     def _one(self, listed: Link, state: str) -> bool:
         key = (listed.job_id, listed.peer)
