@@ -435,6 +435,15 @@ def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
     return xasink_cli(db, "recover", *args)
 
 
+def process_state(pid: int) -> str:
+    """A process's state letter from /proc (T: stopped; "gone" once reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
 class WatchedDriver:
     """A driver script in its own process group, its output collected line by line, that a
     test can wait on and SIGKILL (the whole group: Spark's JVM and Python workers too)."""
@@ -500,8 +509,22 @@ class WatchedDriver:
         self.assert_no_secret()
 
     def finish(self, timeout: float = 240) -> int:
-        """Let the driver end; its exit code."""
-        code = self.proc.wait(timeout=timeout)
+        """Let the driver end; its exit code. One that does not is failed with what it was
+        doing: its state, and every Python thread's stack (faulthandler, on SIGABRT)."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            state = process_state(self.proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+                os.kill(self.proc.pid, signal.SIGABRT)
+            with self._cond:
+                self._cond.wait_for(lambda: self._ended, timeout=20)
+            self.kill()
+            raise AssertionError(
+                f"the driver did not end in {timeout:.0f} s (process state {state}); its "
+                "output, with its threads' stacks:\n" + self.tail(120)
+            ) from None
         with self._cond:
             self._cond.wait_for(lambda: self._ended, timeout=10)  # the watcher drains the pipe
         self.assert_no_secret()
@@ -526,7 +549,7 @@ class DriverProcess(WatchedDriver):
         sink: str | None = None,
         writer: str = "tasks",
     ):
-        self.point = point
+        self.point, self.action = point, action
         args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
         env = {"XASINK_TEST_FAULT_ACTION": action, "XASINK_TEST_WRITER": writer}
         if sink:
@@ -534,8 +557,15 @@ class DriverProcess(WatchedDriver):
         super().__init__("driver_process.py", args + ([mode] if mode else []), db.password, env)
 
     def wait_for_point(self) -> None:
+        """The driver reached the point; a paused one has also stopped (it prints the
+        line, then stops itself: a resume sent in between would be lost)."""
         reached = self.wait_for(f"XASINK-FAULT {self.point}")
         assert reached, f"driver never reached {self.point}: " + self.tail()
+        if self.action == "pause":
+            deadline = time.monotonic() + 60
+            while process_state(self.proc.pid) != "T" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert process_state(self.proc.pid) == "T", "the driver did not stop: " + self.tail()
 
     def resume(self, timeout: float = 240) -> str:
         """Continue a paused driver; its last line (`RESULT ...` or `ERROR ...`)."""
