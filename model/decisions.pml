@@ -9,11 +9,11 @@
  *      (`driver/participants.py` `_settle_before` -> `protocol/participants.py`
  *      `settle_earlier(..., before=J, copy_only=True)` -> `_Carrier.earlier`), and fails
  *      (CommitError, its own copy not made) if one of them cannot be copied;
- *   3. copies its own decision into P, commits its branches there and applies it (P's
- *      order check applies an earlier-stamped job first), and marks its link done
+ *   3. copies its own decision into P, commits its branches there and applies it (its
+ *      finish applies an earlier-stamped staged job on the table first)
  *      (`copy_decisions`, `commit_all`);
- *   4. finishes the earlier decisions it copied (`_settle_after`); a failure is left to
- *      recovery.
+ *   4. finishes the earlier decisions still pending (`_settle_after`, as recovery does; a
+ *      failure is left to recovery), then marks its own link done.
  * A recovery from C with P (RC: `xasink recover --url C --participant P`) runs concurrently,
  * and once everything has stopped a fault-free one finishes what is left: it lists the
  * pending links and, for each decided job J, first copies every pending decision decided
@@ -23,8 +23,9 @@
  *
  * Carrying a decided job J to P (`_finish_one`): P's row of J running -> committing, stamped
  * with P's own clock (the copy order); then P's recovery of J commits its branches and
- * applies it, P's own order check (`check_apply_order`, verified in apply.pml) applying every
- * job committing in P with an earlier P stamp first; then C's link of J done. Every actor may
+ * applies it, unless a staged job committing in P with an earlier P stamp is not applied
+ * yet (P's own order check, `check_apply_order`, verified in apply.pml: J waits, left for
+ * the next pass); then C's link of J done. Every actor may
  * crash between any two steps; a crashed carrier leaves its work to the next.
  *
  * -DPER_BRANCH: T1 writes P's table with per-branch appends (`per_branch_appends=True`): its
@@ -76,10 +77,11 @@ bit final_phase;
 
 #define CRASH if :: !final_phase -> goto dead :: skip fi
 
-/* P's recovery of job j, after its branches committed: its apply (a staged one first
-   applies a staged job committing in P with an earlier stamp); ok = 0 when an apply waits
-   on held rows (the job stays committing) */
-inline apply_upto(j) {
+/* P's finish of job j, after its branches committed: its apply. A staged job committing in
+   P with an earlier stamp on the table comes first: the driver's finish applies it first
+   (`helps`: `_finish_in_order`), recovery's leaves j waiting (JobOrderError). ok = 0 when j
+   is not applied: it waits, or an apply waits on held rows (the job stays committing). */
+inline apply_upto(j, helps) {
   d_step {
     ok = 1;
     if
@@ -87,7 +89,7 @@ inline apply_upto(j) {
          if
          :: STAGED(j) && STAGED(OTHER(j)) && pj[OTHER(j)] == COMMITTING &&
             pdec[OTHER(j)] < pdec[j] ->
-              if :: BLOCKED(OTHER(j)) -> ok = 0
+              if :: !helps || BLOCKED(OTHER(j)) -> ok = 0
               :: else -> pj[OTHER(j)] = COMMITTED; lastP = OTHER(j)
               fi
          :: else
@@ -104,23 +106,27 @@ inline copy_one(j) {
   atomic { if :: pj[j] == RUNNING -> pj[j] = COMMITTING; pclock++; pdec[j] = pclock :: else fi }
 }
 
-/* _finish_one for a decided job j: the copy, P's recovery of it (its branches committed,
-   then its apply), then the link done; fin = 1 once it is */
+/* _finish_one for a decided job j (recovery's, and the driver's `_settle_after`): the copy,
+   P's recovery of it (its branches committed, then its apply), then the link done; fin = 1
+   once it is */
 inline carry_one(j) {
   fin = 0;
   copy_one(j);
   CRASH;
   held[j] = 0;                               /* phase 2 in P: its branches commit */
   CRASH;
-  apply_upto(j);
+  apply_upto(j, 0);
   CRASH;
   if :: ok -> link[j] = DONE; fin = 1 :: else fi
 }
 
+/* the pending decision taken before j's, if any (`links.decided_before`) */
+#define EARLIER(j) (link[OTHER(j)] == PENDING && cdec[OTHER(j)] != 0 && cdec[OTHER(j)] < cdec[j])
+
 /* _carry: the pending decision taken before j's copied first (carried whole, and j left
    while it is not final, in the old code), then j carried */
 inline carry(j) {
-  atomic { take = (link[OTHER(j)] == PENDING && cdec[OTHER(j)] != 0 && cdec[OTHER(j)] < cdec[j]) };
+  atomic { take = EARLIER(j) };
   CRASH;
 #ifndef MUTANT_SETTLE_APPLIES
   if :: take -> copy_one(OTHER(j)); CRASH :: else fi;
@@ -132,20 +138,36 @@ inline carry(j) {
 #endif
 }
 
+/* The driver of T(i), from its decision (copy_decisions, commit_all). */
 proctype D(bit i) {
   bit take, ok, fin;
   CRASH;
   atomic { cj[i] = COMMITTING; cclock++; cdec[i] = cclock };   /* the decision in C */
   CRASH;
 #ifndef MUTANT_NO_SETTLE
-  carry(i);
-#else
-  carry_one(i);
-#endif
+  atomic { take = EARLIER(i) };              /* _settle_before */
   CRASH;
 #ifndef MUTANT_SETTLE_APPLIES
-  if :: fin && take -> carry_one(OTHER(i)) :: else fi;   /* _settle_after */
+  if :: take -> copy_one(OTHER(i)); CRASH :: else fi;
+#else
+  fin = 1;
+  if :: take -> carry_one(OTHER(i)); CRASH :: else fi;
+  if :: !fin -> goto dead :: else fi;        /* CommitError, its own copy not made */
 #endif
+#endif
+  copy_one(i);                               /* its own copy */
+  CRASH;
+  held[i] = 0;                               /* Job.commit in P: phase 2 */
+  CRASH;
+  apply_upto(i, 1);                          /* its finish (`_finish_in_order`) */
+  if :: !ok -> goto dead :: else fi;         /* CommitError: recovery finishes it */
+  CRASH;
+#ifndef MUTANT_SETTLE_APPLIES
+  atomic { take = EARLIER(i) };              /* _settle_after */
+  CRASH;
+  if :: take -> carry_one(OTHER(i)); CRASH :: else fi;
+#endif
+  link[i] = DONE;                            /* links.mark_done */
 dead:
   take = 0; ok = 0; fin = 0
 }
@@ -154,7 +176,8 @@ dead:
 proctype RC() {
   bit take, first, j, ok, fin;
   byte n;
-  first = idlow;                             /* links listed; the first, by job id */
+  first = idlow;                             /* links listed: either first (the code lists them in
+                                                decision order; MUTANT_ID_ORDER by job id) */
   n = 0;
   do
   :: n == 4 -> break                         /* two passes: the second retries */

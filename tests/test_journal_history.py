@@ -37,6 +37,8 @@ from xasink._testing.statements import Statement, recorded
 from xasink.driver.check_cache import CHECKS
 from xasink.protocol import retention
 from xasink.protocol.connecting import open_journal
+from xasink.protocol.health import check_health
+from xasink.protocol.states import JobState
 from xasink.xid import BranchId
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -74,7 +76,7 @@ def _explained(db, statements: list[Statement]) -> list[tuple[str, list[dict[str
     that reads or changes a journal table, planned with its recorded parameters."""
     seen: dict[str, tuple[Any, ...]] = {}
     for sql, params in statements:
-        if _JOURNAL.search(sql) and re.match(r"\s*(SELECT|UPDATE|DELETE|INSERT)", sql, re.I):
+        if _JOURNAL.search(sql) and re.match(r"\s*(SELECT|UPDATE|DELETE|INSERT|WITH)", sql, re.I):
             seen.setdefault(sql, params)
     plans = []
     with contextlib.closing(db.admin_connect()) as conn, contextlib.closing(conn.cursor()) as cur:
@@ -90,13 +92,29 @@ def _explained(db, statements: list[Statement]) -> list[tuple[str, list[dict[str
                 cur.execute("EXPLAIN " + text, values)
                 names = [d[0].lower() for d in cur.description]
                 rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-                plans.append((sql, [_mysql_scan(r) for r in rows if r.get("table")]))
+                aliases = _aliases(sql)
+                plans.append((sql, [_mysql_scan(r, aliases) for r in rows if r.get("table")]))
     return plans
 
 
-def _mysql_scan(row: dict[str, Any]) -> dict[str, Any]:
+#: A journal table and the alias a statement gives it (`xasink_jobs j`, `xasink_jobs AS o`).
+_ALIASED = re.compile(
+    r"(xasink_(?:jobs|winners|markers|sinks|links|job_tables|meta))`?\s+(?:AS\s+)?(\w+)", re.I
+)
+_NOT_ALIASES = {"where", "set", "join", "left", "on", "order", "group", "limit", "values", "for"}
+
+
+def _aliases(sql: str) -> dict[str, str]:
+    """Alias -> journal table: MySQL's EXPLAIN names a table by its alias."""
+    return {
+        alias: table for table, alias in _ALIASED.findall(sql) if alias.lower() not in _NOT_ALIASES
+    }
+
+
+def _mysql_scan(row: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
     """One row of MySQL's tabular EXPLAIN in the shape `_problems` reads."""
-    return {"table_name": row["table"], "access_type": row["type"], "rows": row["rows"]}
+    table = aliases.get(str(row["table"]), row["table"])
+    return {"table_name": table, "access_type": row["type"], "rows": row["rows"]}
 
 
 def _scans(plan: Any) -> list[dict[str, Any]]:
@@ -198,6 +216,21 @@ def test_every_statement_of_a_call_is_served_by_an_index_on_a_long_history(
     for command in (["jobs", "--limit", "20"], ["check"]):
         done = xasink_cli(db, command[0], "--journal-schema", schema, *command[1:])
         assert done.returncode == 0, done.stdout + done.stderr
+
+    # `check` reads what it reports through indexes too (its list of the states a journal
+    # holds walked MariaDB's whole state index before: 3.6 s at 10M jobs).
+    with recorded() as checked:
+        health = check_health(
+            **connection_args(db),
+            journal_schema=schema,
+            dialect=None,
+            xa_datasource=None,
+            jars=None,
+        )
+    assert health.healthy, health
+    # Below `records.ESTIMATED_FROM` jobs (60k here) the committed ones are counted on purpose.
+    listed = [(sql, p) for sql, p in checked if list(p) != [JobState.COMMITTED]]
+    assert _problems(db, _explained(db, listed), bounded=True) == []
 
 
 def _recorded_as(db, table: str) -> str:

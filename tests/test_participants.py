@@ -582,6 +582,32 @@ def test_recovery_carries_decisions_to_a_participant_in_decision_order(
     _clean(postgres, mariadb)
 
 
+def test_the_next_transaction_carries_earlier_decisions_in_decision_order(
+    spark, postgres, mariadb, job_ids
+):
+    """Two transactions decided in the coordinator, neither copied to the participant, the
+    one decided last with the smaller job id; a third one's first write there finishes both
+    (`settle_left`) before its own: both end committed there, the key with the last
+    decision's value (with the earlier one only copied, the later one's apply waited for it
+    and was left, unreported, until a recovery)."""
+    table = _kv(mariadb)
+    job_ids += ["0" * 31 + "2", "e" * 32]  # T2 begins first, its id sorts first
+    with failing_transaction("before_participants", postgres) as second:
+        _sets(second, spark, postgres, mariadb, table, "T2")
+        with failing_transaction("before_participants", postgres) as first:
+            _sets(first, spark, postgres, mariadb, table, "T1")  # decided first
+    with transaction(**_in(postgres)) as third:
+        third.write(_audit_frame(spark), _audit(postgres), **PATHS["tasks"])
+        third.write(_audit_frame(spark), _audit(mariadb), **_in(mariadb, **PATHS["tasks"]))
+    assert _value(mariadb, table) == "T2"
+    for tx in (first, second, third):
+        assert job_states(mariadb)[tx.job_id] == "committed", tx.job_id
+        assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
+    done = _recover(postgres, participants=[mariadb])
+    assert done.returncode == 0, done.stdout + done.stderr
+    _clean(postgres, mariadb)
+
+
 def test_a_driver_carries_an_earlier_decision_before_its_own(spark, postgres, mariadb):
     """T2 enlists the participant, then T1 (begun later) decides first and fails to copy its
     decision there; T2 decides next. Its driver carries T1's decision into the participant

@@ -152,7 +152,11 @@ def participants(
     if pending:
         where += " AND l.state = ?"
         params.append(PENDING)
-    return _links(layout, conn, where, tuple(params))
+    # In the coordinator's decision order (undecided last), so that a participant meets
+    # them in that order, an earlier one applied before a later one's apply needs it.
+    decided_first = "CASE WHEN j.decided_at IS NULL THEN 1 ELSE 0 END, j.decided_at, l.job_id"
+    joined = (f"LEFT JOIN {layout.jobs} j ON j.job_id = l.job_id", ())
+    return _links(layout, conn, where, tuple(params), joined, decided_first)
 
 
 def decided_before(
@@ -165,10 +169,10 @@ def decided_before(
     return _links(
         layout,
         conn,
-        "l.role = ? AND l.state = ? AND l.peer = ? AND j.state IN (?, ?) AND l.job_id <> "
+        "l.role = ? AND l.state = ? AND l.peer = ? AND j.state IN (?, ?, ?) AND l.job_id <> "
         "me.job_id AND (j.decided_at < me.decided_at OR (j.decided_at = me.decided_at AND "
         "j.job_id < me.job_id))",
-        (PARTICIPANT, PENDING, peer, JobState.COMMITTING, JobState.COMMITTED),
+        (PARTICIPANT, PENDING, peer, *DECIDED),
         joined=(
             f"JOIN {layout.jobs} j ON j.job_id = l.job_id JOIN {layout.jobs} me ON me.job_id = ?",
             (job_id,),
@@ -188,17 +192,22 @@ def lost_here(link: Link, staged: bool) -> str:
     )
 
 
+#: A coordinator's job states that carry a commit to its participants: `abandoned` is a
+#: decided job an operator ended after a lost branch (the decision stands for the others).
+DECIDED = (JobState.COMMITTING, JobState.COMMITTED, JobState.ABANDONED)
+
+
 def ended_here(link: Link, staged: bool) -> str:
     """What `resolve --abandon --linked` did: this database's part ended, the decision
     standing for the others (what each holds, and what finishes them)."""
     held = (
-        "nothing of it is applied here (its staging table is dropped)"
+        "nothing of it is applied here"
         if staged
         else "the rows of its branches that were not lost are in"
     )
     others = (
-        "its participants commit their part (those that did not yet: `xasink recover "
-        "--participant URL` from this database, the coordinator)"
+        "recovery from this database, the coordinator (`xasink recover --participant URL`), "
+        "carries it to the participants that have not finished their part"
         if link.role == PARTICIPANT
         else f"the transaction's other databases keep their part; recovery from its "
         f"coordinator ({link.address}) closes the transaction"

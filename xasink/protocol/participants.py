@@ -82,24 +82,44 @@ def finish(
     reaches a participant only after every earlier decision of this coordinator still
     pending there is copied (`_Carrier.earlier`): each database applies them in the
     coordinator's order. An earlier job's apply can wait on a later one's prepared branches
-    there (per-branch appends hold their rows until phase 2), so the jobs left unfinished
-    are tried once more after a later one was finished."""
+    there (per-branch appends hold their rows until phase 2), so the links are carried in
+    two passes (`_two_passes`)."""
     listed = links.participants(coordinator, conn, job, peer=peer)
-    first = RecoveryReport(dry_run=report.dry_run)
-    carrier = _Carrier(coordinator, conn, first, opener, grace, dry_run, redact)
+    _two_passes(_Carrier(coordinator, conn, report, opener, grace, dry_run, redact), listed)
+
+
+def _two_passes(carrier: _Carrier, listed: Sequence[Link]) -> None:
+    """Carry `listed` (in the coordinator's decision order), then once more the links that
+    are not final: an earlier job's apply may have waited on a later one's prepared
+    branches, which the first pass committed, and a later job's apply on an earlier one
+    not yet applied. What the second pass finishes drops the first pass's failures of that
+    link from the report (the same job in the same participant); the rest stays."""
+    report = carrier.report
+    first = carrier.report = RecoveryReport(dry_run=report.dry_run)
     for link in listed:
         carrier.carry(link)
     left = [link for link in listed if not carrier.carried.get((link.job_id, link.peer))]
-    if dry_run or not left or len(left) == len(listed):
+    if carrier.dry_run or not left:
         report.actions += first.actions
+        carrier.report = report
         return
-    again = RecoveryReport(dry_run=False)
-    retry = _Carrier(coordinator, conn, again, opener, grace, dry_run, redact)
+    again = carrier.report = RecoveryReport(dry_run=False)
+    carrier.carried, carrier.copies, carrier.uncopied = {}, set(), set()
     for link in left:
-        retry.carry(link)
-    ended = {job for (job, _), final in retry.carried.items() if final}
-    report.actions += [a for a in first.actions if not (a.unresolved and a.job_id in ended)]
+        carrier.carry(link)
+    ended = {(link.job_id, f"participant {link.where}:") for link in left if _final(carrier, link)}
+    report.actions += [a for a in first.actions if not (a.unresolved and _of(a, ended))]
     report.actions += again.actions
+    carrier.report = report
+
+
+def _final(carrier: _Carrier, link: Link) -> bool:
+    return bool(carrier.carried.get((link.job_id, link.peer)))
+
+
+def _of(action: BranchAction, links_: set[tuple[str, str]]) -> bool:
+    """Whether `action` is about one of `links_` (its job, in that participant)."""
+    return any(action.job_id == job and action.detail.startswith(where) for job, where in links_)
 
 
 def settle_earlier(
@@ -124,14 +144,13 @@ def settle_earlier(
 
     report = RecoveryReport(dry_run=False)
     carrier = _Carrier(coordinator, conn, report, opener, grace, False, here.spec.redact)
-    if before is None:
-        for listed in links.participants(coordinator, conn, peer=here.journal.tag):
-            carrier.carry(listed)
-    elif copy_only:
-        carrier.earlier(before, here.journal.tag)
+    peer = here.journal.tag
+    if copy_only and before is not None:
+        carrier.earlier(before, peer)
+    elif before is None:
+        _two_passes(carrier, links.participants(coordinator, conn, peer=peer))
     else:
-        for listed in links.decided_before(coordinator, conn, before, here.journal.tag):
-            carrier.carry(listed)
+        _two_passes(carrier, links.decided_before(coordinator, conn, before, peer))
     return [a for a in report.actions if a.action != RecoveryAction.LEFT]
 
 
@@ -150,6 +169,8 @@ class _Carrier:
     carried: dict[tuple[str, str], bool] = field(default_factory=dict)
     #: The links whose decision is copied into their participant (not yet final there).
     copies: set[tuple[str, str]] = field(default_factory=set)
+    #: The links whose copy was tried and failed (reported once).
+    uncopied: set[tuple[str, str]] = field(default_factory=set)
 
     def carry(self, listed: Link) -> bool:
         """`listed`'s outcome in its participant, after the earlier decisions still pending
@@ -193,6 +214,9 @@ class _Carrier:
         key = (link.job_id, link.peer)
         if self.carried.get(key) or key in self.copies:
             return True
+        if key in self.uncopied:  # reported once: not reached again for each later link
+            return False
+        self.uncopied.add(key)
         try:
             with self.opener(link) as participant:
                 if participant is None:
@@ -205,9 +229,10 @@ class _Carrier:
         except Exception as exc:
             _add(self.report, link, RecoveryAction.FAILED, f"copying: {self.redact(exc)}")
             return False
-        if state in (None, JobState.RUNNING):
-            return False
-        self.copies.add(key)
+        if state == JobState.RUNNING:
+            return False  # a dry run's, or one a person ended there meanwhile
+        self.uncopied.discard(key)
+        self.copies.add(key)  # or no row: pruned there once final (`_finish_one`'s case)
         return True
 
     def _one(self, listed: Link, state: str) -> bool:

@@ -14,6 +14,8 @@ from .schema import JournalLayout
 from .states import FINAL_STATES, JobState
 
 Winner = tuple[int, int]  # (partition, attempt)
+#: How many distinct states `counts_by_state` looks for (xasink writes five).
+_MOST_STATES = 32
 #: A journal of more rows than this has its committed jobs estimated, not counted
 #: (`counts_by_state`): counting them takes the server about a second per few million.
 ESTIMATED_FROM = 200_000
@@ -101,18 +103,13 @@ class JournalReader(JournalLayout):
         bounds it, but a health check must not wait on it), so theirs is the table's row
         estimate less the others. Every other state is counted exactly through the state
         index, found by skipping from one state to the next (an unknown one included)."""
-        states = query(
-            conn,
-            f"WITH RECURSIVE s (state) AS (SELECT MIN(state) FROM {self.jobs} UNION ALL "
-            f"SELECT (SELECT MIN(j.state) FROM {self.jobs} j WHERE j.state > s.state) FROM s "
-            "WHERE s.state IS NOT NULL) SELECT state FROM s WHERE state IS NOT NULL",
-        )
+        states = self._states(conn)
         counts: dict[str, int] = {}
-        for (state,) in states:
+        for state in states:
             if state != JobState.COMMITTED:
                 found = query(conn, f"SELECT COUNT(*) FROM {self.jobs} WHERE state = ?", (state,))
                 counts[str(state)] = int(found[0][0])
-        if JobState.COMMITTED not in {str(s) for (s,) in states}:
+        if JobState.COMMITTED not in states:
             return dict(sorted(counts.items())), ()
         estimate = self.dialect.estimated_rows(conn, self.jobs, self.schema, JOBS_TABLE)
         if estimate is None or estimate < ESTIMATED_FROM:  # counted: cheap, or no statistics
@@ -123,6 +120,19 @@ class JournalReader(JournalLayout):
             return dict(sorted(counts.items())), ()
         counts[JobState.COMMITTED] = max(0, estimate - sum(counts.values()))
         return dict(sorted(counts.items())), (str(JobState.COMMITTED),)
+
+    def _states(self, conn: JdbcConnection) -> list[str]:
+        """Every state the journal holds, an unknown one included: one `MIN(state)` above
+        the last found at a time, each a single index probe (a recursive query doing the
+        same walked MariaDB's whole index: 3.6 s at 10M jobs)."""
+        found: list[str] = []
+        while len(found) < _MOST_STATES:
+            above = " WHERE state > ?" if found else ""
+            rows = query(conn, f"SELECT MIN(state) FROM {self.jobs}{above}", tuple(found[-1:]))
+            if not rows or rows[0][0] is None:
+                break
+            found.append(str(rows[0][0]))
+        return found
 
     def running_of_stream(self, conn: JdbcConnection, stream_key: str) -> list[str]:
         """Running jobs that a format("xasink") stream with these writer options minted."""
