@@ -559,6 +559,17 @@ def job_ids(monkeypatch):
     return given
 
 
+def _decided_in_reverse(spark, postgres, mariadb, table: str, job_ids, tag: str):
+    """T1 and T2 set `table`'s key, both decided, neither copied to the participant: T2
+    begins first and its id (ending in `tag`) sorts first, T1 is decided first."""
+    job_ids += ["0" * 31 + tag, tag * 32]
+    with failing_transaction("before_participants", postgres) as second:
+        _sets(second, spark, postgres, mariadb, table, "T2")
+        with failing_transaction("before_participants", postgres) as first:
+            _sets(first, spark, postgres, mariadb, table, "T1")
+    return first, second
+
+
 def test_recovery_carries_decisions_to_a_participant_in_decision_order(
     spark, postgres, mariadb, job_ids
 ):
@@ -567,11 +578,7 @@ def test_recovery_carries_decisions_to_a_participant_in_decision_order(
     carries them in decision order, so the participant's key holds the last decision's value
     (it took them in job-id order before: the older value won, with no error)."""
     table = _kv(mariadb)
-    job_ids += ["0" * 31 + "1", "f" * 32]  # T2 begins first, its id sorts first
-    with failing_transaction("before_participants", postgres) as second:
-        _sets(second, spark, postgres, mariadb, table, "T2")
-        with failing_transaction("before_participants", postgres) as first:
-            _sets(first, spark, postgres, mariadb, table, "T1")  # decided first
+    first, second = _decided_in_reverse(spark, postgres, mariadb, table, job_ids, "1")
     assert [job_states(postgres)[t.job_id] for t in (first, second)] == ["committing"] * 2
     assert second.job_id < first.job_id
     assert _value(mariadb, table) == "orig"
@@ -591,11 +598,7 @@ def test_the_next_transaction_carries_earlier_decisions_in_decision_order(
     decision's value (with the earlier one only copied, the later one's apply waited for it
     and was left, unreported, until a recovery)."""
     table = _kv(mariadb)
-    job_ids += ["0" * 31 + "2", "e" * 32]  # T2 begins first, its id sorts first
-    with failing_transaction("before_participants", postgres) as second:
-        _sets(second, spark, postgres, mariadb, table, "T2")
-        with failing_transaction("before_participants", postgres) as first:
-            _sets(first, spark, postgres, mariadb, table, "T1")  # decided first
+    first, second = _decided_in_reverse(spark, postgres, mariadb, table, job_ids, "2")
     with transaction(**_in(postgres)) as third:
         third.write(_audit_frame(spark), _audit(postgres), **PATHS["tasks"])
         third.write(_audit_frame(spark), _audit(mariadb), **_in(mariadb, **PATHS["tasks"]))
