@@ -30,7 +30,7 @@ from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, execute, query
 from .schema import LINKED_VERSION, JournalLayout
-from .states import JobState
+from .states import DECIDED_STATES, JobState
 
 #: A link row's role: the peer named is the job's coordinator, or one of its participants.
 COORDINATOR, PARTICIPANT = "coordinator", "participant"
@@ -172,7 +172,7 @@ def decided_before(
         "l.role = ? AND l.state = ? AND l.peer = ? AND j.state IN (?, ?, ?) AND l.job_id <> "
         "me.job_id AND (j.decided_at < me.decided_at OR (j.decided_at = me.decided_at AND "
         "j.job_id < me.job_id))",
-        (PARTICIPANT, PENDING, peer, *DECIDED),
+        (PARTICIPANT, PENDING, peer, *DECIDED_STATES),
         joined=(
             f"JOIN {layout.jobs} j ON j.job_id = l.job_id JOIN {layout.jobs} me ON me.job_id = ?",
             (job_id,),
@@ -190,11 +190,6 @@ def lost_here(link: Link, staged: bool) -> str:
         "--linked` against this database ends it here, and recovery from its coordinator "
         "then closes the transaction"
     )
-
-
-#: A coordinator's job states that carry a commit to its participants: `abandoned` is a
-#: decided job an operator ended after a lost branch (the decision stands for the others).
-DECIDED = (JobState.COMMITTING, JobState.COMMITTED, JobState.ABANDONED)
 
 
 def ended_here(link: Link, staged: bool) -> str:

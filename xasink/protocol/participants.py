@@ -19,6 +19,7 @@ rolled back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -95,26 +96,24 @@ def _two_passes(carrier: _Carrier, listed: Sequence[Link]) -> None:
     not yet applied. What the second pass finishes drops the first pass's failures of that
     link from the report (the same job in the same participant); the rest stays."""
     report = carrier.report
-    first = carrier.report = RecoveryReport(dry_run=report.dry_run)
+    first = _fresh(carrier, RecoveryReport(dry_run=report.dry_run))
     for link in listed:
-        carrier.carry(link)
-    left = [link for link in listed if not carrier.carried.get((link.job_id, link.peer))]
+        first.carry(link)
+    left = [link for link in listed if not first.final(link)]
     if carrier.dry_run or not left:
-        report.actions += first.actions
-        carrier.report = report
+        report.actions += first.report.actions
         return
-    again = carrier.report = RecoveryReport(dry_run=False)
-    carrier.carried, carrier.copies, carrier.uncopied = {}, set(), set()
+    again = _fresh(carrier, RecoveryReport(dry_run=False))
     for link in left:
-        carrier.carry(link)
-    ended = {(link.job_id, f"participant {link.where}:") for link in left if _final(carrier, link)}
-    report.actions += [a for a in first.actions if not (a.unresolved and _of(a, ended))]
-    report.actions += again.actions
-    carrier.report = report
+        again.carry(link)
+    ended = {(link.job_id, f"participant {link.where}:") for link in left if again.final(link)}
+    report.actions += [a for a in first.report.actions if not (a.unresolved and _of(a, ended))]
+    report.actions += again.report.actions
 
 
-def _final(carrier: _Carrier, link: Link) -> bool:
-    return bool(carrier.carried.get((link.job_id, link.peer)))
+def _fresh(carrier: _Carrier, report: RecoveryReport) -> _Carrier:
+    """`carrier` for one pass: its own report, nothing carried yet."""
+    return dataclasses.replace(carrier, report=report, carried={}, copies=set(), uncopied=set())
 
 
 def _of(action: BranchAction, links_: set[tuple[str, str]]) -> bool:
@@ -145,10 +144,10 @@ def settle_earlier(
     report = RecoveryReport(dry_run=False)
     carrier = _Carrier(coordinator, conn, report, opener, grace, False, here.spec.redact)
     peer = here.journal.tag
-    if copy_only and before is not None:
-        carrier.earlier(before, peer)
-    elif before is None:
+    if before is None:
         _two_passes(carrier, links.participants(coordinator, conn, peer=peer))
+    elif copy_only:
+        carrier.earlier(before, peer)
     else:
         _two_passes(carrier, links.decided_before(coordinator, conn, before, peer))
     return [a for a in report.actions if a.action != RecoveryAction.LEFT]
@@ -234,6 +233,10 @@ class _Carrier:
         self.uncopied.discard(key)
         self.copies.add(key)  # or no row: pruned there once final (`_finish_one`'s case)
         return True
+
+    def final(self, link: Link) -> bool:
+        """Whether `link` was carried to the end in this pass."""
+        return bool(self.carried.get((link.job_id, link.peer)))
 
     def _one(self, listed: Link, state: str) -> bool:
         key = (listed.job_id, listed.peer)

@@ -40,7 +40,7 @@ from .applying import JobOrderError, StagedPlan, stored_plan
 from .branches import BranchOps, Outcome
 from .journal import Journal
 from .records import JobRecord
-from .states import JobState
+from .states import DECIDED_STATES, JobState
 
 log = logging.getLogger("xasink")
 
@@ -115,7 +115,7 @@ class _Resolver:
                 why = "no decision, job silent: aborted it" if aborted_here else "job aborted"
                 self.roll_back(branches, why)
                 return
-            if record.state in (JobState.COMMITTING, JobState.COMMITTED, JobState.ABANDONED):
+            if record.state in DECIDED_STATES:
                 self._roll_forward(record, branches)
                 return
             if record.state != JobState.RUNNING:

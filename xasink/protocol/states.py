@@ -31,6 +31,10 @@ class JobState(TextEnum):
 
 #: The states a job never leaves.
 FINAL_STATES = (JobState.COMMITTED, JobState.ABORTED, JobState.ABANDONED)
+#: The states of a job decided for commit: `abandoned` is one an operator ended after a
+#: lost branch, whose decision stands for its other branches (and a transaction's other
+#: databases).
+DECIDED_STATES = (JobState.COMMITTING, JobState.COMMITTED, JobState.ABANDONED)
 
 
 class Decision(TextEnum):
@@ -44,4 +48,4 @@ class Decision(TextEnum):
     BATCH_TAKEN = "batch taken"
 
 
-__all__ = ["FINAL_STATES", "Decision", "JobState", "TextEnum"]
+__all__ = ["DECIDED_STATES", "FINAL_STATES", "Decision", "JobState", "TextEnum"]
