@@ -1,9 +1,10 @@
 """xasink: write a PySpark DataFrame into PostgreSQL or MySQL/MariaDB exactly once.
 
-from xasink import write_xa, recover
-result = write_xa(df, "jdbc:postgresql://db:5432/app", "events", user="app", password=pw)
-write_xa(df, url, "users", mode="upsert", key=["id"], user="app", password=pw)
-with transaction(url, user="app", password=pw) as tx:   # several tables, one decision
+from xasink import Database, write_xa, transaction
+db = Database("jdbc:postgresql://db:5432/app", user="app", password=pw)
+result = write_xa(df, db, "events")
+write_xa(df, db, "users", mode="upsert", key=["id"])
+with transaction(db) as tx:   # several tables, one decision
     tx.write(orders, "orders")
     tx.write(items, "order_items", mode="upsert", key="id")
 """
@@ -28,8 +29,9 @@ from .errors import (
 from .operations import recover
 from .protocol.actions import BranchAction, RecoveryReport
 from .spark.streaming import foreach_batch
-from .spark.transaction import TableWrite, Transaction, TransactionResult
-from .spark.write import WriteResult, transaction, write_xa
+from .spark.transaction import TableWrite, Transaction, TransactionResult, transaction
+from .spark.write import WriteResult, write_xa
+from .spec import CommitProperties, Database, WriteOptions, WriterProperties
 from .xid import FORMAT_ID, BranchId, Xid
 
 __version__ = "0.1.0"
@@ -39,7 +41,9 @@ __all__ = [
     "BranchAction",
     "BranchId",
     "CommitError",
+    "CommitProperties",
     "ConfigurationError",
+    "Database",
     "DecisionUnknownError",
     "DriverNotFoundError",
     "InputDataError",
@@ -55,7 +59,9 @@ __all__ = [
     "TransactionResult",
     "UnsupportedTypeError",
     "WriteError",
+    "WriteOptions",
     "WriteResult",
+    "WriterProperties",
     "XaError",
     "XasinkError",
     "Xid",

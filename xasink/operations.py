@@ -6,8 +6,7 @@ or merge."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from . import defaults
 from .protocol import admin
@@ -15,89 +14,62 @@ from .protocol.actions import RecoveryReport
 from .protocol.connecting import make_spec
 from .runtime.jdbc import redacting_java_errors
 from .runtime.shutdown import tracked
-from .spec import TableRef
+from .spec import Database, TableRef
 from .tables.applier import STAGED_APPLY
 
 
 @tracked  # the interpreter's exit waits for it, as for a write (xasink.runtime.shutdown)
 @redacting_java_errors
 def recover(
-    url: str,
+    database: Database | str,
     *,
-    user: str | None = None,
-    password: str | None = None,
     table: str | Sequence[str] | None = None,
     job: str | None = None,
-    grace: float = defaults.GRACE,
     dry_run: bool = False,
-    properties: Mapping[str, object] | None = None,
-    jars: Sequence[str] | None = None,
-    dialect: str | None = None,
-    xa_datasource: str | None = None,
-    journal_schema: str | None = None,
-    connect_timeout: int = defaults.CONNECT_TIMEOUT,
-    network_timeout: float = defaults.NETWORK_TIMEOUT,
+    grace: float = defaults.GRACE,
     lock_wait_timeout: float = defaults.LOCK_WAIT,
     presume_abort_tag: str | None = None,
-    participants: Sequence[str | Mapping[str, Any]] = (),
+    participants: Sequence[Database | str] = (),
 ) -> RecoveryReport:
     """Resolve xasink's in-doubt branches in this database: commit what is decided, roll
     back what is not and whose owner is silent, finish decided staged jobs; then carry
     the decisions of its transactions over several databases to their `participants`.
 
     Args:
-        url, user, password, properties, jars, dialect, xa_datasource, connect_timeout,
-            network_timeout: the connection, as for `write_xa`.
+        database: the database (`xasink.Database`, or a JDBC URL string).
         table: only jobs on this table ("name", "schema.name" or (schema, name)).
         job: only this job id.
-        grace: seconds of silence after which a running job's owner is taken for dead.
         dry_run: report what would be done, change nothing.
-        journal_schema, lock_wait_timeout: as for `write_xa`.
+        grace: seconds of silence after which a running job's owner is taken for dead.
+        lock_wait_timeout: the longest any statement waits for a lock.
         presume_abort_tag: without a journal nothing is touched, unless this names the tag
             whose prepared branches are to be rolled back (once older than `grace`, where
             the server tells a branch's age).
-        participants: the other databases of this database's transactions: a URL (this
-            call's user and jars, no password), or a mapping of these keywords (url, user,
-            password, properties, jars, dialect, xa_datasource). This call's password is
-            never sent to another server. A participant of a
-            pending transaction that is not given, or cannot be reached, is reported as
-            unresolved (`report.ok` is False) and left as it is.
+        participants: the other databases of this database's transactions, as
+            `Database` values; a URL string gets this database's user, jars and timeouts,
+            never its password. A participant of a pending transaction that is not given,
+            or cannot be reached, is reported as unresolved (`report.ok` is False) and
+            left as it is.
     """
-    spec = make_spec(
-        url,
-        user=user,
-        password=password,
-        properties=properties,
-        dialect=dialect,
-        xa_datasource=xa_datasource,
-        jars=jars,
-        connect_timeout=connect_timeout,
-        network_timeout=network_timeout,
-    )
+    db = Database.of(database)
     return admin.recover(
-        spec,
+        make_spec(db),
         STAGED_APPLY,
         table=str(TableRef.parse(table)) if table is not None else None,
         job=job,
         grace=grace,
         dry_run=dry_run,
-        journal_schema=journal_schema,
+        journal_schema=db.journal_schema,
         lock_wait_timeout=lock_wait_timeout,
         presume_abort_tag=presume_abort_tag,
-        participants=[
-            make_spec(
-                **{
-                    "user": user,
-                    "password": None,  # never this database's, unless given for it
-                    "jars": jars,
-                    "properties": None,
-                    "dialect": None,
-                    "xa_datasource": None,
-                    "connect_timeout": connect_timeout,
-                    "network_timeout": network_timeout,
-                    **({"url": p} if isinstance(p, str) else dict(p)),
-                }
-            )
-            for p in participants
-        ],
+        participants=[make_spec(participant(db, p)) for p in participants],
     )
+
+
+def participant(own: Database, other: Database | str) -> Database:
+    """A participant as given, or a URL string with `own`'s login name, jars and timeouts:
+    never its password, nor its properties (which may hold one), nor its driver's names."""
+    if isinstance(other, Database):
+        return other
+    kept = {"user": own.user, "jars": own.jars, "connect_timeout": own.connect_timeout}
+    return Database(other, **kept, network_timeout=own.network_timeout)

@@ -1,13 +1,17 @@
-"""What to connect to and where to write: the picklable spec shipped to every executor."""
+"""What to connect to and where to write: the public values a caller gives (`Database`,
+`WriterProperties`, `CommitProperties`, `WriteOptions`), and the resolved, picklable
+`ConnectionSpec` shipped to every executor."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Literal, TypedDict, cast
 
 from . import defaults
 from .errors import ConfigurationError
-from .masking import Redactor, mask_url
+from .masking import MASK, Redactor, mask_url
 
 
 @dataclass(frozen=True)
@@ -78,3 +82,165 @@ class TableRef:
 
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+# -- the public values: a database, and the rare knobs of a write and of its commit -------
+Properties = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Database:
+    """One database and its journal: everything about reaching it. Every entry point takes
+    one (`write_xa`, `transaction`, `tx.write`, `foreach_batch`, `recover`), or a JDBC URL
+    string, which stands for `Database(url)`. The password never shows in repr or messages.
+
+    Args:
+        url: a JDBC URL (`jdbc:postgresql://...`, `jdbc:mariadb://...`, `jdbc:mysql://...`).
+        user, password: the login (a URL may carry it instead).
+        properties: further JDBC connection properties.
+        jars: the JDBC driver's jars; None finds them on this machine.
+        dialect, xa_datasource: for another JDBC driver, its dialect ("postgresql",
+            "mysql") and its XADataSource class.
+        journal_schema: the schema of xasink's bookkeeping tables (the login's default).
+        connect_timeout: seconds to connect.
+        network_timeout: seconds to wait for any answer; above any lock wait, since a
+            staged apply is bounded by TCP keepalive, not by it.
+    """
+
+    url: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    properties: Properties = field(default_factory=dict)
+    jars: Sequence[str] | None = None
+    dialect: str | None = None
+    xa_datasource: str | None = None
+    journal_schema: str | None = None
+    connect_timeout: int = defaults.CONNECT_TIMEOUT
+    network_timeout: float = defaults.NETWORK_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ConfigurationError(
+                "A database is a JDBC URL string (jdbc:postgresql://host/db) or "
+                f"xasink.Database(url, ...); got {type(self.url).__name__}."
+            )
+        for name in ("connect_timeout", "network_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigurationError(f"{name} must be a number of seconds above 0.")
+        # Immutable: the caller's dict and list may change after the value is made.
+        object.__setattr__(self, "properties", MappingProxyType(dict(self.properties or {})))
+        jars = self.jars
+        object.__setattr__(
+            self, "jars", None if jars is None else tuple([jars] if isinstance(jars, str) else jars)
+        )
+
+    @classmethod
+    def of(cls, database: Database | str) -> Database:
+        """`database` itself, or a URL string as a Database of its own."""
+        return database if isinstance(database, Database) else cls(database)
+
+    def __repr__(self) -> str:
+        shown = [f"url={mask_url(self.url)!r}", f"user={self.user!r}"]
+        if self.password:
+            shown.append(f"password={MASK!r}")
+        shown += [f"{k}={v!r}" for k, v in self._rest() if v]
+        return f"Database({', '.join(shown)})"
+
+    def _rest(self) -> list[tuple[str, object]]:
+        props = {k: MASK if "password" in k.lower() else v for k, v in self.properties.items()}
+        return [
+            ("properties", props),
+            ("jars", self.jars),
+            ("dialect", self.dialect),
+            ("xa_datasource", self.xa_datasource),
+            ("journal_schema", self.journal_schema),
+        ]
+
+
+@dataclass(frozen=True)
+class WriterProperties:
+    """How a write loads its rows: rarely changed (delta-rs groups the same way).
+
+    Args:
+        batch_size: rows per JDBC batch when rows go through batched INSERTs.
+        bulk: use the dialect's bulk loader (COPY, LOAD DATA LOCAL) where it can.
+        max_branches: "auto" (about twice Spark's parallelism, or one branch written by the
+            driver for a frame Spark estimates at most `driver_write_bytes`), a number, or
+            None for one branch per partition.
+        driver_write_bytes: the driver-written frame's size limit; 0 turns it off.
+    """
+
+    batch_size: int = defaults.BATCH_SIZE
+    bulk: bool = True
+    max_branches: int | Literal["auto"] | None = "auto"
+    driver_write_bytes: int = defaults.DRIVER_WRITE_BYTES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigurationError("batch_size must be a whole number above 0.")
+        if not isinstance(self.driver_write_bytes, int) or self.driver_write_bytes < 0:
+            raise ConfigurationError("driver_write_bytes must be a whole number, 0 or above.")
+
+
+@dataclass(frozen=True)
+class CommitProperties:
+    """How a job commits and recovers: rarely changed.
+
+    Args:
+        retries, parallelism: phase 2's attempts at a transient failure, and its parallel
+            connections.
+        recover_first, grace: resolve what earlier jobs left on the table first, taking a
+            job's owner for dead after `grace` seconds of silence.
+        heartbeat_interval: seconds between the job's heartbeats.
+        lock_wait_timeout: the longest any bookkeeping or apply statement waits for a lock.
+    """
+
+    retries: int = defaults.COMMIT_RETRIES
+    parallelism: int = defaults.COMMIT_PARALLELISM
+    recover_first: bool = True
+    grace: float = defaults.GRACE
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    lock_wait_timeout: float = defaults.LOCK_WAIT
+
+    def __post_init__(self) -> None:
+        if not self.heartbeat_interval > 0:
+            raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
+        if not self.grace >= 0 or not self.lock_wait_timeout > 0:
+            raise ConfigurationError("grace must be 0 or above, lock_wait_timeout above 0.")
+        if self.retries < 1 or self.parallelism < 1:
+            raise ConfigurationError("retries and parallelism must be whole numbers above 0.")
+
+
+class WriteOptions(TypedDict, total=False):
+    """How one write changes its table: the keywords of `write_xa`, `tx.write` and
+    `foreach_batch`, written once here.
+
+    mode: "append" (the default) inserts; "overwrite" replaces the contents; "upsert"
+        inserts or updates by `key`; "merge" applies change rows (`op`, `op_values`). The
+        last three stage the rows and change the table in one transaction after phase 2.
+    key: the key columns of upsert and merge (the primary key of a created table).
+    op: merge's column saying insert/update/delete; `op_values` maps its spellings.
+    order: the column whose highest value per key wins (upsert, merge).
+    create: "if_missing" (the default) creates the table from the DataFrame's schema;
+        "never" refuses a missing table.
+    writer_properties: how the rows load (`WriterProperties`).
+    """
+
+    mode: defaults.Mode
+    key: str | Sequence[str] | None
+    op: str | None
+    order: str | None
+    op_values: Mapping[str, str | Sequence[str]] | None
+    create: defaults.Create
+    writer_properties: WriterProperties | None
+
+
+def write_options(call: str, given: Mapping[str, object]) -> WriteOptions:
+    """`given` as WriteOptions, or the TypeError Python gives for an unknown keyword."""
+    unknown = sorted(set(given) - set(WriteOptions.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"{call}() got an unexpected keyword argument {unknown[0]!r}; a write takes "
+            f"{', '.join(WriteOptions.__annotations__)} (see xasink.WriteOptions)."
+        )
+    return cast(WriteOptions, dict(given))

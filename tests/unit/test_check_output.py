@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xasink import cli
+from xasink import Database, cli
 from xasink.cli import main
 from xasink.errors import JournalError, PreflightError
 from xasink.protocol import health
@@ -317,10 +317,9 @@ def test_the_options_reach_the_check(monkeypatch, checked):
             "ops",
         ]
     )
-    [(url, kwargs)] = checked.calls
-    assert url == URL
-    assert (kwargs["max_age"], kwargs["grace"]) == (3600.0, 30.0)
-    assert (kwargs["user"], kwargs["password"], kwargs["journal_schema"]) == ("app", SECRET, "ops")
+    [(database, kwargs)] = checked.calls
+    assert database == Database(URL, user="app", password=SECRET, journal_schema="ops")
+    assert (kwargs["max_age"], kwargs["grace"], kwargs["lock_wait_timeout"]) == (3600.0, 30.0, 60.0)
     run(["check", "--url", URL])
     assert checked.calls[-1][1]["max_age"] == checked.calls[-1][1]["grace"] == 120.0
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xasink import cli
+from xasink import Database, cli
 from xasink.cli import main
 from xasink.errors import PreflightError
 from xasink.protocol.recovery import BranchAction, RecoveryReport
@@ -212,22 +212,15 @@ def test_recover_passes_the_connection_and_prints_the_report(monkeypatch, recove
     )
     assert recover_calls.args == [
         (
-            URL,
+            Database(URL, user="app", password=SECRET, journal_schema="ops"),
             {
                 "table": "public.events",
                 "job": None,
-                "grace": 30.0,
                 "dry_run": False,
+                "grace": 30.0,
+                "lock_wait_timeout": 60.0,
                 "presume_abort_tag": None,
                 "participants": [],
-                "user": "app",
-                "password": SECRET,
-                "jars": None,
-                "journal_schema": "ops",
-                "xa_datasource": None,
-                "dialect": None,
-                "lock_wait_timeout": 60.0,
-                "network_timeout": 600.0,
             },
         )
     ]
@@ -331,8 +324,8 @@ def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):
     seen = {}
 
     @contextlib.contextmanager
-    def operate(url, **kwargs):
-        seen["url"] = url
+    def operate(database, **kwargs):
+        seen["url"] = database.url
         seen["staged"] = kwargs["staged"]
         yield "conn", "journal", "ops"
 

@@ -20,32 +20,34 @@ from ..protocol.health import check_health
 from ..protocol.listing import list_jobs
 from ..protocol.retention import retention_days, set_retention
 from ..rendering import check_json, check_prometheus, check_text, duration
+from ..spec import Database
 from ..tables.applier import STAGED_APPLY
 from .parser import EXIT_ERROR, EXIT_OK, EXIT_UNRESOLVED, parser
 
 
-def _connection(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "user": args.user,
-        "password": _env(args.password_env) if args.password_env else None,
-        "jars": args.jars,
-        "journal_schema": args.journal_schema,
-        "xa_datasource": args.xa_datasource,
-        "dialect": args.dialect,
-        "lock_wait_timeout": args.lock_wait,
-        "network_timeout": args.network_timeout,
-    }
+def _database(args: argparse.Namespace) -> Database:
+    """The database --url and its flags name (the password from --password-env's variable)."""
+    return Database(
+        args.url,
+        user=args.user,
+        password=_env(args.password_env) if args.password_env else None,
+        jars=args.jars,
+        dialect=args.dialect,
+        xa_datasource=args.xa_datasource,
+        journal_schema=args.journal_schema,
+        network_timeout=args.network_timeout,
+    )
 
 
-def _participants(args: argparse.Namespace) -> list[dict[str, Any]]:
-    envs, own = args.participant_password_env, _connection(args)
+def _participants(args: argparse.Namespace, own: Database) -> list[Database]:
+    envs = args.participant_password_env
     if len(envs) not in (0, 1, len(args.participant)) or (envs and not args.participant):
         raise XasinkError("give --participant-password-env once, or once per --participant")
     found = []
     for i, url in enumerate(args.participant):  # never --url's password: its own, or none
         pw = _env(envs[min(i, len(envs) - 1)]) if envs else None
-        user = None if "user=" in url else own["user"]  # the URL's own login, else --user
-        found.append({"url": url, "user": user, "jars": own["jars"], "password": pw})
+        user = None if "user=" in url else own.user  # the URL's own login, else --user
+        found.append(Database(url, user=user, password=pw, jars=own.jars))
     return found
 
 
@@ -58,19 +60,20 @@ def _env(name: str) -> str:  # a password, from the variable an option names
 def _operate(args: argparse.Namespace) -> Any:
     """The journal at --url, for a command that acts on it (staged jobs finish with
     xasink's own apply)."""
-    return operate(args.url, staged=STAGED_APPLY, **_connection(args))
+    return operate(_database(args), lock_wait_timeout=args.lock_wait, staged=STAGED_APPLY)
 
 
 def _recover(args: argparse.Namespace) -> int:
+    database = _database(args)
     report = recover(
-        args.url,
+        database,
         table=args.table,
         job=args.job,
-        grace=args.grace,
         dry_run=args.dry_run,
+        grace=args.grace,
+        lock_wait_timeout=args.lock_wait,
         presume_abort_tag=args.presume_abort,
-        participants=_participants(args),
-        **_connection(args),
+        participants=_participants(args, database),
     )
     if args.json:
         print(report.to_json(), file=args.out)
@@ -191,7 +194,9 @@ def _said(args: argparse.Namespace, text: str, **figures: object) -> str:
 def _check(args: argparse.Namespace) -> int:
     if args.json and args.prometheus:
         args.refuse("argument --prometheus: not allowed with argument --json")
-    report = check_health(args.url, max_age=args.max_age, grace=args.grace, **_connection(args))
+    report = check_health(
+        _database(args), max_age=args.max_age, grace=args.grace, lock_wait_timeout=args.lock_wait
+    )
     render = check_json if args.json else check_prometheus if args.prometheus else check_text
     print(render(report), file=args.out)
     return EXIT_OK if report.healthy else EXIT_UNRESOLVED

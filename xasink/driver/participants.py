@@ -27,10 +27,10 @@ from .._testing.faults import trigger
 from ..errors import CommitError, ConfigurationError, XasinkError
 from ..protocol import links
 from ..protocol.actions import BranchAction, RecoveryAction
-from ..protocol.connecting import make_spec
 from ..protocol.journal import Journal
 from ..protocol.participants import FENCED_BY, Participant, copy_decision, settle_earlier
 from ..protocol.states import JobState
+from ..spec import Database
 from .job import Job
 from .phase_two import on_live_connection
 from .request import PhaseOne, Preflight
@@ -58,23 +58,10 @@ class Member:
         return joined(self.parts)
 
 
-def elsewhere(
-    settings: TransactionSettings,
-    url: str,
-    journal_schema: str | None,
-    connection: dict[str, Any],
-) -> TransactionSettings:
-    """A participant's settings: its own database and journal, the transaction's timeouts
-    and retries, and no sink (the coordinator's decision moves the stream's mark)."""
-    spec = make_spec(
-        url,
-        **connection,
-        connect_timeout=settings.spec.connect_timeout,
-        network_timeout=settings.spec.network_timeout,
-    )
-    return dataclasses.replace(
-        settings, spec=spec, journal_schema=journal_schema, sink_id=None, batch_id=None
-    )
+def elsewhere(settings: TransactionSettings, database: Database | str) -> TransactionSettings:
+    """A participant's settings: its own database and journal, the transaction's commit
+    properties, and no sink (the coordinator's decision moves the stream's mark)."""
+    return TransactionSettings.of(database, settings.commit)
 
 
 def same_database(coordinator: Job, opened: Job, members: Sequence[Job]) -> None:

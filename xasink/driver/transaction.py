@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from .. import defaults
 from ..errors import JobAbortedError
 from ..protocol.actions import BranchAction
-from ..spec import ConnectionSpec, TableRef
+from ..protocol.connecting import make_spec
+from ..spec import CommitProperties, ConnectionSpec, Database, TableRef, WriterProperties
 from ..tables.modes import ModeOptions
 from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .job import Job
@@ -67,15 +68,26 @@ class TransactionSettings:
 
     spec: ConnectionSpec
     journal_schema: str | None
-    lock_wait: float
-    grace: float
-    recover_first: bool
-    commit_retries: int
-    commit_parallelism: int
-    heartbeat_interval: float
-    per_branch_appends: bool
-    sink_id: str | None
-    batch_id: int | None
+    commit: CommitProperties
+    per_branch_appends: bool = False
+    sink_id: str | None = None
+    batch_id: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        database: Database | str,
+        commit: CommitProperties | None,
+        per_branch_appends: bool = False,
+        sink_id: str | None = None,
+        batch_id: int | None = None,
+    ) -> TransactionSettings:
+        """The database, its journal and the stream batch, checked, as the entry points
+        take them."""
+        db = Database.of(database)
+        sink_batch(sink_id, batch_id)
+        commit = commit or CommitProperties()
+        return cls(make_spec(db), db.journal_schema, commit, per_branch_appends, sink_id, batch_id)
 
 
 def write_request(
@@ -83,25 +95,24 @@ def write_request(
     table: TableRef,
     options: ModeOptions,
     create: defaults.Create,
-    batch_size: int,
-    bulk: bool,
+    writer: WriterProperties,
     query_id: str | None,
 ) -> JobRequest:
     """One `tx.write`'s request: its table and mode, on the transaction's database."""
-    s = settings
+    s, commit = settings, settings.commit
     return JobRequest(
         spec=s.spec,
         target=table,
         options=options,
         create=create,
-        batch_size=batch_size,
-        bulk=bulk,
+        batch_size=writer.batch_size,
+        bulk=writer.bulk,
         journal_schema=s.journal_schema,
-        lock_wait=s.lock_wait,
-        grace=s.grace,
-        recover_first=s.recover_first,
-        commit_retries=s.commit_retries,
-        commit_parallelism=s.commit_parallelism,
+        lock_wait=commit.lock_wait_timeout,
+        grace=commit.grace,
+        recover_first=commit.recover_first,
+        commit_retries=commit.retries,
+        commit_parallelism=commit.parallelism,
         sink=sink_batch(s.sink_id, s.batch_id, query_id),
     )
 

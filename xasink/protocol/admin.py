@@ -11,11 +11,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT
+from ..defaults import GRACE, LOCK_WAIT
 from ..errors import ConfigurationError, JournalError
 from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection
-from ..spec import ConnectionSpec
+from ..spec import ConnectionSpec, Database
 from ..xid import valid_job_id
 from . import links
 from .actions import BranchAction, RecoveryAction, RecoveryReport
@@ -155,21 +155,14 @@ def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry
 # -- the commands' sessions ----------------------------------------------------------
 @contextlib.contextmanager
 def operate(
-    url: str,
+    database: Database | str,
     *,
-    journal_schema: str | None = None,
     lock_wait_timeout: float = LOCK_WAIT,
     staged: StagedApply[Any] | None = None,
-    **connection: Any,
 ) -> Iterator[tuple[Any, Journal, BranchOps]]:
-    """(connection, journal, branch ops) for operating an existing journal; `connection`
-    takes make_spec's keyword arguments, `staged` is what finishes staged jobs."""
-    connection = {"connect_timeout": CONNECT_TIMEOUT, "properties": None, **connection}
-    with journal_session(url, journal_schema, lock_wait_timeout, staged, **connection) as (
-        spec,
-        conn,
-        journal,
-    ):
+    """(connection, journal, branch ops) for operating an existing journal; `staged` is
+    what finishes staged jobs."""
+    with journal_session(database, lock_wait_timeout, staged) as (spec, conn, journal):
         if not journal.exists(conn):
             raise JournalError(
                 f"No xasink journal in {describe(journal)} at {spec.masked_url}: check --url "

@@ -4,14 +4,14 @@ the plumbing every write, recovery and operator command starts with."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
-from ..defaults import LOCK_WAIT, NETWORK_TIMEOUT
+from ..defaults import LOCK_WAIT
 from ..dialects import dialect_name_for, get_dialect
-from ..errors import ConfigurationError
 from ..runtime.timing import step
-from ..spec import ConnectionSpec, properties_tuple
+from ..spec import ConnectionSpec, Database, properties_tuple
 from . import sessions
 from .applying import StagedApply
 from .journal import Journal
@@ -22,36 +22,22 @@ from .xa import XaSession
 JOURNAL_ROLE = "journal"
 
 
-def make_spec(
-    url: str,
-    *,
-    user: str | None,
-    password: str | None,
-    properties: Mapping[str, object] | None,
-    dialect: str | None,
-    xa_datasource: str | None,
-    jars: Sequence[str] | None,
-    connect_timeout: int,
-    network_timeout: float = NETWORK_TIMEOUT,
-) -> ConnectionSpec:
-    """Validate the connection arguments and resolve the driver jars up front."""
-    if not isinstance(url, str) or not url:
-        raise ConfigurationError("url must be a JDBC URL string, e.g. jdbc:postgresql://host/db")
-    if not network_timeout > 0:
-        raise ConfigurationError("network_timeout must be a number of seconds above 0.")
-    name = dialect_name_for(url, dialect, xa_datasource)
+def make_spec(database: Database | str) -> ConnectionSpec:
+    """The caller's database checked, its dialect named and its driver jars found."""
+    db = Database.of(database)
+    name = dialect_name_for(db.url, db.dialect, db.xa_datasource)
     spec = ConnectionSpec(
-        url=url,
-        user=user,
-        password=password,
-        properties=properties_tuple(properties),
+        url=db.url,
+        user=db.user,
+        password=db.password,
+        properties=properties_tuple(db.properties),
         dialect=name,
-        xa_datasource=xa_datasource,
-        jars=tuple(jars or ()),
-        connect_timeout=connect_timeout,
-        network_timeout=float(network_timeout),
+        xa_datasource=db.xa_datasource,
+        jars=tuple(db.jars or ()),
+        connect_timeout=db.connect_timeout,
+        network_timeout=float(db.network_timeout),
     )
-    return ConnectionSpec(**{**spec.__dict__, "jars": tuple(classpath_for(spec))})
+    return replace(spec, jars=tuple(classpath_for(spec)))
 
 
 def journal_connection(
@@ -95,15 +81,11 @@ def open_journal(
 
 @contextlib.contextmanager
 def journal_session(
-    url: str,
-    journal_schema: str | None,
-    lock_wait: float,
-    staged: StagedApply[Any] | None = None,
-    **connection: Any,
+    database: Database | str, lock_wait: float, staged: StagedApply[Any] | None = None
 ) -> Iterator[tuple[ConnectionSpec, Any, Journal]]:
-    """(spec, journal connection, journal as found) for the journal at `url`;
-    `connection` takes make_spec's keyword arguments."""
-    spec = make_spec(url, **connection)
-    session, journal = open_journal(spec, journal_schema, lock_wait, staged=staged)
+    """(spec, journal connection, journal as found) for the journal of `database`."""
+    spec = make_spec(database)
+    schema = Database.of(database).journal_schema
+    session, journal = open_journal(spec, schema, lock_wait, staged=staged)
     with session:
         yield spec, session.connection, journal

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..defaults import CONNECT_TIMEOUT, GRACE, LOCK_WAIT
+from ..defaults import GRACE, LOCK_WAIT
 from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, query, redacting_java_errors
+from ..spec import Database
 from .branches import BranchOps
 from .connecting import journal_session
 from .journal import Journal
@@ -367,21 +368,18 @@ def _job_problems(
 
 @redacting_java_errors
 def check_health(
-    url: str,
+    database: Database | str,
     *,
     max_age: float = GRACE,
     grace: float = GRACE,
-    journal_schema: str | None = None,
     lock_wait_timeout: float = LOCK_WAIT,
-    **connection: Any,
 ) -> HealthReport:
-    """`assess` the journal at `url`; `connection` takes make_spec's keyword arguments
-    (user, password, jars, dialect, ...)."""
-    connection = {"connect_timeout": CONNECT_TIMEOUT, "properties": None, **connection}
-    with journal_session(url, journal_schema, lock_wait_timeout, **connection) as session:
-        spec, conn, journal = session
-        with BranchOps(spec, journal) as ops:
-            return assess(ops, conn, journal, max_age=max_age, grace=grace)
+    """`assess` the journal of `database`."""
+    with (
+        journal_session(database, lock_wait_timeout) as (spec, conn, journal),
+        BranchOps(spec, journal) as ops,
+    ):
+        return assess(ops, conn, journal, max_age=max_age, grace=grace)
 
 
 __all__ = [

@@ -19,7 +19,7 @@ from ..driver.request import JobRequest
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..protocol.connecting import make_spec
-from ..spec import TableRef
+from ..spec import Database, TableRef
 from ..tables.modes import APPEND, OVERWRITE, ModeOptions
 
 #: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
@@ -109,7 +109,7 @@ def parse(
         and not k.startswith("xasink.")
         and k not in _UNPREFIXED
     }
-    spec = make_spec(
+    database = Database(
         url,
         user=given.get("user"),
         password=given.get("password"),
@@ -117,9 +117,11 @@ def parse(
         dialect=own.get("dialect"),
         xa_datasource=own.get("xadatasource"),
         jars=_list(own.get("jars")),
-        connect_timeout=_number(own, "connecttimeout", 10, int),
+        connect_timeout=_number(own, "connecttimeout", defaults.CONNECT_TIMEOUT, int),
         network_timeout=_number(own, "networktimeout", defaults.NETWORK_TIMEOUT, float),
+        journal_schema=own.get("journalschema"),
     )
+    spec = make_spec(database)
     key = _list(own.get("key"))
     request = JobRequest(
         spec=spec,
@@ -130,7 +132,7 @@ def parse(
         create=own.get("create", "if_missing"),
         batch_size=_number(given, "batchsize", 10_000, int),
         bulk=_flag(own, "bulk", True),
-        journal_schema=own.get("journalschema"),
+        journal_schema=database.journal_schema,
         lock_wait=_number(own, "lockwaittimeout", defaults.LOCK_WAIT, float),
         grace=_number(own, "grace", defaults.GRACE, float),
         recover_first=_flag(own, "recoverfirst", True),

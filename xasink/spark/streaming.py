@@ -9,43 +9,47 @@ Each batch's job-end line (`xasink.jobs`) names its sink and batch id and its la
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..driver.sinks import sink_batch
-from ..errors import ConfigurationError
+from ..spec import CommitProperties, Database, WriteOptions, write_options
 from .write import write_xa
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from typing_extensions import Unpack
 
 
 def foreach_batch(
-    url: str, table: str, *, sink_id: str, **write_options: Any
+    database: Database | str,
+    table: str | Sequence[str],
+    *,
+    sink_id: str,
+    commit_properties: CommitProperties | None = None,
+    **options: Unpack[WriteOptions],
 ) -> Callable[[DataFrame, int], None]:
     """A function for `df.writeStream.foreachBatch(...)` that writes each micro-batch into
     `table` exactly once.
 
     Args:
-        url: the JDBC URL, as for `write_xa`.
+        database: where to write (`xasink.Database`, or a JDBC URL string).
         table: the target table, as for `write_xa`.
         sink_id: the stream's place in the journal (printable ASCII): keep it for every run
             of the query, as long as its checkpoint, and give every query its own. A batch
             at or below the sink's mark from another query, or below it from this one, is
             refused with SinkConflictError; `xasink reset-sink` starts the sink anew.
-        **write_options: any keyword of `write_xa` (`mode`, `key`, `op`, `user`, ...)
-            except `sink_id` and `batch_id`.
+        commit_properties: as for `write_xa`.
+        **options: how each batch changes the table (`WriteOptions`: `mode`, `key`, ...).
     """
     sink_batch(sink_id, 0)  # validates sink_id now, not at the first batch
-    taken = {"sink_id", "batch_id"} & set(write_options)
-    if taken:
-        raise ConfigurationError(
-            f"foreach_batch sets {', '.join(sorted(taken))} itself; pass sink_id=... only."
-        )
+    given = write_options("foreach_batch", options)
+    db = Database.of(database)
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
         # The batch's end (committed or skipped) is logged by its job (xasink.jobs).
-        write_xa(df, url, table, sink_id=sink_id, batch_id=int(batch_id), **write_options)
+        commit, batch = commit_properties, int(batch_id)
+        write_xa(df, db, table, commit_properties=commit, sink_id=sink_id, batch_id=batch, **given)
 
     return write_batch
 

@@ -18,26 +18,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..driver.check_cache import CHECKS
 from ..driver.decision import select_winners
 from ..driver.job import Job
-from ..driver.participants import (
-    Member,
-    commit_all,
-    copy_decisions,
-    elsewhere,
-    enlist,
-    same_database,
-    settle_left,
-    winners_of,
-    with_command,
-)
+from ..driver.participants import Member, elsewhere, enlist, same_database, settle_left
 from ..driver.plan import one_stream
-from ..driver.report import JobEnd, JobOutcome, JobTrace, PhaseSeconds
+from ..driver.report import JobTrace
 from ..driver.request import JobRequest, PhaseOne, Preflight, Skipped
 from ..driver.transaction import (
     TableWrite,
@@ -45,27 +35,68 @@ from ..driver.transaction import (
     TransactionResult,
     TransactionSettings,
     add_write,
-    first_staged,
-    joined,
     write_request,
 )
-from ..errors import ConfigurationError, DecisionUnknownError, XasinkError
+from ..errors import ConfigurationError, XasinkError
 from ..masking import Redactor
 from ..protocol.actions import BranchAction
 from ..runtime.jdbc import java_errors_redacted
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
-from ..spec import ConnectionSpec, TableRef
+from ..spec import (
+    CommitProperties,
+    ConnectionSpec,
+    Database,
+    TableRef,
+    WriteOptions,
+    WriterProperties,
+    write_options,
+)
 from ..tables.modes import APPEND, ModeOptions
+from .block import run
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
-from .small_writes import HeldWrite, commit_held, hold, promote
+from .small_writes import HeldWrite, hold, promote
 from .tasks import write_branches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from typing_extensions import Unpack
 
 log = logging.getLogger("xasink")
+
+
+@contextlib.contextmanager
+def transaction(
+    database: Database | str,
+    *,
+    commit_properties: CommitProperties | None = None,
+    per_branch_appends: bool = False,
+    sink_id: str | None = None,
+    batch_id: int | None = None,
+) -> Iterator[Transaction]:
+    """Several writes into the tables of one database (and of others, as participants),
+    all or nothing, and at once for readers: `tx.write(df, table, mode=...)` in the
+    block, one decision when it ends.
+
+    Every write is staged (appends too) and the staging tables are applied in one local
+    transaction, parents before children (the catalog's foreign keys, else the order of
+    the writes): a reader at READ COMMITTED sees every table old or every table new. With
+    `per_branch_appends=True` (appends only), branches write the tables themselves, as
+    write_xa's appends do: faster, but each branch's rows show as it commits. Small
+    writes are held by the driver and written in one local transaction, without XA.
+
+    An exception in the block, or a failed write, aborts the transaction: nothing of any
+    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
+    (`foreachBatch`): a batch whose decision is recorded is not written again
+    (`tx.result.skipped`). `commit_properties` are write_xa's; see docs/transactions.md.
+    """
+    with step("arguments"):
+        settings = TransactionSettings.of(
+            database, commit_properties, per_branch_appends, sink_id, batch_id
+        )
+    with run(Transaction(settings)) as tx:
+        yield tx
 
 
 class Transaction:
@@ -107,32 +138,16 @@ class Transaction:
         df: DataFrame,
         table: str | Sequence[str],
         *,
-        mode: defaults.Mode = defaults.MODE,
-        key: str | Sequence[str] | None = None,
-        op: str | None = None,
-        order: str | None = None,
-        op_values: Mapping[str, str | Sequence[str]] | None = None,
-        create: defaults.Create = defaults.CREATE,
-        batch_size: int = defaults.BATCH_SIZE,
-        bulk: bool = True,
-        max_branches: int | Literal["auto"] | None = "auto",
-        driver_write_bytes: int = defaults.DRIVER_WRITE_BYTES,
-        url: str | None = None,
-        user: str | None = None,
-        password: str | None = None,
-        properties: Mapping[str, object] | None = None,
-        jars: Sequence[str] | None = None,
-        dialect: str | None = None,
-        xa_datasource: str | None = None,
-        journal_schema: str | None = None,
+        database: Database | str | None = None,
+        **options: Unpack[WriteOptions],
     ) -> None:
         """Write `df` into `table` as part of the transaction: its branches prepare now,
-        and nothing of it is visible before the block ends. The keywords are write_xa's.
-        A failure here fails the whole transaction, even when the block goes on.
+        and nothing of it is visible before the block ends. `options` are write_xa's
+        (`WriteOptions`). A failure here fails the whole transaction, even when the block
+        goes on.
 
-        `url` (with `user`, `password`, ...: write_xa's connection keywords) writes into
-        another database, a participant: the transaction's own database (its first write
-        goes there) records the one decision for every database."""
+        `database` writes into another database, a participant: the transaction's own
+        database (its first write goes there) records the one decision for every one."""
         if self._ended:
             raise ConfigurationError("This transaction has ended: open a new one to write.")
         if self._failed is not None:
@@ -140,28 +155,11 @@ class Transaction:
                 "An earlier write of this transaction failed, so it commits nothing: leave "
                 "the block and run the transaction again."
             ) from self._failed
-        settings = self._settings
-        if url is not None:
-            connection = {"user": user, "password": password, "properties": properties}
-            connection |= {"jars": jars, "dialect": dialect, "xa_datasource": xa_datasource}
-            settings = elsewhere(settings, url, journal_schema, connection)
+        given = write_options("tx.write", options)
+        settings = self._settings if database is None else elsewhere(self._settings, database)
         try:
             with java_errors_redacted("tx.write", self.redactor(settings.spec)):
-                self._write(
-                    settings,
-                    df,
-                    table,
-                    mode,
-                    key,
-                    op,
-                    order,
-                    op_values,
-                    create,
-                    batch_size,
-                    bulk,
-                    max_branches,
-                    driver_write_bytes,
-                )
+                self._write(settings, df, table, given)
         except BaseException as exc:
             self._failed = exc
             if isinstance(exc, XasinkError) and self.job_id:
@@ -173,18 +171,13 @@ class Transaction:
         s: TransactionSettings,
         df: DataFrame,
         table: str | Sequence[str],
-        mode: defaults.Mode,
-        key: str | Sequence[str] | None,
-        op: str | None,
-        order: str | None,
-        op_values: Mapping[str, str | Sequence[str]] | None,
-        create: defaults.Create,
-        batch_size: int,
-        bulk: bool,
-        max_branches: int | Literal["auto"] | None,
-        driver_write_bytes: int,
+        given: WriteOptions,
     ) -> None:
-        options = ModeOptions.build(mode, key, op, order, op_values, df.columns)
+        mode = given.get("mode", defaults.MODE)
+        writer = given.get("writer_properties") or WriterProperties()
+        max_branches, create = writer.max_branches, given.get("create", defaults.CREATE)
+        order, op, op_values = given.get("order"), given.get("op"), given.get("op_values")
+        options = ModeOptions.build(mode, given.get("key"), op, order, op_values, df.columns)
         if s.per_branch_appends and options.mode != APPEND:
             raise ConfigurationError(
                 f"per_branch_appends=True takes appends only, not mode={mode!r}: a staged "
@@ -193,12 +186,12 @@ class Transaction:
         staged_append = options.mode == APPEND and not s.per_branch_appends
         options = dataclasses.replace(options, stage_append=staged_append)
         query = streaming_query_id(df.sparkSession) if s.sink_id else None
-        request = write_request(s, TableRef.parse(table), options, create, batch_size, bulk, query)
+        request = write_request(s, TableRef.parse(table), options, create, writer, query)
         with step("spark conf, jars, branch count"):
             memory = conf(df.sparkSession, PYSPARK_MEMORY)
             check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
             ship_jars(df.sparkSession, s.spec.jars)
-            on_driver = max_branches == "auto" and writes_on_driver(df, driver_write_bytes)
+            on_driver = max_branches == "auto" and writes_on_driver(df, writer.driver_write_bytes)
             branches, planned = (1, True) if on_driver else branch_count(df, max_branches, options)
         if s.spec == self._settings.spec and s.journal_schema == self._settings.journal_schema:
             job, pre = self._joined(df, request, branches, on_driver)
@@ -315,7 +308,7 @@ class Transaction:
         if member is None:
             self._recovered += enlist(coordinator, job, pre, df.columns, self._lease)
             member = self._members[request.spec] = Member(job)
-            self._stack.enter_context(job.running(self._settings.heartbeat_interval))
+            self._stack.enter_context(job.running(self._settings.commit.heartbeat_interval))
         else:
             self._recovered += add_write(job, pre, df.columns)
         assert self._trace is not None
@@ -335,10 +328,10 @@ class Transaction:
 
     @property
     def _lease(self) -> float:
-        return defaults.LEASE_INTERVALS * self._settings.heartbeat_interval
+        return defaults.LEASE_INTERVALS * self._settings.commit.heartbeat_interval
 
     def _run(self, job: Job) -> None:
-        self._stack.enter_context(job.running(self._settings.heartbeat_interval))
+        self._stack.enter_context(job.running(self._settings.commit.heartbeat_interval))
 
     def _promote(self, job: Job) -> None:
         """A large write joins held small ones: they become the registered job's first
@@ -358,57 +351,5 @@ class Transaction:
             )
         self._tables.add((job.journal.tag, table))
 
-    # -- the block's end ---------------------------------------------------------------
-    def _commit(self) -> None:
-        """One decision for every write, phase 2, and the one apply; or a skip."""
-        job, trace = self._job, self._trace
-        if job is None or trace is None:
-            self.result = TransactionResult("", (), 0, JobOutcome.COMMITTED, PhaseSeconds())
-            return
-        if self._skipped is not None:
-            trace.decided_by = self._skipped.mark.job_id
-            self._stack.close()
-            self._end(trace.end(JobOutcome.SKIPPED))
-            return
-        if self._held is not None:
-            phase_one = commit_held(job, self._held, self._named)
-            self._stack.close()
-            self._end(trace.end(JobOutcome.COMMITTED), phase_one)
-            return
-        assert job.plan is not None
-        staged = first_staged(job)
-        job.plan = dataclasses.replace(job.plan, tables=self._named, apply=staged, partition_base=0)
-        trace.done("write")
-        members = list(self._members.values())
-        try:
-            phase_one = job.record_decision(joined(self._parts), winners_of(members) or None)
-            copy_decisions(job, members)
-            log.info(
-                "xasink job %s: %d branches of %d writes prepared (%d rows) and commit decided",
-                job.job_id,
-                len(phase_one.winners) + sum(len(m.phase_one().winners) for m in members),
-                len(self._writes),
-                phase_one.rows + sum(m.phase_one().rows for m in members),
-            )
-            losers = job.commit(phase_one) + commit_all(job, members)
-        except XasinkError as exc:
-            if job.decided or isinstance(exc, DecisionUnknownError):
-                with_command(exc, job, members)
-            raise
-        self._stack.close()  # heartbeat stopped, staging tables dropped, session kept
-        self._end(trace.end(JobOutcome.COMMITTED), phase_one, losers)
 
-    def _end(self, end: JobEnd, phase_one: PhaseOne | None = None, losers: int = 0) -> None:
-        self.ended = TransactionEnd(end, self._created, phase_one, losers)
-        self.result = TransactionResult(
-            self.job_id or "",
-            tuple(self._writes),
-            sum(w.rows for w in self._writes),
-            end.outcome,
-            end.seconds,
-            end.decided_by,
-            self._recovered,
-        )
-
-
-__all__ = ["TableWrite", "Transaction", "TransactionResult"]
+__all__ = ["TableWrite", "Transaction", "TransactionResult", "transaction"]

@@ -1,32 +1,28 @@
-"""The public entry points: `write_xa`, a DataFrame into a table, and `transaction`, several
-tables of one database. Both run one `Transaction` (xasink.spark.transaction): write_xa is
-the transaction of one write, whose append, alone, writes its table from its branches."""
+"""`write_xa`, a DataFrame into a table: the transaction (xasink.spark.transaction) of one
+write, whose append, alone, writes its table from its branches."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .. import defaults
-from ..driver.participants import abort_all
 from ..driver.report import JobEnd, JobOutcome, PhaseSeconds
 from ..driver.request import PhaseOne
-from ..driver.sinks import sink_batch
 from ..driver.transaction import TransactionSettings
-from ..errors import ConfigurationError, DecisionUnknownError, XasinkError
 from ..protocol.actions import BranchAction
-from ..protocol.connecting import make_spec
-from ..protocol.states import JobState
-from ..runtime.jdbc import java_errors_redacted, redacting_java_errors
+from ..runtime.jdbc import redacting_java_errors
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
+from ..spec import CommitProperties, Database, WriteOptions, write_options
 from ..tables.modes import APPEND
+from .block import run
 from .transaction import Transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -76,36 +72,13 @@ class WriteResult:
 @redacting_java_errors
 def write_xa(
     df: DataFrame,
-    url: str,
+    database: Database | str,
     table: str | Sequence[str],
     *,
-    mode: defaults.Mode = defaults.MODE,
-    key: str | Sequence[str] | None = None,
-    op: str | None = None,
-    order: str | None = None,
-    op_values: Mapping[str, str | Sequence[str]] | None = None,
-    create: defaults.Create = defaults.CREATE,
-    user: str | None = None,
-    password: str | None = None,
-    properties: Mapping[str, object] | None = None,
-    batch_size: int = defaults.BATCH_SIZE,
-    bulk: bool = True,
-    jars: Sequence[str] | None = None,
-    dialect: str | None = None,
-    xa_datasource: str | None = None,
-    journal_schema: str | None = None,
-    connect_timeout: int = defaults.CONNECT_TIMEOUT,
-    network_timeout: float = defaults.NETWORK_TIMEOUT,
-    commit_retries: int = defaults.COMMIT_RETRIES,
-    commit_parallelism: int = defaults.COMMIT_PARALLELISM,
-    max_branches: int | Literal["auto"] | None = "auto",
-    driver_write_bytes: int = defaults.DRIVER_WRITE_BYTES,
-    recover_first: bool = True,
-    grace: float = defaults.GRACE,
-    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL,
-    lock_wait_timeout: float = defaults.LOCK_WAIT,
+    commit_properties: CommitProperties | None = None,
     sink_id: str | None = None,
     batch_id: int | None = None,
+    **options: Unpack[WriteOptions],
 ) -> WriteResult:
     """Write every row of `df` into `table` exactly once, or none of them.
 
@@ -117,234 +90,26 @@ def write_xa(
 
     Args:
         df: the rows; its column names match the table's (case-insensitively).
-        url: a JDBC URL (`jdbc:postgresql://...`, `jdbc:mariadb://...`, `jdbc:mysql://...`).
+        database: where to write (`xasink.Database`, or a JDBC URL string).
         table: "name", "schema.name", or (schema, name) for names with dots.
-        mode: "append" inserts; "overwrite" replaces the contents; "upsert" inserts or
-            updates by `key`; "merge" applies change rows (`op`, `op_values`). The last
-            three stage the rows and change the table in one transaction after phase 2.
-        key: the key columns of upsert and merge (the primary key of a created table).
-        op: merge's column saying insert/update/delete; `op_values` maps its spellings.
-        order: the column whose highest value per key wins (upsert, merge).
-        create: "if_missing" creates the table from the DataFrame's schema; "never" refuses.
-        user, password, properties: the login and further JDBC connection properties.
-        batch_size: rows per JDBC batch when rows go through batched INSERTs.
-        bulk: use the dialect's bulk loader (COPY, LOAD DATA LOCAL) where it can.
-        jars, dialect, xa_datasource: the JDBC driver's jars (found on this machine when
-            None), and for another driver its dialect name and XADataSource class.
-        journal_schema: the schema of xasink's bookkeeping tables (the login's default).
-        connect_timeout, network_timeout: seconds to connect, and to wait for any answer
-            (above `lock_wait_timeout`; a staged apply is bounded by TCP keepalive).
-        commit_retries, commit_parallelism: phase 2's retries and parallel connections.
-        max_branches: "auto" (about twice Spark's parallelism, or one branch written by
-            the driver for a frame Spark estimates at most `driver_write_bytes`), a number,
-            or None for one branch per partition.
-        driver_write_bytes: the driver-written frame's size limit; 0 turns it off.
-        recover_first, grace: resolve what earlier jobs left on the table first, taking a
-            job's owner for dead after `grace` seconds of silence.
-        heartbeat_interval: seconds between the job's heartbeats.
-        lock_wait_timeout: the longest any bookkeeping or apply statement waits for a lock.
+        commit_properties: how the job commits and recovers (`CommitProperties`).
         sink_id, batch_id: one micro-batch of a stream (see `foreach_batch`): a batch
             whose decision is recorded is not written again (`WriteResult.skipped`).
+        **options: how the write changes the table (`WriteOptions`): `mode` ("append",
+            "overwrite", "upsert", "merge"), `key`, `op`, `order`, `op_values`, `create`,
+            `writer_properties`.
     """
     clock = Stopwatch()
     with step("arguments"):
-        settings = _settings(
-            url,
-            user,
-            password,
-            properties,
-            jars,
-            dialect,
-            xa_datasource,
-            journal_schema,
-            connect_timeout,
-            network_timeout,
-            commit_retries,
-            commit_parallelism,
-            recover_first,
-            grace,
-            heartbeat_interval,
-            lock_wait_timeout,
-            mode == APPEND,  # alone, an append writes its table from its branches
-            sink_id,
-            batch_id,
-        )
+        given = write_options("write_xa", options)
+        alone = given.get("mode", defaults.MODE) == APPEND  # its branches write the table
+        settings = TransactionSettings.of(database, commit_properties, alone, sink_id, batch_id)
     tx = Transaction(settings, clock)
     with run(tx):
-        tx.write(
-            df,
-            table,
-            mode=mode,
-            key=key,
-            op=op,
-            order=order,
-            op_values=op_values,
-            create=create,
-            batch_size=batch_size,
-            bulk=bulk,
-            max_branches=max_branches,
-            driver_write_bytes=driver_write_bytes,
-        )
+        tx.write(df, table, **given)
     ended = tx.ended
     assert ended is not None and tx.result is not None
     return _result(ended.end, tx.result.recovered, ended.created, ended.phase_one, ended.losers)
-
-
-@contextlib.contextmanager
-def transaction(
-    url: str,
-    *,
-    user: str | None = None,
-    password: str | None = None,
-    properties: Mapping[str, object] | None = None,
-    jars: Sequence[str] | None = None,
-    dialect: str | None = None,
-    xa_datasource: str | None = None,
-    journal_schema: str | None = None,
-    connect_timeout: int = defaults.CONNECT_TIMEOUT,
-    network_timeout: float = defaults.NETWORK_TIMEOUT,
-    commit_retries: int = defaults.COMMIT_RETRIES,
-    commit_parallelism: int = defaults.COMMIT_PARALLELISM,
-    recover_first: bool = True,
-    grace: float = defaults.GRACE,
-    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL,
-    lock_wait_timeout: float = defaults.LOCK_WAIT,
-    per_branch_appends: bool = False,
-    sink_id: str | None = None,
-    batch_id: int | None = None,
-) -> Iterator[Transaction]:
-    """Several writes into the tables of one database, all or nothing, and at once for
-    readers: `tx.write(df, table, mode=...)` in the block, one decision when it ends.
-
-    Every write is staged (appends too) and the staging tables are applied in one local
-    transaction, parents before children (the catalog's foreign keys, else the order of
-    the writes): a reader at READ COMMITTED sees every table old or every table new. With
-    `per_branch_appends=True` (appends only), branches write the tables themselves, as
-    write_xa's appends do: faster, but each branch's rows show as it commits. Small
-    writes are held by the driver and written in one local transaction, without XA.
-
-    An exception in the block, or a failed write, aborts the transaction: nothing of any
-    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
-    (`foreachBatch`): a batch whose decision is recorded is not written again
-    (`tx.result.skipped`). The other keywords are write_xa's; see docs/transactions.md.
-    """
-    with step("arguments"):
-        settings = _settings(
-            url,
-            user,
-            password,
-            properties,
-            jars,
-            dialect,
-            xa_datasource,
-            journal_schema,
-            connect_timeout,
-            network_timeout,
-            commit_retries,
-            commit_parallelism,
-            recover_first,
-            grace,
-            heartbeat_interval,
-            lock_wait_timeout,
-            per_branch_appends,
-            sink_id,
-            batch_id,
-        )
-    with run(Transaction(settings)) as tx:
-        yield tx
-
-
-def _settings(
-    url: str,
-    user: str | None,
-    password: str | None,
-    properties: Mapping[str, object] | None,
-    jars: Sequence[str] | None,
-    dialect: str | None,
-    xa_datasource: str | None,
-    journal_schema: str | None,
-    connect_timeout: int,
-    network_timeout: float,
-    commit_retries: int,
-    commit_parallelism: int,
-    recover_first: bool,
-    grace: float,
-    heartbeat_interval: float,
-    lock_wait_timeout: float,
-    per_branch_appends: bool,
-    sink_id: str | None,
-    batch_id: int | None,
-) -> TransactionSettings:
-    """The database, its journal and the stream batch, validated, as both entry points
-    take them."""
-    spec = make_spec(
-        url,
-        user=user,
-        password=password,
-        properties=properties,
-        dialect=dialect,
-        xa_datasource=xa_datasource,
-        jars=jars,
-        connect_timeout=connect_timeout,
-        network_timeout=network_timeout,
-    )
-    sink_batch(sink_id, batch_id)
-    if not heartbeat_interval > 0:
-        raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
-    return TransactionSettings(
-        spec,
-        journal_schema,
-        lock_wait_timeout,
-        grace,
-        recover_first,
-        commit_retries,
-        commit_parallelism,
-        heartbeat_interval,
-        per_branch_appends,
-        sink_id,
-        batch_id,
-    )
-
-
-@contextlib.contextmanager
-def run(tx: Transaction) -> Iterator[Transaction]:
-    """The block's rules: an exception inside, or a write that failed even if the block
-    went on, aborts the transaction; leaving it normally commits every write."""
-    try:
-        yield tx
-        if tx._failed is not None:
-            raise ConfigurationError(
-                "A write of this transaction failed, so it committed nothing (the block "
-                "went on after the failure): fix the cause and run the transaction again."
-            ) from tx._failed
-        _ended(tx)
-    except BaseException as exc:
-        _failed(tx, exc)
-        raise
-    finally:
-        tx._ended = True
-
-
-@tracked
-def _ended(tx: Transaction) -> None:
-    with java_errors_redacted("the transaction's commit", tx.redactor()):
-        tx._commit()
-
-
-def _failed(tx: Transaction, exc: BaseException) -> None:
-    """The block or the commit failed: abort unless decided (`Job.running`), log its end."""
-    if isinstance(exc, XasinkError) and tx.job_id and exc.job_id is None:
-        exc.job_id = tx.job_id
-    trace = tx._trace
-    if trace is not None and tx._held is not None and trace.state == JobState.RUNNING:
-        trace.state = JobState.ABORTED  # held: nothing of the job exists
-    if tx._job is not None and tx._members and not isinstance(exc, DecisionUnknownError):
-        abort_all(tx._job, list(tx._members.values()))  # the coordinator's first
-    try:
-        tx._stack.__exit__(type(exc), exc, exc.__traceback__)
-    finally:
-        if trace is not None and trace.ended is None:
-            trace.failed(exc)
 
 
 #: What WriteResult takes from the job's end as it is (the job-end line shows the same).
@@ -378,4 +143,4 @@ def _result(
     )
 
 
-__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "transaction", "write_xa"]
+__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "write_xa"]
