@@ -56,6 +56,7 @@ from benchmarks.workloads import (
     parse_workloads,
     table_ddl,
 )
+from xasink import WriterProperties
 
 RESULTS = Path(__file__).parent / "results"
 REPETITIONS = 3
@@ -213,12 +214,8 @@ def stages(databases: Sequence[str], rows: int) -> dict[str, Any]:
                         samples[name].append(seconds)
                         cores[name].append(spent)
                 db.truncate("bd")
-                server = db.server
-                seconds, spent, result = _timed_cpu(
-                    lambda s=server: write_xa(
-                        df, s.jdbc_url, "bd", user=s.user, password=s.password
-                    )
-                )
+                sink = db.sink(db.server.jdbc_url)
+                seconds, spent, result = _timed_cpu(lambda sink=sink: write_xa(df, sink, "bd"))
                 if round_no:
                     samples["write_xa"].append(seconds)
                     cores["write_xa"].append(spent)
@@ -263,10 +260,7 @@ def memory(databases: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
                 table = f"mem_{rows}"
                 db.execute(table_ddl(kind, workload, table))  # type: ignore[arg-type]
                 df = build_dataframe(spark, workload)
-                server = db.server
-                result = write_xa(
-                    df, server.jdbc_url, table, user=server.user, password=server.password
-                )
+                result = write_xa(df, db.sink(db.server.jdbc_url), table)
                 assert db.count(table) == rows
                 peaks[rows] = result.worker_peak_rss_kb
                 db.drop(table)
@@ -538,7 +532,7 @@ def branch_counts(databases: Sequence[str], rows: int) -> dict[str, Any]:
                         Contender(
                             f"branches_{n}",
                             f"write_xa, {n} branches",
-                            partial(write_xa, max_branches=n),
+                            partial(write_xa, writer_properties=WriterProperties(max_branches=n)),
                         )
                         for n in STREAM_COUNTS
                     ),

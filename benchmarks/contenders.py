@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from xasink import WriterProperties
+
 from . import rawload
 
 if TYPE_CHECKING:
@@ -65,10 +67,8 @@ def write_xa(target: Target, **options: Any) -> dict[str, Any]:
     db = target.db
     result = xasink_write(
         target.df,
-        db.jdbc_url,
+        db.sink(),
         target.table,
-        user=db.server.user,
-        password=db.server.password,
         **options,
     )
     if result.rows != target.rows:
@@ -135,7 +135,9 @@ def recover_table(db: Database, table: str) -> dict[str, Any]:
     from xasink import recover
 
     report = recover(
-        db.jdbc_url, user=db.server.user, password=db.server.password, table=table, grace=0
+        db.sink(),
+        table=table,
+        grace=0,
     )
     return {"actions": [a.line() for a in report.actions], "ok": report.ok}
 
@@ -174,7 +176,7 @@ CONTENDERS: dict[str, Contender[Target]] = {
         Contender(
             "write_xa_per_partition",
             "write_xa, 1 branch/partition",
-            functools.partial(write_xa, max_branches=None),
+            functools.partial(write_xa, writer_properties=WriterProperties(max_branches=None)),
             recover_write_xa,
         ),
         Contender("raw", "raw COPY / LOAD DATA", raw),

@@ -81,6 +81,14 @@ class Database:
         s = self.server
         return f"jdbc:mysql://{s.host}:{s.port}/{s.database}"
 
+    def sink(self, url: str | None = None, **more: Any) -> Any:
+        """This server as xasink's Database, with the application user's login (`url`:
+        another URL of it; `more`: further fields)."""
+        from xasink import Database as XasinkDatabase
+
+        s = self.server
+        return XasinkDatabase(url or self.jdbc_url, user=s.user, password=s.password, **more)
+
     @property
     def driver_class(self) -> str:
         return "org.postgresql.Driver" if self.kind == "postgres" else "org.mariadb.jdbc.Driver"

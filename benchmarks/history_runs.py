@@ -159,7 +159,7 @@ def _new_journal(
         _admin(db, f"CREATE DATABASE {schema}", grant)
     table = f"{schema}.events"
     db.execute(table_ddl(db.kind, workload, table))
-    write_xa(batch, db.jdbc_url, table, journal_schema=schema, **_login(db))
+    write_xa(batch, db.sink(journal_schema=schema), table)
     recorded = str(db.scalar(f"SELECT MIN(target_table) FROM {schema}.xasink_jobs"))
     # The same batch ids on both journals, above every one the history holds.
     first_batch = (workload.history or 0) + 1
@@ -275,10 +275,6 @@ def _rounds(
     return done
 
 
-def _login(db: Database) -> dict[str, Any]:
-    return {"user": db.server.user, "password": db.server.password}
-
-
 def _writer(db: Database, df: DataFrame, rows: int, stream: bool) -> Run:
     """One write_xa call of `df` into the journal's table, with defaults: as a stream's
     next batch (its sink, the next batch id: `foreach_batch`'s call), or as a plain call."""
@@ -291,7 +287,10 @@ def _writer(db: Database, df: DataFrame, rows: int, stream: bool) -> Run:
             batch = {"sink_id": journal.sink, "batch_id": journal.next_batch}
             journal.next_batch += 1
         result = write_xa(
-            df, db.jdbc_url, journal.table, journal_schema=journal.schema, **batch, **_login(db)
+            df,
+            db.sink(journal_schema=journal.schema),
+            journal.table,
+            **batch,
         )
         if result.skipped or result.rows != rows:
             raise AssertionError(f"write_xa wrote {result.rows} rows (skipped={result.skipped})")
@@ -337,7 +336,9 @@ def _recover(db: Database, journal: Journal) -> dict[str, Any]:
     from xasink import recover
 
     report = recover(
-        db.jdbc_url, table=journal.table, grace=0, journal_schema=journal.schema, **_login(db)
+        db.sink(journal_schema=journal.schema),
+        table=journal.table,
+        grace=0,
     )
     return {"actions": [a.line() for a in report.actions], "ok": report.ok}
 

@@ -39,6 +39,7 @@ from benchmarks.databases import Database, start_database
 from benchmarks.machine import cpu_model, measured_xasink, shown_command, xasink_line
 from benchmarks.measure import SetupFailed, Timing, record_failure, run_rounds, start_timing
 from benchmarks.workloads import SQL_TYPES
+from xasink import WriterProperties
 
 MODES = ("upsert", "merge")
 #: The writes of each mode: name → what the table and its changes are.
@@ -162,15 +163,13 @@ def write(contender: OrderWrite, block: Block) -> dict[str, Any]:
     with recording() as steps:
         result = write_xa(
             contender.df,
-            db.jdbc_url,
+            db.sink(),
             contender.table,
             mode=contender.mode,
             key="id",
             order="seq",
             op="op" if contender.mode == "merge" else None,
-            user=db.server.user,
-            password=db.server.password,
-            driver_write_bytes=0,
+            writer_properties=WriterProperties(driver_write_bytes=0),
         )
     return {
         "steps": dict(steps),

@@ -143,11 +143,9 @@ def write_xa_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> Data
 
     db = target.db
     write = foreach_batch(
-        db.jdbc_url,
+        db.sink(),
         target.table,
         sink_id=f"bench-{target.table}-{uuid.uuid4().hex[:12]}",
-        user=db.server.user,
-        password=db.server.password,
     )
     return stream.writeStream.foreachBatch(_timed(write, calls))
 

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xasink import WriterProperties
+
 from .contenders import Contender, Target, recover_table, write_xa
 from .measure import Summary, Timing, run_rounds, summarise
 from .workloads import TX_TABLES, Workload, build_dataframe, table_ddl
@@ -54,7 +56,7 @@ class TxTarget:
         """The keywords every write gets, beside the defaults."""
         if self.driver_write_bytes is None:
             return {}
-        return {"driver_write_bytes": self.driver_write_bytes}
+        return {"writer_properties": WriterProperties(driver_write_bytes=self.driver_write_bytes)}
 
 
 def separate_calls(target: TxTarget) -> dict[str, Any]:
@@ -75,9 +77,7 @@ def one_transaction(target: TxTarget, *, per_branch_appends: bool = False) -> di
 
     db = target.db
     with transaction(
-        db.jdbc_url,
-        user=db.server.user,
-        password=db.server.password,
+        db.sink(),
         per_branch_appends=per_branch_appends,
     ) as tx:
         for table, df in target.writes:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from servers import DbServer, start_postgres
 from support import events_df, spark_builder
 
-from xasink import write_xa
+from xasink import Database, WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 
 ROWS, PARTITIONS, TABLE = 200_000, 4, "xasink_demo"
@@ -71,11 +71,10 @@ def main() -> int:
         with injected(*faults):
             result = write_xa(
                 events_df(spark, ROWS, PARTITIONS),
-                url,
+                Database(url, user=user, password=password),
                 TABLE,
-                user=user,
-                password=password,
-                max_branches=PARTITIONS,  # one task per partition, so that the faults meet them
+                # one task per partition, so that the faults meet them
+                writer_properties=WriterProperties(max_branches=PARTITIONS),
             )
         spark.stop()
         print(

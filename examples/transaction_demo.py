@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from demo import database
 
+from xasink import Database, WriterProperties
+
 CUSTOMERS, ORDERS = 1_000, 5  # orders per customer
 PARENT, CHILD = "xasink_demo_customers", "xasink_demo_orders"
 POINT = "after_first_commit"
@@ -44,10 +46,18 @@ def drive(url: str, user: str) -> None:
     password = os.environ.get("XASINK_DEMO_PASSWORD")
     with (
         injected(Fault(POINT, "hang", attempt_number=None)),
-        transaction(url, user=user, password=password) as tx,
+        transaction(Database(url, user=user, password=password)) as tx,
     ):
-        tx.write(orders, CHILD, driver_write_bytes=0, max_branches=2)
-        tx.write(customers, PARENT, mode="upsert", key="id", driver_write_bytes=0)
+        tx.write(
+            orders, CHILD, writer_properties=WriterProperties(max_branches=2, driver_write_bytes=0)
+        )
+        tx.write(
+            customers,
+            PARENT,
+            mode="upsert",
+            key="id",
+            writer_properties=WriterProperties(driver_write_bytes=0),
+        )
 
 
 def counts(connect: object) -> tuple[int, int, int, int]:

@@ -29,6 +29,8 @@ import time
 
 from support import mode_case, spark_builder
 
+from xasink import CommitProperties, Database
+
 
 def child(spark, job: dict, out: int) -> None:
     """Runs in the forked child: one write_xa; its last line goes to `out`."""
@@ -44,12 +46,10 @@ def child(spark, job: dict, out: int) -> None:
         df, options, _ = mode_case(spark, job["mode"], int(job["partitions"]))
         result = write_xa(
             df,
-            job["url"],
+            Database(job["url"], user=job["user"], password=os.environ["XASINK_TEST_PASSWORD"]),
             job["table"],
             **options,
-            user=job["user"],
-            password=os.environ["XASINK_TEST_PASSWORD"],
-            heartbeat_interval=0.5,
+            commit_properties=CommitProperties(heartbeat_interval=0.5),
         )
         # When, from the child's start, the decision was taken and how long phase 2 took:
         # the test aims half of its kills around them.

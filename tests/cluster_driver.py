@@ -22,7 +22,7 @@ os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
 from pyspark.sql import SparkSession
 from support import events_df, failing_once
 
-from xasink import write_xa
+from xasink import Database, write_xa
 from xasink.runtime.jars import HIDDEN_ENV, SYSTEM_DIRS, find_driver_jar, search_dirs
 
 
@@ -44,12 +44,9 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             result = write_xa(
-                failing_once(events_df(spark, 2000, 4), 1300),  # a task retried
-                url,
+                failing_once(events_df(spark, 2000, 4), 1300),
+                Database(url, user=user, password=os.environ["XASINK_TEST_PASSWORD"], jars=[jar]),
                 table,
-                user=user,
-                password=os.environ["XASINK_TEST_PASSWORD"],
-                jars=[jar],
             )
             executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
         except Exception as exc:

@@ -19,7 +19,7 @@ import sys
 
 from support import events_df, mode_case, spark_builder
 
-from xasink import write_xa
+from xasink import CommitProperties, Database, WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 
 
@@ -34,9 +34,9 @@ def main() -> None:
     if mode:
         df, options, _ = mode_case(spark, mode, int(partitions))
     if os.environ.get("XASINK_TEST_WRITER") == "driver":
-        options = {"driver_write_bytes": 1 << 30, **options}
+        options = {"writer_properties": WriterProperties(driver_write_bytes=1 << 30), **options}
     else:  # a branch per partition, written by tasks, whatever the frame's size or keys
-        options = {"max_branches": int(partitions), **options}
+        options = {"writer_properties": WriterProperties(max_branches=int(partitions)), **options}
     sink = os.environ.get("XASINK_TEST_SINK")
     if sink:
         sink_id, batch_id = sink.rsplit(":", 1)
@@ -45,12 +45,10 @@ def main() -> None:
         with injected(*faults):
             result = write_xa(
                 df,
-                url,
+                Database(url, user=user, password=os.environ["XASINK_TEST_PASSWORD"]),
                 table,
                 **options,
-                user=user,
-                password=os.environ["XASINK_TEST_PASSWORD"],
-                heartbeat_interval=1.0,
+                commit_properties=CommitProperties(heartbeat_interval=1.0),
             )
     except Exception as exc:
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from support import WatchedDriver, file_stream, spark_builder
 
-from xasink import foreach_batch
+from xasink import CommitProperties, Database, WriterProperties, foreach_batch
 
 #: Keys of the merge feed: ids fold onto them, so most batches update or delete old keys.
 MERGE_KEYS = 150
@@ -87,12 +87,10 @@ def main() -> None:
     logging.getLogger("xasink").setLevel(logging.INFO)  # batches committed or skipped
     spark = spark_builder("xasink-stream-driver").getOrCreate()
     spark.sparkContext.setLogLevel("OFF")
-    common = {
-        "user": config["user"],
-        "password": os.environ.get("XASINK_TEST_PASSWORD") or None,
-        "heartbeat_interval": 1.0,
-    }
-    sink, url = config["sink"], config["url"]
+    common = {"commit_properties": CommitProperties(heartbeat_interval=1.0)}
+    password = os.environ.get("XASINK_TEST_PASSWORD") or None
+    url = Database(config["url"], user=config["user"], password=password)
+    sink = config["sink"]
     # The append sink's small batches are written by the driver itself (as most
     # micro-batches are); the merge sink's by two tasks.
     append = foreach_batch(url, config["table"], sink_id=f"{sink}-append", **common)
@@ -106,7 +104,7 @@ def main() -> None:
             key="id",
             op="op",
             order="seq",
-            max_branches=2,
+            writer_properties=WriterProperties(max_branches=2),
             **common,
         )
 

@@ -18,6 +18,8 @@ from typing import Any
 from servers import DbServer
 from spark_archive import driver_java_options
 
+from xasink import Database
+
 TESTS = Path(__file__).parent
 #: The driver-kill tests' job size.
 ROWS, PARTITIONS = 3000, 3
@@ -348,8 +350,14 @@ def latest_job_state(server: DbServer) -> str:
         return str(cursor.fetchone()[0])
 
 
-def connection_args(server: DbServer) -> dict[str, Any]:
-    return {"url": server.jdbc_url, "user": server.user, "password": server.password}
+def connection_args(server: DbServer, **more: Any) -> dict[str, Any]:
+    """The `database` keyword of xasink's entry points for a test server (`more`: further
+    fields of its Database)."""
+    return {"database": database_of(server, **more)}
+
+
+def database_of(server: DbServer, **more: Any) -> Database:
+    return Database(server.jdbc_url, user=server.user, password=server.password, **more)
 
 
 def sink_mark(server: DbServer, sink_id: str) -> tuple[int, str | None] | None:
@@ -365,16 +373,7 @@ def spec_for(server: DbServer) -> Any:
     """xasink's ConnectionSpec for a test server, as write_xa would build it."""
     from xasink.protocol.connecting import make_spec
 
-    return make_spec(
-        server.jdbc_url,
-        user=server.user,
-        password=server.password,
-        properties=None,
-        dialect=None,
-        xa_datasource=None,
-        jars=None,
-        connect_timeout=10,
-    )
+    return make_spec(database_of(server))
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ from support import (
     seeded_table,
 )
 
-from xasink import write_xa
+from xasink import CommitProperties, write_xa
 from xasink.errors import XasinkError
 
 
@@ -363,7 +363,11 @@ def test_network_cuts(spark, db):
         def job(table: str, mode: str, partitions: int) -> Any:
             df, options, _ = mode_case(spark, mode, partitions)
             return write_xa(
-                df, table=table, **options, **connection_args(through), heartbeat_interval=0.5
+                df,
+                table=table,
+                **options,
+                **connection_args(through),
+                commit_properties=CommitProperties(heartbeat_interval=0.5),
             )
 
         table = seeded_table(db)

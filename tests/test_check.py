@@ -117,7 +117,7 @@ def test_no_journal_is_healthy_and_says_so(db, schema):
 
 def test_a_normal_write_is_healthy(spark, db, schema):
     table = new_table(db)
-    args = {**connection_args(db), "journal_schema": schema}
+    args = connection_args(db, journal_schema=schema)
     write_xa(events_df(spark, 20, 2), table=table, sink_id=SINK, batch_id=7, **args)
     done = check(db, schema)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -24,9 +24,12 @@ import pytest
 from support import WatchedDriver, connection_args, job_states, stage_tables, xasink_cli
 from test_transaction import CUSTOMERS, ORDERS, _expected, _frames, _ids
 
-from xasink import transaction
+from xasink import CommitProperties, WriterProperties, transaction
 
-PATHS = {"driver": {}, "tasks": {"driver_write_bytes": 0, "max_branches": 2}}
+PATHS = {
+    "driver": {},
+    "tasks": {"writer_properties": WriterProperties(driver_write_bytes=0, max_branches=2)},
+}
 #: Seconds the child's apply waits for a parent row's lock.
 LOCK_WAIT = 3.0
 
@@ -66,7 +69,9 @@ def test_a_child_applied_while_its_parents_are_held_ends_exactly_once(spark, db,
     try:
         assert held.wait_for("XASINK-FAULT before_local_commit"), held.tail()
         _, children = _frames(spark)
-        options = connection_args(db) | {"lock_wait_timeout": LOCK_WAIT}
+        options = connection_args(db) | {
+            "commit_properties": CommitProperties(lock_wait_timeout=LOCK_WAIT)
+        }
         error: Exception | None = None
         try:
             with transaction(**options) as tx:

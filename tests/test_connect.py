@@ -128,8 +128,7 @@ def test_executors_without_the_jar_use_the_copy_shipped_as_an_artifact(postgres,
             write_xa(
                 events_df(session, 500, 2),
                 table=table,
-                jars=[str(jar)],
-                **connection_args(postgres),
+                **connection_args(postgres, jars=[str(jar)]),
             )
             assert_exactly(postgres, table, range(500))
         finally:

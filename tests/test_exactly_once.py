@@ -11,7 +11,7 @@ import uuid
 import pytest
 from support import assert_exactly, connection_args, events_df, job_states, new_table
 
-from xasink import write_xa
+from xasink import WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 from xasink.runtime.jars import find_driver_jar
 
@@ -37,8 +37,8 @@ def run(spark, db, table, faults=(), rows=ROWS, partitions=PARTITIONS):
         result = write_xa(
             events_df(spark, rows, partitions),
             table=table,
-            max_branches=partitions,  # a branch per partition, written by tasks, as for big frames
             **connection_args(db),
+            writer_properties=WriterProperties(max_branches=partitions),
         )
     return result, failed_tasks(spark, group)
 
@@ -107,7 +107,12 @@ def test_a_fault_in_the_drivers_own_write_leaves_nothing(spark, db, point):
 def test_empty_partitions_open_no_branch(spark, db):
     table = new_table(db)
     df = events_df(spark, 60, 6).where("id < 10")  # only the first of 6 partitions has rows
-    result = write_xa(df, table=table, max_branches=None, **connection_args(db))
+    result = write_xa(
+        df,
+        table=table,
+        **connection_args(db),
+        writer_properties=WriterProperties(max_branches=None),
+    )
     assert (result.rows, result.partitions, result.empty_partitions) == (10, 1, 5)
     assert_exactly(db, table, range(10))
 
@@ -118,10 +123,12 @@ def test_generic_driver_path(spark, postgres):
     result = write_xa(
         events_df(spark, 1000, 2),
         table=table,
-        dialect="generic",
-        xa_datasource="org.postgresql.xa.PGXADataSource",
-        jars=[find_driver_jar("postgres")],
-        **connection_args(postgres),
+        **connection_args(
+            postgres,
+            jars=[find_driver_jar("postgres")],
+            dialect="generic",
+            xa_datasource="org.postgresql.xa.PGXADataSource",
+        ),
     )
     assert result.rows == 1000
     assert_exactly(postgres, table, range(1000))
@@ -134,9 +141,8 @@ def test_many_partitions_are_coalesced_into_few_branches(spark, postgres, max_br
     result = write_xa(
         events_df(spark, 400, 40),
         table=table,
-        max_branches=max_branches,
-        driver_write_bytes=0,
         **connection_args(postgres),
+        writer_properties=WriterProperties(max_branches=max_branches, driver_write_bytes=0),
     )
     assert result.partitions + result.empty_partitions == branches
     assert_exactly(postgres, table, range(400))

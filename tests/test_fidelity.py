@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from servers import MARIADB_KINDS
 from support import assert_exactly, connection_args, events_df, new_table
 
-from xasink import write_xa
+from xasink import Database, WriterProperties, write_xa
 
 UTC = dt.timezone.utc
 NASTY = [",", '"', "'", "\t", "\n", "\r\n", "\\", "\\N", "NULL", "", " ", "😀", "𝄞", "ß", "\u2028"]
@@ -164,7 +164,12 @@ def check_round_trip(spark, db, table: str, rows: list[tuple], bulk: bool, layou
     columns = columns_for(layout)
     schema = ", ".join(f"{name} {kind}" for name, kind, _, _ in columns)
     df = spark.createDataFrame(data, schema).repartition(2)
-    result = write_xa(df, db.jdbc_url, table, user=db.user, password=db.password, bulk=bulk)
+    result = write_xa(
+        df,
+        Database(db.jdbc_url, user=db.user, password=db.password),
+        table,
+        writer_properties=WriterProperties(bulk=bulk),
+    )
     path = EXPECTED_PATH[db.dialect, layout] if bulk else "batched"
     assert result.load_paths == (path,)
     got = read_back(db, table, layout)
@@ -232,7 +237,12 @@ def test_mysql_cannot_hold_nan_so_nothing_is_written(spark, mysql_family, bulk):
         "id long, name string, v double, n int, ts timestamp",
     )
     with pytest.raises(Exception, match="rolled back"):
-        write_xa(df.coalesce(1), table=table, bulk=bulk, **connection_args(mysql_family))
+        write_xa(
+            df.coalesce(1),
+            table=table,
+            **connection_args(mysql_family),
+            writer_properties=WriterProperties(bulk=bulk),
+        )
     assert_exactly(mysql_family, table, [])
 
 

@@ -23,7 +23,7 @@ from support import (
 
 import xasink.spark.datasource
 import xasink.spark.transaction
-from xasink import SchemaMismatchError, WriteError, write_xa
+from xasink import CommitProperties, SchemaMismatchError, WriteError, WriterProperties, write_xa
 from xasink.driver.check_cache import CheckCache
 from xasink.protocol.heartbeat import Heartbeat
 
@@ -162,8 +162,8 @@ def test_a_small_frame_is_written_by_the_driver_in_one_branch(spark, db):
     tasks = write_xa(
         events_df(spark, 3000, 3).withColumn("id", F.col("id") + 3000),
         table=table,
-        driver_write_bytes=0,
         **connection_args(db),
+        writer_properties=WriterProperties(driver_write_bytes=0),
     )
     assert tasks.partitions == TASK_BRANCHES[db.dialect] and tasks.worker_peak_rss_kb > 0
     assert_exactly(db, table, range(6000))
@@ -173,7 +173,10 @@ def test_a_small_frame_is_written_by_the_driver_in_one_branch(spark, db):
 def test_a_frame_estimated_above_the_limit_is_written_by_tasks(spark, db):
     table = new_table(db)
     result = write_xa(
-        events_df(spark, 3000, 3), table=table, driver_write_bytes=1, **connection_args(db)
+        events_df(spark, 3000, 3),
+        table=table,
+        **connection_args(db),
+        writer_properties=WriterProperties(driver_write_bytes=1),
     )
     assert result.partitions == TASK_BRANCHES[db.dialect] and result.worker_peak_rss_kb > 0
     assert_exactly(db, table, range(3000))
@@ -188,7 +191,7 @@ def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
     keyless, keyed = new_table(db), new_table(db)
     with db.admin_connect() as conn:
         conn.cursor().execute(f"ALTER TABLE {keyed} ADD PRIMARY KEY (id)")
-    tasks = {"driver_write_bytes": 0, **connection_args(db)}
+    tasks = {"writer_properties": WriterProperties(driver_write_bytes=0), **connection_args(db)}
     counts = [
         write_xa(events_df(spark, 3000, 3), table=table, **tasks).partitions
         for table in (keyless, keyed)
@@ -197,8 +200,8 @@ def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
     explicit = write_xa(
         events_df(spark, 3000, 3).withColumn("id", F.col("id") + 3000),
         table=keyless,
-        max_branches=3,
         **tasks,
+        writer_properties=WriterProperties(max_branches=3),
     )
     assert explicit.partitions == 3
     assert_exactly(db, keyless, range(6000))
@@ -244,7 +247,7 @@ def test_sessions_kept_between_calls_are_replaced_once_the_server_ended_them(spa
     table = new_table(db)
     with db.admin_connect() as conn:  # a keyed table: tasks write a branch each (MariaDB too)
         conn.cursor().execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
-    tasks = {"driver_write_bytes": 0, **connection_args(db)}
+    tasks = {"writer_properties": WriterProperties(driver_write_bytes=0), **connection_args(db)}
 
     def both(start: int) -> None:
         frame = events_df(spark, 3000, 3).withColumn("id", F.col("id") + start)
@@ -298,18 +301,26 @@ def test_kept_sessions_keep_the_journals_lock_bound_and_a_branch_waits_as_the_se
     def small(start: int):
         return events_df(spark, 100, 1).withColumn("id", F.col("id") + start)
 
-    write_xa(small(0), table=table, lock_wait_timeout=7, **args)
+    write_xa(small(0), table=table, **args, commit_properties=CommitProperties(lock_wait_timeout=7))
     assert _kept_lock_bounds(db) == {"journal": bound(7), "branch": bound(7)}
-    write_xa(small(100), table=table, lock_wait_timeout=7, **args)
+    write_xa(
+        small(100), table=table, **args, commit_properties=CommitProperties(lock_wait_timeout=7)
+    )
     assert _kept_lock_bounds(db) == {"journal": bound(7), "branch": bound(7)}
-    write_xa(small(200), table=table, lock_wait_timeout=9, **args)
+    write_xa(
+        small(200), table=table, **args, commit_properties=CommitProperties(lock_wait_timeout=9)
+    )
     assert _kept_lock_bounds(db) == {"journal": bound(9), "branch": bound(9)}
     # The small write is held, then the large one makes it a branch the driver prepares on
     # the kept writer session (xasink.spark.small_writes.promote).
     other = new_table(db)
-    with transaction(lock_wait_timeout=9, **args) as tx:
+    with transaction(**args, commit_properties=CommitProperties(lock_wait_timeout=9)) as tx:
         tx.write(small(300), table)
-        tx.write(events_df(spark, 3000, 3), other, driver_write_bytes=0)
+        tx.write(
+            events_df(spark, 3000, 3),
+            other,
+            writer_properties=WriterProperties(driver_write_bytes=0),
+        )
     kept = _kept_lock_bounds(db)
     assert kept["journal"] == bound(9)
     # MariaDB closes a session once its branch is prepared; PostgreSQL's is kept.

@@ -34,7 +34,7 @@ from support import (
 )
 
 import xasink.protocol.applying as applying
-from xasink import write_xa
+from xasink import CommitProperties, WriterProperties, write_xa
 from xasink.errors import PreflightError
 from xasink.protocol import sessions
 
@@ -162,12 +162,18 @@ def test_a_heartbeat_while_finish_waits_for_the_apply_lock_does_not_fail_it(spar
     runs."""
     db = snapshot_reads
     table = seeded_table(db)
-    args = connection_args(db) | {"driver_write_bytes": 0}
+    args = connection_args(db) | {"writer_properties": WriterProperties(driver_write_bytes=0)}
     frame = small_frame(spark, [(i, "a", 1.0) for i in range(30)], "id long, name string, v double")
     holder, unlock = hold_apply_lock(db, table)
     try:
         writer, outcome = in_background(
-            lambda: write_xa(frame, table=table, mode="overwrite", heartbeat_interval=0.2, **args)
+            lambda: write_xa(
+                frame,
+                table=table,
+                mode="overwrite",
+                **args,
+                commit_properties=CommitProperties(heartbeat_interval=0.2),
+            )
         )
         deadline = time.monotonic() + 120
         while waiting_on_apply_lock(db) < 1:
@@ -225,9 +231,9 @@ def test_a_heartbeat_during_finish_does_not_fail_it_under_snapshot_reads(
     write_xa(
         events_df(spark, 100, 2),
         table=table,
-        driver_write_bytes=0,
-        heartbeat_interval=0.2,
         **args,
+        writer_properties=WriterProperties(driver_write_bytes=0),
+        commit_properties=CommitProperties(heartbeat_interval=0.2),
     )
     assert beats_seen, "finish never read the job's row"
     assert_exactly(db, table, range(100))
@@ -272,7 +278,10 @@ def test_a_staged_write_behind_a_decided_job_that_failed_to_finish_says_to_retry
     from xasink.errors import CommitError
 
     table = seeded_table(db)
-    args = connection_args(db) | {"driver_write_bytes": 0, "lock_wait_timeout": 1}
+    args = connection_args(db) | {
+        "writer_properties": WriterProperties(driver_write_bytes=0),
+        "commit_properties": CommitProperties(lock_wait_timeout=1),
+    }
     schema = "id long, name string, v double"
     first, second = (
         small_frame(spark, [(i, name, 1.0) for i in ids], schema) for name, ids in _INPUTS

@@ -20,7 +20,7 @@ from support import (
     stream_files,
 )
 
-from xasink import foreach_batch, write_xa
+from xasink import Database, WriterProperties, foreach_batch, write_xa
 from xasink._testing.faults import Fault, injected
 from xasink.errors import PreflightError, WriteError
 
@@ -57,9 +57,8 @@ def test_a_committed_write_logs_its_result(spark, db, jobs_log):
     result = write_xa(
         events_df(spark, 600, 2),
         table=table,
-        max_branches=2,
-        driver_write_bytes=0,  # two Spark tasks, two branches
         **connection_args(db),
+        writer_properties=WriterProperties(max_branches=2, driver_write_bytes=0),
     )
     (record,) = lines_for(jobs_log, table)
     line = fields_of(record)
@@ -138,7 +137,9 @@ def test_an_interrupt_after_a_local_commit_is_logged_as_committed(spark, db, job
 def test_a_stream_logs_each_batch_and_a_replay_as_skipped(spark, db, jobs_log, tmp_path):
     table, sink = new_table(db), f"log-sink-{uuid.uuid4().hex[:8]}"
     stream_files(tmp_path / "in", batches=3, per_batch=20)
-    write = foreach_batch(db.jdbc_url, table, sink_id=sink, user=db.user, password=db.password)
+    write = foreach_batch(
+        Database(db.jdbc_url, user=db.user, password=db.password), table, sink_id=sink
+    )
     query = start_foreach_stream(spark, tmp_path / "in", tmp_path / "checkpoint", write)
     query.awaitTermination(120)
     assert query.exception() is None

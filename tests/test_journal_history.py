@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from support import (
     connection_args,
+    database_of,
     events_df,
     own_journal_schema,
     prepared_branch,
@@ -32,7 +33,7 @@ from support import (
     xasink_prepared,
 )
 
-from xasink import transaction, write_xa
+from xasink import WriterProperties, transaction, write_xa
 from xasink._testing.statements import Statement, recorded
 from xasink.driver.check_cache import CHECKS
 from xasink.protocol import retention
@@ -167,7 +168,7 @@ def test_every_statement_of_a_call_is_served_by_an_index_on_a_long_history(
         _new_table(db, schema),
         _new_table(db, schema, False),
     )
-    login = {**connection_args(db), "journal_schema": schema}
+    login = connection_args(db, journal_schema=schema)
     sink = f"history-{uuid.uuid4().hex[:6]}"
     write_xa(events_df(spark, 10, 1), table=table, **login)  # makes the journal
     run_sql(db, f"UPDATE {schema}.xasink_meta SET retention_days = 0")  # keep everything
@@ -185,16 +186,39 @@ def test_every_statement_of_a_call_is_served_by_an_index_on_a_long_history(
     frame = events_df(spark, 100, 2)
     with recorded() as calls:
         write_xa(frame, table=table, mode="upsert", key="id", **login)  # one phase, staged
-        write_xa(frame, table=table, mode="upsert", key="id", driver_write_bytes=0, **login)
+        write_xa(
+            frame,
+            table=table,
+            mode="upsert",
+            key="id",
+            **login,
+            writer_properties=WriterProperties(driver_write_bytes=0),
+        )
         write_xa(events_df(spark, 5, 1), table=log, **login)  # one phase, append
-        write_xa(events_df(spark, 5, 1), table=log, driver_write_bytes=0, **login)
+        write_xa(
+            events_df(spark, 5, 1),
+            table=log,
+            **login,
+            writer_properties=WriterProperties(driver_write_bytes=0),
+        )
         for batch in (1, 2):  # a stream's batches (foreach_batch's call)
             write_xa(
                 frame, table=table, mode="upsert", key="id", sink_id=sink, batch_id=batch, **login
             )
         with transaction(**login) as tx:  # two tables, staged, two phases
-            tx.write(frame, table, mode="overwrite", driver_write_bytes=0)
-            tx.write(frame, other, mode="upsert", key="id", driver_write_bytes=0)
+            tx.write(
+                frame,
+                table,
+                mode="overwrite",
+                writer_properties=WriterProperties(driver_write_bytes=0),
+            )
+            tx.write(
+                frame,
+                other,
+                mode="upsert",
+                key="id",
+                writer_properties=WriterProperties(driver_write_bytes=0),
+            )
         with transaction(**login) as tx:  # two tables, one local transaction
             tx.write(frame, table, mode="upsert", key="id")
             tx.write(frame, other, mode="upsert", key="id")
@@ -220,13 +244,7 @@ def test_every_statement_of_a_call_is_served_by_an_index_on_a_long_history(
     # `check` reads what it reports through indexes too (its list of the states a journal
     # holds walked MariaDB's whole state index before: 3.6 s at 10M jobs).
     with recorded() as checked:
-        health = check_health(
-            **connection_args(db),
-            journal_schema=schema,
-            dialect=None,
-            xa_datasource=None,
-            jars=None,
-        )
+        health = check_health(database_of(db, journal_schema=schema))
     assert health.healthy, health
     # Below `records.ESTIMATED_FROM` jobs (60k here) the committed ones are counted on purpose.
     listed = [(sql, p) for sql, p in checked if list(p) != [JobState.COMMITTED]]
@@ -273,7 +291,7 @@ def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal
     schema = journal_schema
     first, second = _new_table(db, schema), _new_table(db, schema)
     third = _new_table(db, schema, keyed=False)
-    login = {**connection_args(db), "journal_schema": schema}
+    login = connection_args(db, journal_schema=schema)
     write_xa(events_df(spark, 5, 1), table=third, **login)
     j, pg = f"{schema}.xasink", db.kind == "postgres"
     drop = [f"DROP INDEX {schema}.{{}}" if pg else f"DROP INDEX {{}} ON {j}_jobs"][0]

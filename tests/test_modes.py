@@ -29,7 +29,7 @@ from support import (
 )
 from test_exactly_once import failed_tasks
 
-from xasink import write_xa
+from xasink import WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 from xasink.errors import InputDataError, PreflightError, SchemaMismatchError
 from xasink.protocol.branches import BranchOps
@@ -73,7 +73,10 @@ def test_mode_survives_first_attempt_failures(spark, db, mode):
     table = seeded_table(db)
     df, options, expected = mode_case(spark, mode)
     fault = Fault("after_rows", "raise", partition=None, attempt_number=0)
-    tasks = {"driver_write_bytes": 0, **options}  # a small frame: make tasks write it
+    tasks = {
+        "writer_properties": WriterProperties(driver_write_bytes=0),
+        **options,
+    }  # a small frame: make tasks write it
     result, failures = write(spark, db, table, df, faults=[fault], **tasks)
     assert failures >= 1, "the injected fault did not fail a task"
     assert contents(db, table) == expected
@@ -184,10 +187,8 @@ def test_columns_named_with_a_backtick_or_a_dot_are_written(spark, db, mode):
     table = f"tick_{uuid.uuid4().hex[:8]}"
     df = spark.range(0, 40, numPartitions=2).selectExpr("id AS `k``ey`", "id * 2 AS `v.al`")
     options = {"key": ["k`ey"]} if mode == "upsert" else {}
-    write_xa(
-        df, table=table, mode=mode, create="if_missing", driver_write_bytes=0,
-        **connection_args(db), **options,
-    )  # fmt: skip
+    tasks = WriterProperties(driver_write_bytes=0)
+    write_xa(df, table=table, mode=mode, writer_properties=tasks, **connection_args(db), **options)
     quoted = '"k`ey"' if db.kind == "postgres" else "`k``ey`"
     rows = run_sql(db, f"SELECT {quoted} FROM {table} ORDER BY 1")
     assert [r[0] for r in rows] == list(range(40))

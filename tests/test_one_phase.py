@@ -38,7 +38,7 @@ from support import (
     xasink_cli,
 )
 
-from xasink import write_xa
+from xasink import CommitProperties, WriterProperties, write_xa
 from xasink.errors import InputDataError, JobAbortedError, SinkConflictError
 from xasink.protocol.states import JobState
 
@@ -370,8 +370,8 @@ def test_an_older_decided_staged_job_is_finished_first(spark, db):
         mode="upsert",
         key="id",
         order="seq",
-        recover_first=False,
         **connection_args(db),
+        commit_properties=CommitProperties(recover_first=False),
     )
     assert _states_on(db, table)[older] == JobState.COMMITTED
     _, _, expected = mode_case(spark, "upsert")
@@ -444,7 +444,8 @@ def test_one_phase_applies_into_one_table_never_interleave(spark, db):
 def test_staged_jobs_of_task_branches_apply_into_one_table_never_interleave(spark, db):
     """The same race between two overwrites whose rows tasks wrote through two XA branches
     each: the second applies after the first committed, never their union."""
-    results = _overwrites_racing_for_the_apply(spark, db, partitions=2, driver_write_bytes=0)
+    tasks = WriterProperties(driver_write_bytes=0)
+    results = _overwrites_racing_for_the_apply(spark, db, partitions=2, writer_properties=tasks)
     assert [r.partitions for r in results] == [2, 2]
 
 

@@ -31,7 +31,7 @@ from support import (
 from test_format import latest_jobs, writer
 from test_protocol import admin_sql, q
 
-from xasink import write_xa
+from xasink import CommitProperties, WriterProperties, write_xa
 from xasink.driver.check_cache import CHECKS
 from xasink.errors import JournalError
 from xasink.protocol.connecting import open_journal
@@ -305,11 +305,9 @@ def test_a_silent_heartbeat_connection_cannot_hang_a_write(spark, postgres):
         lambda: write_xa(
             df,
             table=table,
-            heartbeat_interval=0.5,
-            network_timeout=6,
-            lock_wait_timeout=2,
-            driver_write_bytes=0,
-            **connection_args(db),
+            **connection_args(db, network_timeout=6),
+            writer_properties=WriterProperties(driver_write_bytes=0),
+            commit_properties=CommitProperties(heartbeat_interval=0.5, lock_wait_timeout=2),
         )
     )
     stopped = None
@@ -381,7 +379,7 @@ def test_a_damaged_journal_is_an_error_never_recreated(spark, db, own_journal):
     prepared branches from recovery, an empty sinks table would write replays again. A
     journal of another schema version is refused the same way."""
     table, schema = new_table(db), own_journal
-    write_xa(events_df(spark, 10, 1), table=table, journal_schema=schema, **connection_args(db))
+    write_xa(events_df(spark, 10, 1), table=table, **connection_args(db, journal_schema=schema))
     meta, sinks = f"{schema}.xasink_meta", f"{schema}.xasink_sinks"
     damages = [
         ([f"DELETE FROM {meta}"], "lost its tag"),
@@ -397,7 +395,7 @@ def test_a_damaged_journal_is_an_error_never_recreated(spark, db, own_journal):
         CHECKS.clear()
         with pytest.raises(JournalError, match=message):
             write_xa(
-                events_df(spark, 10, 1), table=table, journal_schema=schema, **connection_args(db)
+                events_df(spark, 10, 1), table=table, **connection_args(db, journal_schema=schema)
             )
         assert _journal_state(db, meta, sinks) == damaged, "the journal was repaired silently"
         if "DROP" not in statements[0]:

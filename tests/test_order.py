@@ -21,11 +21,14 @@ from support import (
     xasink_prepared,
 )
 
-from xasink import foreach_batch, write_xa
+from xasink import WriterProperties, foreach_batch, write_xa
 
 KEYS = 50
 #: The two ways a write commits: one local transaction, or two phases through tasks.
-PATHS = {"one-phase": {}, "two-phase": {"driver_write_bytes": 0, "max_branches": 2}}
+PATHS = {
+    "one-phase": {},
+    "two-phase": {"writer_properties": WriterProperties(driver_write_bytes=0, max_branches=2)},
+}
 CHANGES = "id long, v string, updated_at long, op string"
 ROWS = "id long, v string, updated_at long"
 

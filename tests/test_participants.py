@@ -31,7 +31,7 @@ from test_exactly_once import failed_tasks
 from test_protocol import admin_sql
 from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables, failing_transaction
 
-from xasink import CommitError, ConfigurationError, JobAbortedError, transaction
+from xasink import CommitError, CommitProperties, ConfigurationError, JobAbortedError, transaction
 from xasink._testing.faults import Fault, InjectedFault, injected
 
 AUDIT_ROWS = 25
@@ -645,7 +645,8 @@ def test_an_earlier_decision_waiting_on_a_later_jobs_branches_does_not_stall_it(
     prepare, and an upsert decided before them but applied after changes them."""
     table = _audit(mariadb)
     renamed = spark.createDataFrame([(i, "T1") for i in range(10)], "id long, note string")
-    options = _in(postgres, per_branch_appends=True, lock_wait_timeout=3)
+    waits = CommitProperties(lock_wait_timeout=3)
+    options = _in(postgres, per_branch_appends=True, commit_properties=waits)
     with contextlib.ExitStack() as stack:
         if driver == "killed":
             stack.enter_context(pytest.raises(InjectedFault))

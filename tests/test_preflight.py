@@ -11,7 +11,14 @@ import pytest
 from support import assert_exactly, connection_args, events_df, new_table
 
 import xasink.runtime.jars
-from xasink import ConfigurationError, DriverNotFoundError, PreflightError, write_xa
+from xasink import (
+    ConfigurationError,
+    Database,
+    DriverNotFoundError,
+    PreflightError,
+    WriterProperties,
+    write_xa,
+)
 from xasink.dialects.mysql import version_problem
 from xasink.spark.session import check_spark_conf
 
@@ -37,10 +44,8 @@ def test_unreachable_database_fails_within_seconds(spark, logs):
     with pytest.raises(PreflightError) as error:
         write_xa(
             events_df(spark, 10, 1),
-            f"jdbc:postgresql://127.0.0.1:{port}/app",
+            Database(f"jdbc:postgresql://127.0.0.1:{port}/app", user="app", password=SECRET),
             "t",
-            user="app",
-            password=SECRET,
         )
     assert time.monotonic() - started < 15
     assert f"127.0.0.1:{port}" in str(error.value)
@@ -68,8 +73,7 @@ def test_named_jar_that_does_not_exist(spark, postgres, logs):
         write_xa(
             events_df(spark, 10, 1),
             table="t",
-            jars=["/no/such/driver.jar"],
-            **connection_args(postgres),
+            **connection_args(postgres, jars=["/no/such/driver.jar"]),
         )
 
 
@@ -91,8 +95,8 @@ def test_more_partitions_than_prepared_transactions(spark, postgres, logs):
         write_xa(
             events_df(spark, limit + 50, limit + 50),
             table=table,
-            max_branches=None,
             **connection_args(postgres),
+            writer_properties=WriterProperties(max_branches=None),
         )
     assert f"max_prepared_transactions = {limit}" in str(error.value)
     assert "max_branches" in str(error.value)

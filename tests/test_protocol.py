@@ -39,7 +39,7 @@ from support import (
 )
 from test_exactly_once import failed_tasks
 
-from xasink import write_xa
+from xasink import CommitProperties, WriterProperties, write_xa
 from xasink.errors import CommitError, InputDataError, JobAbortedError
 from xasink.protocol.branches import BranchOps
 from xasink.protocol.recovery import resolve_in_doubt
@@ -390,7 +390,12 @@ def test_an_apply_blocked_by_a_prepared_transaction_gives_up_and_names_it(spark,
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(2)
     thread, outcome = in_background(
         lambda: write_xa(
-            df, table=table, mode="upsert", key="id", lock_wait_timeout=3, **connection_args(db)
+            df,
+            table=table,
+            mode="upsert",
+            key="id",
+            **connection_args(db),
+            commit_properties=CommitProperties(lock_wait_timeout=3),
         )
     )
     thread.join(timeout=180)
@@ -469,7 +474,14 @@ def test_keys_equal_only_under_the_collation_are_duplicates(spark, db):
     rows = [(pair, 1), (pair.lower(), 2), ("other", 3)]
     df = spark.createDataFrame(rows, "k string, v int")
     with pytest.raises(InputDataError):
-        write_xa(df, table=table, mode="upsert", key="k", max_branches=2, **connection_args(db))
+        write_xa(
+            df,
+            table=table,
+            mode="upsert",
+            key="k",
+            **connection_args(db),
+            writer_properties=WriterProperties(max_branches=2),
+        )
     with db.connect() as conn:
         cursor = conn.cursor()
         cursor.execute(f"SELECT COUNT(*) FROM {table}")
@@ -544,8 +556,8 @@ def test_a_live_job_aborted_by_recovery_fails_once_with_a_clear_error(spark, db,
                     df,
                     table=table,
                     mode="overwrite",
-                    driver_write_bytes=0,  # tasks, and a staging table recovery can drop
                     **connection_args(db),
+                    writer_properties=WriterProperties(driver_write_bytes=0),
                 )
             )
         except Exception as exc:

@@ -70,7 +70,7 @@ def test_a_streams_own_batches_keep_its_journal_within_its_retention(
     of the journal's old history, and the stream's own recent jobs stay."""
     schema, sink = journal_schema, f"retained-{uuid.uuid4().hex[:6]}"
     table = _table(db, schema)
-    login = {**connection_args(db), "journal_schema": schema}
+    login = connection_args(db, journal_schema=schema)
     first = write_xa(_row(spark, -1), table=table, **login).job_id
     _old_history(db, schema, table, sink)
     old = set(_jobs(db, schema)) - {first}
@@ -102,7 +102,7 @@ def test_prune_keeps_every_row_something_still_reads(spark, db, journal_schema):
     finished staged job whose staging table is still to drop. Everything else goes."""
     schema = journal_schema
     table = _table(db, schema)
-    login = {**connection_args(db), "journal_schema": schema}
+    login = connection_args(db, journal_schema=schema)
     first = write_xa(_row(spark, 1), table=table, **login).job_id
     _old_history(db, schema, table, "history-sink", jobs=50)
     old = sorted(set(_jobs(db, schema)) - {first})[:5]  # each to be kept for its reason
@@ -142,7 +142,7 @@ def test_the_retention_is_the_journals_own_setting(spark, db, journal_schema):
     """Set once for every writer; 0 keeps everything, and then prune needs a number."""
     schema = journal_schema
     table = _table(db, schema)
-    login = {**connection_args(db), "journal_schema": schema}
+    login = connection_args(db, journal_schema=schema)
     write_xa(_row(spark, 1), table=table, **login)
     _old_history(db, schema, table, "history-sink", jobs=20)
     short = xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "0.5")

@@ -17,10 +17,13 @@ import uuid
 import pytest
 from support import connection_args, stage_tables
 
-from xasink import InputDataError, transaction, write_xa
+from xasink import InputDataError, WriterProperties, transaction, write_xa
 
 #: write_xa's keywords that make the driver write a small frame, or tasks write every one.
-PATHS = {"driver": {}, "tasks": {"driver_write_bytes": 0, "max_branches": 2}}
+PATHS = {
+    "driver": {},
+    "tasks": {"writer_properties": WriterProperties(driver_write_bytes=0, max_branches=2)},
+}
 SCHEMA = "id long, boss long, name string"
 
 

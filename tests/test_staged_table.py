@@ -29,10 +29,13 @@ from support import (
     stage_tables,
 )
 
-from xasink import write_xa
+from xasink import WriterProperties, write_xa
 from xasink.errors import SchemaMismatchError
 
-PHASES = {"one_phase": {}, "two_phase": {"driver_write_bytes": 0}}
+PHASES = {
+    "one_phase": {},
+    "two_phase": {"writer_properties": WriterProperties(driver_write_bytes=0)},
+}
 UTC = dt.timezone.utc
 UPSERT = {"xasink.mode": "upsert", "key": "id"}
 

@@ -14,6 +14,7 @@ from support import (
     assert_exactly,
     cli,
     connection_args,
+    database_of,
     events_df,
     journaled,
     new_table,
@@ -25,7 +26,7 @@ from support import (
 from test_format import format_stream, latest_jobs, sink_of
 from test_streaming import assert_clean, new_sink
 
-from xasink import foreach_batch, write_xa
+from xasink import WriterProperties, foreach_batch, write_xa
 from xasink.errors import ConfigurationError, SinkConflictError
 
 
@@ -85,8 +86,8 @@ def test_sink_ids_compare_byte_for_byte(spark, db):
 
 # -- foreach_batch: the query id is stored with the mark -------------------------------------
 def _foreach_stream(spark, db, table, source, checkpoint, sink) -> object:
-    options = connection_args(db)
-    write = foreach_batch(options.pop("url"), table, sink_id=sink, max_branches=1, **options)
+    one = WriterProperties(max_branches=1)
+    write = foreach_batch(database_of(db), table, sink_id=sink, writer_properties=one)
     return start_foreach_stream(spark, source, checkpoint, write)
 
 

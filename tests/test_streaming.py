@@ -33,7 +33,7 @@ from support import (
 )
 from test_protocol import admin_sql
 
-from xasink import foreach_batch, write_xa
+from xasink import WriterProperties, foreach_batch, write_xa
 from xasink._testing.faults import Fault, injected
 from xasink.errors import ConfigurationError, InputDataError
 
@@ -196,7 +196,7 @@ def test_a_stream_replays_a_batch_that_failed_in_phase_2(spark, db, tmp_path):
     table, sink = new_table(db), new_sink()
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     stream_files(source, batches=3, per_batch=200)
-    options = {**connection_args(db), "max_branches": 2}
+    options = {**connection_args(db), "writer_properties": WriterProperties(max_branches=2)}
     url = options.pop("url")
     failing = foreach_batch(url, table, sink_id=sink, **options)
     with (
@@ -265,11 +265,12 @@ def test_an_unknown_op_value_is_named(spark, db):
 EXITING_DRIVER = """
 import sys
 from support import events_df, spark_builder
-from xasink import foreach_batch
+from xasink import Database, foreach_batch
 url, user, password, table = sys.argv[1:5]
 spark = spark_builder("xasink-exit").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
-write = foreach_batch(url, table, sink_id="exit-" + table, user=user, password=password)
+db = Database(url, user=user, password=password)
+write = foreach_batch(db, table, sink_id="exit-" + table)
 stream = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
 query = stream.selectExpr("value AS id").writeStream.foreachBatch(write).start()
 query.processAllAvailable()
@@ -305,7 +306,7 @@ def check():  # runs after xasink's exit hook, where JPype would stop the JVM
 atexit.register(check)
 from pyspark.sql import functions as F
 from support import events_df, spark_builder
-from xasink import write_xa
+from xasink import CommitProperties, Database, WriterProperties, write_xa
 from xasink.runtime.shutdown import writes_in_progress
 spark = spark_builder("xasink-exit").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
@@ -315,8 +316,9 @@ def slow(i):
     return i
 df = events_df(spark, 2000, 2).withColumn("id", F.udf(slow, "long")(F.col("id")))
 def write():
-    write_xa(df, url, table, user=user, password=password, heartbeat_interval=0.2,
-             driver_write_bytes=int(driver_write_bytes))
+    write_xa(df, Database(url, user=user, password=password), table,
+             writer_properties=WriterProperties(driver_write_bytes=int(driver_write_bytes)),
+             commit_properties=CommitProperties(heartbeat_interval=0.2))
     print("WRITTEN", flush=True)
 if where == "main":
     write()
@@ -355,12 +357,12 @@ import faulthandler, sys, threading
 faulthandler.enable()  # as pytest's faulthandler plugin does, before anything starts a JVM
 import jpype
 from support import events_df, spark_builder
-from xasink import write_xa
+from xasink import Database, WriterProperties, write_xa
 url, user, password, table = sys.argv[1:5]
 spark = spark_builder("xasink-exit-signals").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
-write_xa(events_df(spark, 2000, 2), url, table, user=user, password=password,
-         driver_write_bytes=64 << 20)  # the driver writes: its JVM holds the rows
+write_xa(events_df(spark, 2000, 2), Database(url, user=user, password=password), table,
+         writer_properties=WriterProperties(driver_write_bytes=64 << 20))  # the driver writes
 spark.stop()
 faulthandler.disable()  # as pytest does at unconfigure, and Python as it finalizes
 print("WRITTEN", flush=True)

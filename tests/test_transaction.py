@@ -31,11 +31,14 @@ from support import (
 )
 
 import xasink
-from xasink import InputDataError, Transaction, transaction, write_xa
+from xasink import InputDataError, Transaction, WriterProperties, transaction, write_xa
 from xasink._testing.faults import Fault, injected
 
 #: write_xa's keywords that make the driver write a small frame, or tasks write every one.
-PATHS = {"driver": {}, "tasks": {"driver_write_bytes": 0, "max_branches": 2}}
+PATHS = {
+    "driver": {},
+    "tasks": {"writer_properties": WriterProperties(driver_write_bytes=0, max_branches=2)},
+}
 #: A failed job's row: small writes held for one local transaction leave none at all.
 ENDED = {"driver": None, "tasks": "aborted"}
 CUSTOMERS = 40

@@ -23,7 +23,7 @@ import pytest
 from pyspark.sql import types as T
 from support import assert_exactly, connection_args, new_table, spec_for, xasink_prepared
 
-from xasink import write_xa
+from xasink import WriterProperties, write_xa
 from xasink.errors import SchemaMismatchError, UnsupportedTypeError
 from xasink.loaders.base import LoadTarget
 from xasink.loaders.batched import BatchedInsertLoader
@@ -404,7 +404,9 @@ def test_incompatible_type_fails_before_writing(spark, db, bulk):
         "id long, name string, v double, n string, ts timestamp",
     )
     with pytest.raises(SchemaMismatchError, match=r"column 'n'") as caught:
-        write_xa(df, table=table, bulk=bulk, **connection_args(db))
+        write_xa(
+            df, table=table, **connection_args(db), writer_properties=WriterProperties(bulk=bulk)
+        )
     assert "string" in str(caught.value)
     assert_exactly(db, table, [])
     assert xasink_prepared(db) == []

@@ -20,7 +20,7 @@ from support import spark_builder
 from test_participants import _audit_frame
 from test_transaction import PATHS, _frames
 
-from xasink import transaction
+from xasink import CommitProperties, Database, transaction
 from xasink._testing.faults import Fault, injected
 
 
@@ -39,13 +39,17 @@ def main() -> None:
     try:
         with (
             injected(*faults),
-            transaction(url, user=user, password=password, heartbeat_interval=1.0, **stream) as tx,
+            transaction(
+                Database(url, user=user, password=password),
+                **stream,
+                commit_properties=CommitProperties(heartbeat_interval=1.0),
+            ) as tx,
         ):
             tx.write(children, child, **PATHS[path])
             if participant:
                 other_url, audit = participant.split()
-                other = {"url": other_url, "user": user, "password": password}
-                tx.write(_audit_frame(spark), audit, **other, **PATHS[path])
+                other = Database(other_url, user=user, password=password)
+                tx.write(_audit_frame(spark), audit, database=other, **PATHS[path])
             tx.write(parents, parent, mode="upsert", key="id", **PATHS[path])
     except Exception as exc:
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)

@@ -17,7 +17,7 @@ import sys
 from pyspark.sql import SparkSession
 
 import xasink
-from xasink import write_xa
+from xasink import Database, WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 
 
@@ -28,30 +28,35 @@ def main(where: str, prefix: str, then: str = "") -> None:
     else:
         spark = SparkSession.builder.remote(where).getOrCreate()
     print("xasink from", os.path.dirname(xasink.__file__), flush=True)
-    login = {
-        "url": os.environ["XASINK_URL"],
-        "user": os.environ["XASINK_USER"],
-        "password": os.environ["XASINK_PASSWORD"],
-    }
+    db = Database(
+        os.environ["XASINK_URL"],
+        user=os.environ["XASINK_USER"],
+        password=os.environ["XASINK_PASSWORD"],
+    )
     df = spark.range(0, 300, numPartitions=2).selectExpr("id", "cast(id * 2 as double) AS v")
     (
         df.write.format("xasink")
         .mode("append")
-        .option("url", login["url"])
+        .option("url", db.url)
         .option("dbtable", f"{prefix}_format")
-        .option("user", login["user"])
-        .option("password", login["password"])
+        .option("user", db.user)
+        .option("password", db.password)
         .option("xasink.create", "if_missing")
         .save()
     )
     print(f"wrote {prefix}_format 300 tasks", flush=True)
     # A small frame: classic Spark's driver writes it in one local transaction with its
     # bookkeeping; under Spark Connect (no size estimate, no collect here) its tasks do.
-    result = write_xa(df, table=f"{prefix}_write_xa", create="if_missing", **login)
+    result = write_xa(df, db, f"{prefix}_write_xa", create="if_missing")
     print(f"wrote {prefix}_write_xa {result.rows} {result.writer}", flush=True)
     if then == "die":
         with injected(Fault("before_decision", "exit")):  # two phases: a branch per task
-            write_xa(df, table=f"{prefix}_write_xa", driver_write_bytes=0, **login)
+            write_xa(
+                df,
+                db,
+                f"{prefix}_write_xa",
+                writer_properties=WriterProperties(driver_write_bytes=0),
+            )
     spark.stop()
 
 

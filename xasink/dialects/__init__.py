@@ -38,7 +38,8 @@ def dialect_name_for(
         return "generic"
     raise ConfigurationError(
         "xasink knows jdbc:postgresql:, jdbc:mysql: and jdbc:mariadb: URLs. For another "
-        "XA-capable driver, pass xa_datasource='com.vendor.XADataSourceClass' and jars=[...]."
+        "XA-capable driver, give Database(url, xa_datasource='com.vendor.XADataSourceClass', "
+        "jars=[...])."
     )
 
 

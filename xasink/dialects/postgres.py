@@ -85,8 +85,9 @@ class PostgresDialect(Dialect):
             raise PreflightError(
                 f"PostgreSQL allows max_prepared_transactions = {limit} and {in_use} are in use, "
                 f"but this job holds up to {branches} prepared at once (one per partition). "
-                "Lower max_branches (or repartition the DataFrame), resolve old ones with "
-                "`xasink recover`, or " + fix.format(n=max(branches + in_use, branches * 2))
+                "Lower WriterProperties(max_branches=...) (or repartition the DataFrame), "
+                "resolve old ones with `xasink recover`, or "
+                + fix.format(n=max(branches + in_use, branches * 2))
             )
 
     def estimated_rows(

@@ -101,7 +101,9 @@ def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
     attach_as_daemon()
     candidates = (spec.xa_datasource,) if spec.xa_datasource else dialect.datasource_classes
     if not candidates:
-        raise ConfigurationError("Name the driver's XADataSource class with xa_datasource=...")
+        raise ConfigurationError(
+            "Name the driver's XADataSource class: Database(url, xa_datasource=...)."
+        )
     for name in candidates:
         try:
             jclass(name)
@@ -112,8 +114,8 @@ def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
         return datasource
     raise ConfigurationError(
         f"None of the XADataSource classes {', '.join(candidates)} is in the driver jars "
-        f"{', '.join(spec.jars) or '(none)'}. Check the jar, or name the class with "
-        "xa_datasource=..."
+        f"{', '.join(spec.jars) or '(none)'}. Check the jar, or name the class: "
+        "Database(url, xa_datasource=...)."
     )
 
 

@@ -38,7 +38,7 @@ def branch_count(
         if partitions is None:
             raise ConfigurationError(
                 "max_branches=None keeps every partition, but Spark Connect cannot tell how "
-                "many there are: pass max_branches=<n> (or 'auto')."
+                "many there are: pass WriterProperties(max_branches=<n>) (or 'auto')."
             )
         return partitions, True
     if max_branches == "auto":
@@ -46,7 +46,9 @@ def branch_count(
     elif isinstance(max_branches, int) and max_branches >= 1:
         limit = max_branches
     else:
-        raise ConfigurationError("max_branches must be a positive integer, 'auto' or None.")
+        raise ConfigurationError(
+            "WriterProperties(max_branches=...) must be a positive integer, 'auto' or None."
+        )
     if options.routed:
         return limit, True
     if partitions is None:
