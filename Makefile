@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, two tables through a driver kill, then the streaming demo"
@@ -37,9 +37,13 @@ system-deps:
 install: system-deps
 	$(PIP) install -q -e '.[test,bench,connect]'
 
-lint:
+lint: typecheck
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
+
+# mypy --strict on the package, configured in pyproject.toml ([tool.mypy]).
+typecheck:
+	$(PYTHON) -m mypy
 
 # The fast layer alone: no database, no Spark, no JVM (seconds).
 unit:
@@ -111,4 +115,4 @@ bench-quick: install
 	$(PYTHON) -m benchmarks --quick --output-dir "$$(mktemp -d)"
 
 clean:
-	rm -rf build *.egg-info .pytest_cache .ruff_cache spark-warehouse
+	rm -rf build *.egg-info .pytest_cache .ruff_cache .mypy_cache spark-warehouse

@@ -150,11 +150,11 @@ class Dialect:
         `schema` inside a transaction, as a single-branch staged job does; None: it can."""
         return None
 
-    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
+    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str | None, ...]]:
         """A query of (name, full SQL type, nullable, has default) per column; None: unknown."""
         return None, ()
 
-    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
+    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str | None, ...]]:
         """A query of (index name, column name) for the primary key and unique indexes."""
         raise ConfigurationError(
             f"The {self.name} dialect cannot read unique keys; upsert and merge need the "
@@ -209,7 +209,7 @@ class Dialect:
         if lock is None or sql is None:
             return None
         execute(conn, lock)
-        return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}  # type: ignore[arg-type]
+        return {str(r[0]): str(r[1]).lower() for r in query(conn, sql, params)}
 
     @contextlib.contextmanager
     def waits_bounded(self, conn: JdbcConnection, seconds: int, restore: float) -> Iterator[None]:
@@ -260,6 +260,16 @@ class Dialect:
         """How an upsert with `newer` names its target, so the condition can name the
         stored row."""
         return target
+
+    def estimated_rows(
+        self, conn: JdbcConnection, table: str, schema: str | None, name: str
+    ) -> int | None:
+        """The server's estimate of `table`'s rows (bare name `name`); None: no statistics."""
+        raise ConfigurationError(f"The {self.name} dialect has no row estimate.")
+
+    def limit_sql(self, rows: int) -> str:
+        """The clause that ends a query to keep its first `rows` rows."""
+        raise ConfigurationError(f"The {self.name} dialect has no LIMIT clause.")
 
     def age_sql(self, column: str) -> str | None:
         """Seconds since the timestamp `column`, on the database's clock; None: unknown."""

@@ -22,7 +22,8 @@ MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
 
 def parse_version(version: str) -> tuple[int, int, int]:
     numbers = [int(n) for n in re.findall(r"\d+", version.split("-")[0])[:3]]
-    return tuple([*numbers, 0, 0, 0][:3])  # type: ignore[return-value]
+    major, minor, patch = [*numbers, 0, 0, 0][:3]
+    return major, minor, patch
 
 
 def version_problem(version: str) -> str | None:
@@ -318,7 +319,7 @@ class MySQLDialect(Dialect):
         # target (no semi-join for it before MariaDB 11.1).
         return f"DELETE {alias} FROM {target} AS {alias} JOIN {source} ON {on} WHERE {where}"
 
-    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
+    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str | None, ...]]:
         return (
             # COLUMN_TYPE omits the character set: a staging column must not fall back to
             # the schema's default (latin1 would refuse 4-byte characters).
@@ -330,7 +331,7 @@ class MySQLDialect(Dialect):
             "FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? "
             "ORDER BY ORDINAL_POSITION",
-            (table.schema, table.name),  # type: ignore[arg-type]
+            (table.schema, table.name),
         )
 
     def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
@@ -340,7 +341,7 @@ class MySQLDialect(Dialect):
             conn,
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
             "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-            (table.schema, table.name),  # type: ignore[arg-type]
+            (table.schema, table.name),
         )
         return TableRef(str(rows[0][1]), str(rows[0][0])) if len(rows) == 1 else None
 
@@ -381,9 +382,9 @@ class MySQLDialect(Dialect):
         # the apply's own write lock, a metadata-lock deadlock the apply loses.)
         return f"SELECT 1 FROM {self.qualified(table)} WHERE 1 = 0 FOR UPDATE"
 
-    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
+    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str | None, ...]]:
         return (
             "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
             "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0",
-            (table.schema, table.name),  # type: ignore[arg-type]
+            (table.schema, table.name),
         )

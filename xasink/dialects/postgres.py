@@ -198,7 +198,7 @@ class PostgresDialect(Dialect):
     def upsert_target(self, target: str) -> str:
         return f"{target} AS {self.quote(_STORED)}"
 
-    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str, ...]]:
+    def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str | None, ...]]:
         # The quoted name is a bind parameter that to_regclass parses: never pasted into SQL.
         return (
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, "
@@ -208,7 +208,7 @@ class PostgresDialect(Dialect):
             (self.qualified(table),),
         )
 
-    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str, ...]]:
+    def unique_keys_sql(self, table: TableRef) -> tuple[str, tuple[str | None, ...]]:
         return (
             "SELECT i.indexrelid::regclass::text, a.attname FROM pg_index i "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "

@@ -191,7 +191,7 @@ def _finish(
     raise CommitError(_ended_elsewhere(plan, state, len(winners)))
 
 
-def _ended_elsewhere(plan: WritePlan, state: JobState | None, winners: int) -> str:
+def _ended_elsewhere(plan: WritePlan, state: str | None, winners: int) -> str:
     """What is in the target when another process (`xasink resolve --abandon`, a recovery)
     ended the job after every winner committed: a staged job's apply never ran, while an
     append job's committed winners are its rows, whatever the job's final state."""

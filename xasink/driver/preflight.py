@@ -46,7 +46,7 @@ def preflight(
         passed = checks.get(spec, "server")
         if not isinstance(passed, int) or passed < branches:
             dialect.check_server(conn, branches, spec.user)
-            checks.put(spec, "server", max(branches, passed or 0))
+            checks.put(spec, "server", max(branches, passed if isinstance(passed, int) else 0))
     with step("table description"):
         described = checks.get(spec, ("table", target))
         try:

@@ -141,9 +141,10 @@ def _write_branch(
         keep = get_dialect(plan.spec.dialect).reuse_after_prepare
         return BranchOutcome(rows, path)
     except BaseException as exc:
-        if loader is not None:
+        # A loader or a started branch implies the session it was made on.
+        if loader is not None and session is not None:
             quietly(loader.abort, session)
-        if started:
+        if started and session is not None:
             _abandon(session, xid)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise

@@ -142,7 +142,7 @@ def _load(
 ) -> tuple[int, str, str]:
     """Every part's rows into its table (a temporary staging table made here, or its
     target); returns (rows, load paths, the first part's problem or "")."""
-    rows, paths, problem = 0, set(), ""
+    rows, paths, problem = 0, set[str](), ""
     for part, batches in parts:
         dialect = get_dialect(part.spec.dialect)
         loads.append(Load(part, conn, _staged_types(part, conn, dialect)))

@@ -91,11 +91,13 @@ class CsvEncoder:
         pacsv.write_csv(
             pa.RecordBatch.from_arrays(arrays, names=self._columns), sink, self._options
         )
-        return sink.getvalue().to_pybytes()
+        data: bytes = sink.getvalue().to_pybytes()
+        return data
 
 
 def _is_binary(kind: pa.DataType) -> bool:
-    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    binary: bool = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    return binary
 
 
 def encodable(kind: pa.DataType, binary_as_hex: bool = False) -> bool:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ..errors import WriteError
 from ..runtime.jdbc import JdbcConnection
-from ..runtime.jvm import jclass
+from ..runtime.jvm import java_override, jclass
 from .base import LoadTarget
 from .csv_encoding import CsvEncoder, encodable
 
@@ -68,11 +68,11 @@ class _Chunks:
             self._next = self._chunks.get()
         return self._next
 
-    @jpype.JOverride
+    @java_override
     def hasMoreElements(self) -> bool:
         return self._peek() != _END
 
-    @jpype.JOverride
+    @java_override
     def nextElement(self) -> Any:
         data, self._next = self._peek(), None
         return self._stream(data)

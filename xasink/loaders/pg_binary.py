@@ -138,4 +138,5 @@ class PgBinaryEncoder:
             rows.buffers()[1], dtype=np.int32, count=len(rows) + 1, offset=rows.offset * 4
         )
         start, end = int(offsets[0]), int(offsets[-1])
-        return rows.buffers()[2].slice(start, end - start).to_pybytes()
+        data: bytes = rows.buffers()[2].slice(start, end - start).to_pybytes()
+        return data

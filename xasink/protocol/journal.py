@@ -81,8 +81,9 @@ class Journal(JournalReader):
         A format("xasink") stream's job is registered before its batch is known: with
         `stream_key`, its writer's identity, hashed (see `running_of_stream`), and
         `stream_sink`, its sink when the options name it (`reset_sink` sees it running)."""
-        values = {"apply_plan": plan.to_json() if plan else None, "stream_key": stream_key}
-        values |= {"lease_seconds": int(lease + 0.999), **sinkmarks.job_columns(sink)}
+        values: dict[str, Any] = {"apply_plan": plan.to_json() if plan else None}
+        values |= {"stream_key": stream_key, "lease_seconds": int(lease + 0.999)}
+        values |= sinkmarks.job_columns(sink)
         values |= {"sink_id": stream_sink} if sink is None else {}
         tables = [str(t) for t in plan.targets] if plan else []
         with local_transaction(conn) if len(tables) > 1 else contextlib.nullcontext():

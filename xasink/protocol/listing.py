@@ -162,8 +162,8 @@ def _blocker(
     journal: Journal,
     job_id: str,
     state: str,
-    beat: object,
-    lease: object,
+    beat: float | None,
+    lease: float | None,
     prepared: dict[str, list[BranchId]],
     grace: float,
 ) -> str:
@@ -193,9 +193,9 @@ def _blocker(
             if link is None
             else f"xasink, {links.lost_here(link, _staged(conn, journal, job_id))}"
         )
-    pending = len(winners & {(b.partition, b.attempt) for b in mine})
-    if pending:
-        return f"decided, {pending} winner(s) still prepared: run `xasink recover`"
+    still_prepared = len(winners & {(b.partition, b.attempt) for b in mine})
+    if still_prepared:
+        return f"decided, {still_prepared} winner(s) still prepared: run `xasink recover`"
     return "decided, all winners committed, not finished: run `xasink recover`"
 
 

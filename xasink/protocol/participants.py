@@ -325,8 +325,8 @@ def _finish_one(
         )
         if ended_alone or journal.resolution(conn, job_id).startswith(links.LINKED_END):
             # `xasink resolve --abandon --linked` after a lost branch: the transaction is over.
-            what = f"{disagree}, as an operator ended it (`--linked`): closed"
-            _add(report, link, RecoveryAction.FINISHED_ELSEWHERE, what)
+            detail = f"{disagree}, as an operator ended it (`--linked`): closed"
+            _add(report, link, RecoveryAction.FINISHED_ELSEWHERE, detail)
             return True
         _add(
             report,

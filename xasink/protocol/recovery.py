@@ -351,7 +351,7 @@ def resolve_in_doubt(
     candidates = {branch.job_id for branch, _ in ops.prepared()}
     candidates.update(r.job_id for r in committing)
     candidates.update(journal.running(conn))  # silent before any branch prepared
-    undecided, decided = [], []
+    undecided, decided = list[str](), list[str]()
     for job_id in sorted(candidates):
         if job is not None and job_id != job:
             continue

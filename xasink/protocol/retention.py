@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ..defaults import GRACE, RETENTION_DAYS
 from ..errors import ConfigurationError
-from ..runtime.jdbc import JdbcConnection, execute, local_transaction, query
+from ..runtime.jdbc import JdbcConnection, Param, execute, local_transaction, query
 from ..spec import ConnectionSpec
 from ..xid import FORMAT_ID, BranchId
 from .links import PARTICIPANT, PENDING
@@ -122,7 +122,7 @@ def sweep(
         f"{journal.sinks} s WHERE s.job_id = j.job_id) AND (j.state <> ? OR j.resolved_by IS "
         "NULL OR j.resolved_by <> ?)"
     )
-    params: tuple[object, ...] = (seconds, JobState.ABORTED, FENCED_BY)
+    params: tuple[Param, ...] = (seconds, JobState.ABORTED, FENCED_BY)
     if journal.version >= LINKED_VERSION:
         eligible += (
             f" AND NOT EXISTS (SELECT 1 FROM {journal.links} l WHERE l.job_id = j.job_id AND "

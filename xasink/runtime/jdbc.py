@@ -127,16 +127,19 @@ def _cursor(conn: JdbcConnection) -> jaydebeapi.Cursor:
     return jaydebeapi.Connection(conn, _converters()).cursor()
 
 
-def _java_failure(exc: jaydebeapi.Error) -> BaseException:
-    """The SQLException jaydebeapi wrapped (or the error itself): callers sort failures by
+def _java_failure(exc: Exception) -> BaseException:
+    """The SQLException a jaydebeapi.Error wrapped (or the error itself): callers sort failures by
     SQLSTATE and vendor code and redact Java messages, as for any other Java call.
 
     An interrupt (KeyboardInterrupt, SystemExit) that jaydebeapi's bare `except:` wrapped is
     given back as itself, so that no `except Exception` downstream mistakes it for a failed
     statement."""
     cause = exc.args[0] if exc.args else None
-    interrupted = isinstance(cause, BaseException) and not isinstance(cause, Exception)
-    return cause if interrupted or isinstance(cause, jpype.JException) else exc
+    if isinstance(cause, BaseException) and (
+        not isinstance(cause, Exception) or isinstance(cause, jpype.JException)
+    ):
+        return cause
+    return exc
 
 
 def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int:
@@ -171,7 +174,8 @@ def query(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> list[
     cursor = _cursor(conn)
     try:
         cursor.execute(sql, [_java_param(p) for p in params])
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
     except jaydebeapi.Error as exc:
         failure = _java_failure(exc)
     finally:

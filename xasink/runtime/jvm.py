@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import jpype
 import jpype.config
@@ -133,6 +133,18 @@ def java_bytes(data: bytes) -> Any:
     return jpype.JArray(jpype.JByte)(data)
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+class _MethodDecorator(Protocol):
+    def __call__(self, method: _Method, /) -> _Method: ...
+
+
+#: jpype.JOverride with its type: it marks a proxy's method as implementing a Java one and
+#: gives the same function back.
+java_override: _MethodDecorator = jpype.JOverride
+
+
 def xid_from_java(java_xid: Any) -> Xid:
     """Copy a driver's Xid (e.g. from recover()) into our value type."""
     return Xid(
@@ -166,19 +178,19 @@ def _make_proxy_class() -> type:
             self._gtrid = java_bytes(xid.gtrid)
             self._bqual = java_bytes(xid.bqual)
 
-        @jpype.JOverride
+        @java_override
         def getFormatId(self) -> int:
             return self.xid.format_id
 
-        @jpype.JOverride
+        @java_override
         def getGlobalTransactionId(self) -> Any:
             return self._gtrid
 
-        @jpype.JOverride
+        @java_override
         def getBranchQualifier(self) -> Any:
             return self._bqual
 
-        @jpype.JOverride
+        @java_override
         def equals(self, other: Any) -> bool:
             # JPype hands a proxy back as its Python object, a driver's Xid as Java.
             if isinstance(other, JavaXid):
@@ -188,11 +200,11 @@ def _make_proxy_class() -> type:
             except (AttributeError, TypeError, ValueError):
                 return False
 
-        @jpype.JOverride
+        @java_override
         def hashCode(self) -> int:
             return hash(self.xid) & 0x7FFFFFFF
 
-        @jpype.JOverride
+        @java_override
         def toString(self) -> str:
             return str(self.xid)
 

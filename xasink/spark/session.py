@@ -13,7 +13,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pyspark import SparkFiles, TaskContext
 
@@ -107,7 +107,8 @@ def job_label(spark: SparkSession, text: str, tag: str) -> Iterator[None]:
     try:
         yield
     finally:
-        context.setJobDescription(previous)
+        # None clears the description (Spark's setLocalProperty), though PySpark's types say str.
+        context.setJobDescription(cast(str, previous))
 
 
 _shipped: dict[int, set[str]] = {}

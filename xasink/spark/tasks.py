@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -22,6 +22,7 @@ from .session import job_label, shipped_copy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 #: A task's XA sessions load the JDBC driver from the jars the driver shipped with the job
 #: (xasink.spark.session.ship_jars): every task runs through this module.
@@ -111,8 +112,9 @@ MERGED_BATCH_BYTES = 1 << 20
 
 def collect_small_frame(df: DataFrame) -> list[pa.RecordBatch]:
     """A small DataFrame's rows in the driver, in partition order, in batches of up to
-    MERGED_BATCH_BYTES (one larger batch stays whole)."""
-    return merged(df._collect_as_arrow())  # toArrow() less its cast
+    MERGED_BATCH_BYTES (one larger batch stays whole). Classic PySpark only, as is every
+    driver-side write (`frame.writes_on_driver`)."""
+    return merged(cast("ClassicDataFrame", df)._collect_as_arrow())  # toArrow() less its cast
 
 
 def merged(batches: list[pa.RecordBatch], limit: int = MERGED_BATCH_BYTES) -> list[pa.RecordBatch]:

@@ -54,7 +54,9 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
         rows = (insert + f"{stage} s{tree}{order}" if tree else insert + stage, ())
         if plan.mode == APPEND:
             return Steps([], [], [rows])
-        unlinks = [(f"UPDATE {target} SET {s} WHERE {w}", ()) for s, w in unlinked(dialect, refs)]
+        unlinks: list[Statement] = [
+            (f"UPDATE {target} SET {s} WHERE {w}", ()) for s, w in unlinked(dialect, refs)
+        ]
         return Steps(unlinks, [(f"DELETE FROM {target}", ())], [rows])
     source = _latest(dialect, plan)
     others = [c for c in plan.columns if c not in plan.key]
@@ -67,7 +69,9 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     marks = ", ".join("?" for _ in deletes)
     keys = ", ".join(q(k) for k in plan.key)
     op = plan.op_sql(dialect, "s.")
-    inserts = [(f"{insert}{source}{tree} WHERE {op} NOT IN ({marks}){order} {upsert}", deletes)]
+    inserts: list[Statement] = [
+        (f"{insert}{source}{tree} WHERE {op} NOT IN ({marks}){order} {upsert}", deletes)
+    ]
     if plan.order_column is None:
         chosen = f"({keys}) IN (SELECT {keys} FROM {source} WHERE {op} IN ({marks}))"
         unlinks = [

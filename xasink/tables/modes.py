@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import get_args
+from typing import Final, TypeGuard, get_args
 
 from ..defaults import Mode
 from ..errors import ConfigurationError
 
-APPEND, OVERWRITE, UPSERT, MERGE = "append", "overwrite", "upsert", "merge"
-MODES: tuple[str, ...] = get_args(Mode)
+APPEND: Final = "append"
+OVERWRITE: Final = "overwrite"
+UPSERT: Final = "upsert"
+MERGE: Final = "merge"
+MODES: tuple[Mode, ...] = get_args(Mode)
 #: The staging table's names for the `op` and `order` columns (never written to the target).
 OP_COLUMN, ORDER_COLUMN = "xasink_op", "xasink_order"
 #: Without `op_values`, merge knows the common change-feed spellings, case-insensitively:
@@ -26,6 +29,10 @@ CDC_OP_VALUES: Mapping[str, Sequence[str]] = {
     "skip": ("update_preimage",),
 }
 _OP_KINDS = ("insert", "update", "delete", "skip")
+
+
+def _is_mode(mode: str) -> TypeGuard[Mode]:
+    return mode in MODES
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class ModeOptions:
         op_values: Mapping[str, str | Sequence[str]] | None,
         frame_columns: Sequence[str],
     ) -> ModeOptions:
-        if mode not in MODES:
+        if not _is_mode(mode):
             raise ConfigurationError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
         keys = (key,) if isinstance(key, str) else tuple(key or ())
         if mode in (UPSERT, MERGE) and not keys:

@@ -95,7 +95,7 @@ KEY_DDL: dict[str, dict[type[DataType], str]] = {
     "mysql": {StringType: "VARCHAR(255)" + _UTF8, BinaryType: "VARBINARY(255)"},
     "generic": {StringType: "VARCHAR(255)", BinaryType: "VARBINARY(255)"},
 }
-SIZED_TEXT_DDL = {
+SIZED_TEXT_DDL: dict[str, dict[type[DataType], str]] = {
     "postgres": {CharType: "char({n})", VarcharType: "varchar({n})"},
     "mysql": {CharType: "CHAR({n})" + _UTF8, VarcharType: "VARCHAR({n})" + _UTF8},
     "generic": {CharType: "CHAR({n})", VarcharType: "VARCHAR({n})"},
@@ -330,10 +330,10 @@ def _accepts(dialect_name: str, data_type: DataType, family: str, element: str |
         return False
     if family in ACCEPTS[category]:
         return True
-    if category == "decimal" and family == "integer":
-        return data_type.scale == 0  # type: ignore[attr-defined]
-    if category == "array" and family == "array" and element is not None:
-        inner = data_type.elementType  # type: ignore[attr-defined]
+    if isinstance(data_type, DecimalType) and family == "integer":
+        return data_type.scale == 0
+    if isinstance(data_type, ArrayType) and family == "array" and element is not None:
+        inner = data_type.elementType
         if _CATEGORIES.get(type(inner)) in (None, "array", "document"):
             return False
         probe = TableColumn("", element, element, True, False)
