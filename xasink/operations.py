@@ -71,5 +71,10 @@ def participant(own: Database, other: Database | str) -> Database:
     never its password, nor its properties (which may hold one), nor its driver's names."""
     if isinstance(other, Database):
         return other
-    kept = {"user": own.user, "jars": own.jars, "connect_timeout": own.connect_timeout}
-    return Database(other, **kept, network_timeout=own.network_timeout)
+    return Database(
+        other,
+        user=own.user,
+        jars=own.jars,
+        connect_timeout=own.connect_timeout,
+        network_timeout=own.network_timeout,
+    )

@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {Redactor()(message)}\n")
 
 
-def _connection_options() -> argparse.ArgumentParser:
+def _connection_options() -> _Parser:
     """The options every subcommand needs to reach a database and its journal."""
     common = _Parser(add_help=False)
     common.add_argument("--url", required=True, help="JDBC URL, e.g. jdbc:postgresql://h/db")

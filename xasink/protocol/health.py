@@ -256,8 +256,8 @@ def _branch_problems(
     old: dict[str, list[PreparedBranch]] = {}
     for b in branches:
         record = open_jobs.get(b.job_id)
-        live = b.job_state == JobState.RUNNING and record is not None
-        if age_source == AGE_FROM_JOB_START and live and not _silent(record, grace):
+        live = record if b.job_state == JobState.RUNNING else None
+        if age_source == AGE_FROM_JOB_START and live is not None and not _silent(live, grace):
             continue
         unknown_orphan = b.age_seconds is None and b.job_state is None
         if unknown_orphan or (b.age_seconds is not None and b.age_seconds > max_age):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from .. import defaults
 from ..driver.request import JobRequest
@@ -117,8 +118,8 @@ def parse(
         dialect=own.get("dialect"),
         xa_datasource=own.get("xadatasource"),
         jars=_list(own.get("jars")),
-        connect_timeout=_number(own, "connecttimeout", defaults.CONNECT_TIMEOUT, int),
-        network_timeout=_number(own, "networktimeout", defaults.NETWORK_TIMEOUT, float),
+        connect_timeout=_whole(own, "connecttimeout", defaults.CONNECT_TIMEOUT),
+        network_timeout=_number(own, "networktimeout", defaults.NETWORK_TIMEOUT),
         journal_schema=own.get("journalschema"),
     )
     spec = make_spec(database)
@@ -129,20 +130,20 @@ def parse(
         options=ModeOptions.build(
             mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
         ),
-        create=own.get("create", "if_missing"),
-        batch_size=_number(given, "batchsize", 10_000, int),
+        create=cast(defaults.Create, own.get("create", defaults.CREATE)),  # JobRequest checks it
+        batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
         bulk=_flag(own, "bulk", True),
         journal_schema=database.journal_schema,
-        lock_wait=_number(own, "lockwaittimeout", defaults.LOCK_WAIT, float),
-        grace=_number(own, "grace", defaults.GRACE, float),
+        lock_wait=_number(own, "lockwaittimeout", defaults.LOCK_WAIT),
+        grace=_number(own, "grace", defaults.GRACE),
         recover_first=_flag(own, "recoverfirst", True),
-        commit_retries=_number(own, "commitretries", 5, int),
-        commit_parallelism=_number(own, "commitparallelism", 4, int),
+        commit_retries=_whole(own, "commitretries", defaults.COMMIT_RETRIES),
+        commit_parallelism=_whole(own, "commitparallelism", defaults.COMMIT_PARALLELISM),
     )
     sink_id = own.get("sinkid") or None
     if sink_id is not None:
         sink_batch(sink_id, 0)  # validates it now, not at the first batch
-    branches = int(_number(given, "numpartitions", 0, int)) or None
+    branches = _whole(given, "numpartitions", 0) or None
     if branches is None and spec.dialect == "postgres":
         branches = defaults.POSTGRES_BRANCHES
     return FormatRequest(
@@ -151,8 +152,8 @@ def parse(
         heartbeat_interval=_positive(own, "heartbeatinterval", defaults.HEARTBEAT_INTERVAL),
         sink_id=sink_id,
         stream_key=_stream_key(given, spec.masked_url) if streaming else None,
-        lease=_number(own, "leaseseconds", defaults.TASK_LEASE, float),
-        start_timeout=_number(own, "starttimeout", defaults.START_TIMEOUT, float),
+        lease=_number(own, "leaseseconds", defaults.TASK_LEASE),
+        start_timeout=_number(own, "starttimeout", defaults.START_TIMEOUT),
     )
 
 
@@ -204,21 +205,34 @@ def _op_values(own: Mapping[str, str]) -> dict[str, str | list[str]] | None:
     return value
 
 
-def _number(options: Mapping[str, str], name: str, default: float, kind: type) -> float | int:
+#: A parsed option: a whole number or a float.
+N = TypeVar("N", int, float)
+
+
+def _number(options: Mapping[str, str], name: str, default: float) -> float:
+    return _parsed(options, name, default, float)
+
+
+def _whole(options: Mapping[str, str], name: str, default: int) -> int:
+    return _parsed(options, name, default, int)
+
+
+def _parsed(options: Mapping[str, str], name: str, default: N, kind: Callable[[str], N]) -> N:
+    """Option `name` as a finite `kind` of 0 or more, or `default` when it is not given."""
     text = options.get(name)
     if text is None:
         return default
     try:
-        value = kind(text)
+        value: N | None = kind(text)
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or value < 0:
         raise ConfigurationError(f"Option {name!r} takes a number, 0 or more; got {text!r}.")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _positive(options: Mapping[str, str], name: str, default: float) -> float:
-    value = float(_number(options, name, default, float))
+    value = _number(options, name, default)
     if value <= 0:
         raise ConfigurationError(f"Option {name!r} takes a number above 0; got {options[name]!r}.")
     return value
