@@ -31,7 +31,7 @@ HEARTBEAT_INTERVAL = 10.0
 #: A job's lease, stored on its row, is this many heartbeat intervals: recovery never takes
 #: a job for dead sooner, whatever grace it was given (except an explicit grace of 0).
 LEASE_INTERVALS = 3
-#: Attempts at phase-2 operations that fail transiently.
+#: Retries of a phase-2 operation that fails transiently, after its first attempt.
 COMMIT_RETRIES = 5
 #: Connections committing branches in parallel.
 COMMIT_PARALLELISM = 4

@@ -99,8 +99,8 @@ class Database:
         user, password: the login (a URL may carry it instead).
         properties: further JDBC connection properties.
         jars: the JDBC driver's jars; None finds them on this machine.
-        dialect, xa_datasource: for another JDBC driver, its dialect ("postgresql",
-            "mysql") and its XADataSource class.
+        dialect, xa_datasource: for another JDBC driver, its dialect ("postgres",
+            "mysql" or "generic") and its XADataSource class.
         journal_schema: the schema of xasink's bookkeeping tables (the login's default).
         connect_timeout: seconds to connect.
         network_timeout: seconds to wait for any answer; above any lock wait, since a
@@ -187,8 +187,8 @@ class CommitProperties:
     """How a job commits and recovers: rarely changed.
 
     Args:
-        retries, parallelism: phase 2's attempts at a transient failure, and its parallel
-            connections.
+        retries, parallelism: phase 2's retries of a transiently failed operation (after
+            its first attempt), and its parallel connections.
         recover_first, grace: resolve what earlier jobs left on the table first, taking a
             job's owner for dead after `grace` seconds of silence.
         heartbeat_interval: seconds between the job's heartbeats.
