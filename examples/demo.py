@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -25,6 +26,51 @@ from xasink import Database, WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 
 ROWS, PARTITIONS, TABLE = 200_000, 4, "xasink_demo"
+#: What each fault action leaves in its failed task's error.
+SIGNS = {"raise": "InjectedFault: injected fault at", "exit": "Python worker exited unexpectedly"}
+
+
+class TaskFailures:
+    """A Spark listener (called back over py4j) for failed task attempts: one line for an
+    injected fault (its partition's task, its attempt, its action's sign in the error), the
+    whole error with its stack traces for anything else."""
+
+    class Java:
+        implements = ("org.apache.spark.scheduler.SparkListenerInterface",)
+
+    def __init__(self, faults: dict[Fault, str]) -> None:
+        self.faults = faults
+
+    def onTaskEnd(self, event: Any) -> None:
+        task = event.taskInfo()
+        if not task.failed():
+            return
+        error, where = event.reason().toErrorString(), (task.index(), task.attemptNumber())
+        for fault, what in self.faults.items():
+            if (fault.partition, fault.attempt_number) == where and SIGNS[fault.action] in error:
+                print(f"fault: {what}", flush=True)
+                return
+        print(
+            f"task {task.index()} attempt {task.attemptNumber()} failed: {error.rstrip()}",
+            flush=True,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on"):  # Spark's other events: nothing to show
+            return lambda event: None
+        raise AttributeError(name)
+
+
+def show_task_failures(spark: Any, faults: dict[Fault, str]) -> None:
+    """Failed tasks through `TaskFailures`, not through the executor's log (its ERROR is each
+    failed task's stack trace, dozens of lines for a fault the demo injected on purpose)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    sc = spark.sparkContext
+    ensure_callback_server_started(sc._gateway)
+    sc._jsc.sc().addSparkListener(TaskFailures(faults))
+    log4j = sc._jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel("org.apache.spark.executor.Executor", log4j.Level.OFF)
 
 
 @contextlib.contextmanager
@@ -63,10 +109,13 @@ def main() -> int:
             )
         spark = spark_builder("xasink-demo").getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        faults = [
-            Fault("after_rows", "raise", partition=1),  # a task fails after writing rows
-            Fault("after_prepare", "exit", partition=2),  # a worker dies after PREPARE
-        ]
+        faults = {
+            Fault("after_rows", "raise", partition=1): "task 1 failed after writing its rows; "
+            "its branch was rolled back and Spark retries the task",
+            Fault("after_prepare", "exit", partition=2): "task 2's Python worker died after "
+            "PREPARE; Spark retries the task, and the commit rolls back the branch it left",
+        }
+        show_task_failures(spark, faults)
         print(f"writing {ROWS} rows in {PARTITIONS} partitions; two first attempts will fail")
         with injected(*faults):
             result = write_xa(

@@ -51,7 +51,10 @@ def main() -> int:
             print("run 1 ended early:\n" + driver.tail())
             return 1
         driver.kill()
-        print("run 1: SIGKILLed after xasink committed batch 0, before Spark's commit log had it")
+        print(
+            "fault: run 1's driver was SIGKILLed after xasink committed batch 0, before Spark's "
+            "commit log had it"
+        )
         print("run 2: restarted from the checkpoint; Spark replays batch 0")
         driver = launch(config, password)
         consumed = driver.wait_for("CONSUMED", timeout=900)

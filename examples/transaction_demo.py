@@ -97,7 +97,7 @@ def main() -> int:
                 os.killpg(driver.pid, signal.SIGKILL)
                 break
         driver.wait()
-        print("driver killed (SIGKILL of its process group)")
+        print(f"fault: the driver was SIGKILLed at {POINT}, once one branch had committed")
         seen = counts(connect)
         print(f"a reader sees {seen[0]} customers and {seen[1]} orders: neither table changed")
         recover = [sys.executable, "-m", "xasink", "recover", "--url", url, "--grace", "0"]
