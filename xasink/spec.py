@@ -177,7 +177,7 @@ class WriterProperties:
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigurationError("batch_size must be a whole number above 0.")
+            raise ConfigurationError("batch_size must be at least 1.")
         if not isinstance(self.driver_write_bytes, int) or self.driver_write_bytes < 0:
             raise ConfigurationError("driver_write_bytes must be a whole number, 0 or above.")
 
@@ -207,8 +207,8 @@ class CommitProperties:
             raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
         if not self.grace >= 0 or not self.lock_wait_timeout > 0:
             raise ConfigurationError("grace must be 0 or above, lock_wait_timeout above 0.")
-        if self.retries < 1 or self.parallelism < 1:
-            raise ConfigurationError("retries and parallelism must be whole numbers above 0.")
+        if self.retries < 0 or self.parallelism < 1:
+            raise ConfigurationError("retries must be 0 or more, parallelism 1 or more.")
 
 
 class WriteOptions(TypedDict, total=False):
