@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Literal, TypedDict, cast
 
@@ -133,6 +133,15 @@ class Database:
         object.__setattr__(
             self, "jars", None if jars is None else tuple([jars] if isinstance(jars, str) else jars)
         )
+
+    def __hash__(self) -> int:  # equal values hash alike; `properties` is a mapping
+        return hash((self.url, self.user, self.dialect, self.journal_schema))
+
+    def __reduce__(self) -> tuple[type[Database], tuple[object, ...]]:
+        """Pickled as its fields (a read-only mapping does not pickle): a foreachBatch
+        function that holds it travels to a Spark Connect server."""
+        values = (getattr(self, f.name) for f in fields(self))
+        return Database, tuple(dict(v) if isinstance(v, Mapping) else v for v in values)
 
     @classmethod
     def of(cls, database: Database | str) -> Database:
