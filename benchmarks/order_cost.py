@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import xasink_calls
 from benchmarks.databases import Database, start_database
 from benchmarks.machine import cpu_model, measured_xasink, shown_command, xasink_line
 from benchmarks.measure import SetupFailed, Timing, record_failure, run_rounds, start_timing
@@ -155,21 +156,17 @@ def frame(spark: Any, rows: int, seq: int, merge: bool) -> Any:
 def write(contender: OrderWrite, block: Block) -> dict[str, Any]:
     """The timed call: write_xa, two-phase, keyed on id and ordered by seq; its driver
     steps recorded (the "finish" step holds the apply's transaction)."""
-    from xasink import write_xa
     from xasink.runtime.timing import recording
 
-    db = block.db
     with recording() as steps:
-        result = write_xa(
+        result = xasink_calls.write_xa(
+            block.db,
             contender.df,
-            db.jdbc_url,
             contender.table,
             mode=contender.mode,
             key="id",
             order="seq",
             op="op" if contender.mode == "merge" else None,
-            user=db.server.user,
-            password=db.server.password,
             driver_write_bytes=0,
         )
     return {
