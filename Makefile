@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick breakdown spin-deps model model-mutants clean
+.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, two tables through a driver kill, then the streaming demo"
@@ -106,7 +106,6 @@ bench: install
 	$(PYTHON) -m benchmarks
 	$(PYTHON) -m benchmarks.breakdown stages
 	$(PYTHON) -m benchmarks.breakdown memory
-	$(PYTHON) -m benchmarks.breakdown formats
 	$(PYTHON) -m benchmarks.breakdown fixed
 	$(PYTHON) -m benchmarks.breakdown branches --databases mariadb
 	$(PYTHON) -m benchmarks.breakdown format-batch

@@ -9,11 +9,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from xasink import WriterProperties
-
-from . import rawload
+from . import rawload, xasink_calls
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -62,15 +60,7 @@ def spark_jdbc(target: Target) -> dict[str, Any]:
 
 def write_xa(target: Target, **options: Any) -> dict[str, Any]:
     """xasink with its defaults (plus `options`): what a user gets from the README's call."""
-    from xasink import write_xa as xasink_write
-
-    db = target.db
-    result = xasink_write(
-        target.df,
-        db.sink(),
-        target.table,
-        **options,
-    )
+    result = xasink_calls.write_xa(target.db, target.df, target.table, **options)
     if result.rows != target.rows:
         raise AssertionError(f"write_xa reported {result.rows} rows, expected {target.rows}")
     return {
@@ -132,14 +122,7 @@ def recover_write_xa(target: Target) -> dict[str, Any]:
 
 def recover_table(db: Database, table: str) -> dict[str, Any]:
     """`xasink.recover` of one table with no grace: what a failed write_xa left is resolved."""
-    from xasink import recover
-
-    report = recover(
-        db.sink(),
-        table=table,
-        grace=0,
-    )
-    return {"actions": [a.line() for a in report.actions], "ok": report.ok}
+    return xasink_calls.recovered(db, table=table)
 
 
 def raw(target: Target) -> dict[str, Any]:
@@ -167,31 +150,43 @@ class Contender(Generic[TargetT]):
     writes: bool = True
 
 
-CONTENDERS: dict[str, Contender[Target]] = {
-    c.name: c
-    for c in (
-        Contender("spark_jdbc", "Spark JDBC", spark_jdbc),
-        Contender("write_xa", "xasink write_xa", write_xa, recover_write_xa),
-        # The fixed cost of a branch and a Python task, which max_branches="auto" hides.
-        Contender(
-            "write_xa_per_partition",
-            "write_xa, 1 branch/partition",
-            functools.partial(write_xa, writer_properties=WriterProperties(max_branches=None)),
-            recover_write_xa,
-        ),
-        Contender("raw", "raw COPY / LOAD DATA", raw),
-        Contender("arrow_floor", "no-op mapInArrow (floor)", arrow_floor, writes=False),
-        Contender("arrow_collect", "collect as Arrow (no write)", arrow_collect, writes=False),
-        Contender("least_job", "Spark's cheapest job (no write)", least_job, writes=False),
-        # The staged modes' price: rows loaded into a staging table, then applied in one
-        # transaction (the table is emptied before each run, so this is load + copy).
-        Contender(
-            "write_xa_overwrite",
-            "write_xa, mode=overwrite",
-            functools.partial(write_xa, mode="overwrite"),
-            recover_write_xa,
-        ),
-    )
-}
+class Named(Protocol):
+    """A contender of any kind: a `Contender` or a stream's."""
+
+    @property
+    def name(self) -> str: ...
+
+
+NamedT = TypeVar("NamedT", bound=Named)
+
+
+def by_name(*contenders: NamedT) -> dict[str, NamedT]:
+    """The contenders by their names, in the order given."""
+    return {c.name: c for c in contenders}
+
+
+CONTENDERS: dict[str, Contender[Target]] = by_name(
+    Contender("spark_jdbc", "Spark JDBC", spark_jdbc),
+    Contender("write_xa", "xasink write_xa", write_xa, recover_write_xa),
+    # The fixed cost of a branch and a Python task, which max_branches="auto" hides.
+    Contender(
+        "write_xa_per_partition",
+        "write_xa, 1 branch/partition",
+        functools.partial(write_xa, writer={"max_branches": None}),
+        recover_write_xa,
+    ),
+    Contender("raw", "raw COPY / LOAD DATA", raw),
+    Contender("arrow_floor", "no-op mapInArrow (floor)", arrow_floor, writes=False),
+    Contender("arrow_collect", "collect as Arrow (no write)", arrow_collect, writes=False),
+    Contender("least_job", "Spark's cheapest job (no write)", least_job, writes=False),
+    # The staged modes' price: rows loaded into a staging table, then applied in one
+    # transaction (the table is emptied before each run, so this is load + copy).
+    Contender(
+        "write_xa_overwrite",
+        "write_xa, mode=overwrite",
+        functools.partial(write_xa, mode="overwrite"),
+        recover_write_xa,
+    ),
+)
 #: What runs unless --contenders says otherwise (the staged-mode cost is opt-in).
 DEFAULT_CONTENDERS = ["spark_jdbc", "write_xa", "write_xa_per_partition", "raw", "arrow_floor"]

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
-from benchmarks import rawload
+from benchmarks import rawload, xasink_calls
 from benchmarks.databases import Database, start_database
 from benchmarks.machine import cpu_model, measured_xasink, xasink_line
 from benchmarks.workloads import build_dataframe, parse_workload, table_ddl
@@ -47,13 +47,7 @@ class FormatBatches:
 
         self.db, self.table, self.schema = db, table, df.schema
         self.rows = df.toArrow().to_batches()
-        options = {
-            "url": db.jdbc_url,
-            "dbtable": table,
-            "user": db.server.user,
-            "password": db.server.password,
-            "xasink.sinkId": SINK,
-        }
+        options = {**xasink_calls.format_options(db, table), "xasink.sinkId": SINK}
         self.fmt = parse(options, self.schema.names, overwrite=False, streaming=True)
         self.batch_id = 0
         self.columns = tuple(self.schema.names)

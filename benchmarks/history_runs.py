@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import history
+from . import history, xasink_calls
 from .history_report import median_seconds, shown
 from .machine import load_average
 from .measure import Timing, record_failure, round_order, start_timing
@@ -150,8 +150,6 @@ def _new_journal(
 ) -> Journal:
     """A schema the app user owns (MariaDB: a database it has ALL on), the stream's table
     in it, and its journal, made by a first write_xa call."""
-    from xasink import write_xa
-
     if db.kind == "postgres":
         _admin(db, f"CREATE SCHEMA {schema} AUTHORIZATION {db.server.user}")
     else:
@@ -159,7 +157,7 @@ def _new_journal(
         _admin(db, f"CREATE DATABASE {schema}", grant)
     table = f"{schema}.events"
     db.execute(table_ddl(db.kind, workload, table))
-    write_xa(batch, db.sink(journal_schema=schema), table)
+    xasink_calls.write_xa(db, batch, table, journal_schema=schema)
     recorded = str(db.scalar(f"SELECT MIN(target_table) FROM {schema}.xasink_jobs"))
     # The same batch ids on both journals, above every one the history holds.
     first_batch = (workload.history or 0) + 1
@@ -280,17 +278,12 @@ def _writer(db: Database, df: DataFrame, rows: int, stream: bool) -> Run:
     next batch (its sink, the next batch id: `foreach_batch`'s call), or as a plain call."""
 
     def run(journal: Journal) -> dict[str, Any]:
-        from xasink import write_xa
-
         batch: dict[str, Any] = {}
         if stream:
             batch = {"sink_id": journal.sink, "batch_id": journal.next_batch}
             journal.next_batch += 1
-        result = write_xa(
-            df,
-            db.sink(journal_schema=journal.schema),
-            journal.table,
-            **batch,
+        result = xasink_calls.write_xa(
+            db, df, journal.table, journal_schema=journal.schema, **batch
         )
         if result.skipped or result.rows != rows:
             raise AssertionError(f"write_xa wrote {result.rows} rows (skipped={result.skipped})")
@@ -319,7 +312,7 @@ def _command(db: Database, argv: tuple[str, ...]) -> Run:
         from xasink.cli import main
 
         out, err = io.StringIO(), io.StringIO()
-        login = ["--url", db.jdbc_url, "--user", db.server.user, "--password-env", PASSWORD_ENV]
+        login = xasink_calls.command_login(db, PASSWORD_ENV)
         status = main(
             [argv[0], *login, "--journal-schema", journal.schema, *argv[1:]], out=out, err=err
         )
@@ -333,14 +326,7 @@ def _command(db: Database, argv: tuple[str, ...]) -> Run:
 
 def _recover(db: Database, journal: Journal) -> dict[str, Any]:
     """After a failed run: what it left in doubt on the journal's table, resolved now."""
-    from xasink import recover
-
-    report = recover(
-        db.sink(journal_schema=journal.schema),
-        table=journal.table,
-        grace=0,
-    )
-    return {"actions": [a.line() for a in report.actions], "ok": report.ok}
+    return xasink_calls.recovered(db, table=journal.table, journal_schema=journal.schema)
 
 
 def _admin(db: Database, *statements: str) -> None:

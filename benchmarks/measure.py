@@ -13,12 +13,13 @@ import random
 import statistics
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import cpu
 from .contenders import Contender
+from .workloads import Workload, table_ddl
 
 if TYPE_CHECKING:
     from .databases import Database
@@ -147,20 +148,47 @@ def measure_once(
     timing = start_timing(db.kind, workload, contender.name, round_no, warmup, target.rows)
     for table in target.tables:
         truncate(db, table, timing)
-    try:
+
+    def run() -> float:
         before, started = cpu.read(), time.perf_counter()
         timing.detail = contender.run(target)
         elapsed = time.perf_counter() - started
         timing.detail["cpu_seconds"] = cpu.spent(before, cpu.read())
-        for table, rows in target.tables.items() if contender.writes else ():
+        return elapsed
+
+    expected = target.tables if contender.writes else {}
+    return run_checked(timing, db, run, expected, cleanup_of(contender, target))
+
+
+def run_checked(
+    timing: Timing,
+    db: Database,
+    run: Callable[[], float],
+    expected: Mapping[str, int],
+    cleanup: Callable[[], dict[str, Any]] | None,
+    what: str = "run",
+) -> Timing:
+    """`run` (the measured work; it returns the seconds to record), then each table's row
+    count checked against `expected` (untimed, with psycopg / pymysql). `timing` gets the
+    seconds, or the failure and what `cleanup` did after it."""
+    try:
+        seconds = run()
+        for table, rows in expected.items():
             found = db.count(table)
             if found != rows:
-                raise AssertionError(f"{table} holds {found} rows after the run, expected {rows}")
-        timing.seconds = elapsed
+                raise AssertionError(
+                    f"{table} holds {found} rows after the {what}, expected {rows}"
+                )
+        timing.seconds = seconds
     except Exception as exc:
-        cleanup = contender.cleanup
-        record_failure(timing, exc, (lambda: cleanup(target)) if cleanup else None)
+        record_failure(timing, exc, cleanup)
     return timing
+
+
+def cleanup_of(contender: Any, target: Any) -> Callable[[], dict[str, Any]] | None:
+    """The contender's cleanup after a failed run on `target`, if it has one."""
+    cleanup = contender.cleanup
+    return (lambda: cleanup(target)) if cleanup is not None else None
 
 
 def record_failure(
@@ -247,6 +275,58 @@ def run_rounds(
                 return
             timings.append(timing)
             print(progress_line(timing, warmups, repetitions), flush=True)
+
+
+def rounds_on_each(
+    databases: Sequence[Database],
+    workload: Workload,
+    tables: Sequence[str],
+    target_of: Callable[[Database], Any],
+    contenders: Sequence[C],
+    timings: list[Timing],
+    *,
+    warmups: int,
+    repetitions: int,
+    measure: Callable[..., Timing] = measure_once,
+) -> None:
+    """On each database: `tables` created anew for the workload, then `run_rounds` of the
+    contenders on `target_of(db)` (made once the tables exist), then the tables dropped."""
+    for db in databases:
+        ddl = {table: table_ddl(db.kind, workload, table) for table in tables}
+        with db.fresh_tables(ddl, workload.name):
+            run_rounds(
+                contenders,
+                target_of(db),
+                timings,
+                workload=workload.name,
+                warmups=warmups,
+                repetitions=repetitions,
+                measure=measure,
+            )
+
+
+class Keyed(Protocol):
+    """A summary of one contender on one workload and database (`Summary` or a stream's)."""
+
+    @property
+    def database(self) -> str: ...
+
+    @property
+    def workload(self) -> str: ...
+
+    @property
+    def contender(self) -> str: ...
+
+
+K = TypeVar("K", bound=Keyed)
+
+
+def by_key(summaries: Sequence[K]) -> dict[tuple[str, str], dict[str, K]]:
+    """The summaries by (database, workload), then by contender, in first-seen order."""
+    grouped: dict[tuple[str, str], dict[str, K]] = {}
+    for s in summaries:
+        grouped.setdefault((s.database, s.workload), {})[s.contender] = s
+    return grouped
 
 
 def summarise(timings: Sequence[Timing]) -> list[Summary]:

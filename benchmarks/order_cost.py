@@ -35,11 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import xasink_calls
 from benchmarks.databases import Database, start_database
 from benchmarks.machine import cpu_model, measured_xasink, shown_command, xasink_line
 from benchmarks.measure import SetupFailed, Timing, record_failure, run_rounds, start_timing
 from benchmarks.workloads import SQL_TYPES
-from xasink import WriterProperties
 
 MODES = ("upsert", "merge")
 #: The writes of each mode: name → what the table and its changes are.
@@ -156,20 +156,18 @@ def frame(spark: Any, rows: int, seq: int, merge: bool) -> Any:
 def write(contender: OrderWrite, block: Block) -> dict[str, Any]:
     """The timed call: write_xa, two-phase, keyed on id and ordered by seq; its driver
     steps recorded (the "finish" step holds the apply's transaction)."""
-    from xasink import write_xa
     from xasink.runtime.timing import recording
 
-    db = block.db
     with recording() as steps:
-        result = write_xa(
+        result = xasink_calls.write_xa(
+            block.db,
             contender.df,
-            db.sink(),
             contender.table,
             mode=contender.mode,
             key="id",
             order="seq",
             op="op" if contender.mode == "merge" else None,
-            writer_properties=WriterProperties(driver_write_bytes=0),
+            writer={"driver_write_bytes": 0},
         )
     return {
         "steps": dict(steps),

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .contenders import CONTENDERS
 from .history_report import markdown_lines as history_lines
-from .measure import Summary, Timing
-from .streams import STREAM_CONTENDERS, STREAM_FLOORS, StreamSummary
+from .measure import Summary, Timing, by_key
+from .stream_contenders import STREAM_CONTENDERS, STREAM_FLOORS
+from .streams import StreamSummary
 from .transactions import markdown_lines as transaction_lines
 
 RATIOS = (
@@ -61,11 +62,10 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3g}" if a and b else "—"
 
 
-def _by_key(summaries: Sequence[Summary]) -> dict[tuple[str, str], dict[str, Summary]]:
-    grouped: dict[tuple[str, str], dict[str, Summary]] = {}
-    for s in summaries:
-        grouped.setdefault((s.database, s.workload), {})[s.contender] = s
-    return grouped
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]], right: int) -> list[str]:
+    """A markdown table: its head, the last `right` columns aligned right, a line a row."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (len(head) - right) + "---:|" * right]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _own_rounds(meta: dict[str, Any]) -> list[str]:
@@ -131,11 +131,8 @@ def _bulk_lines(
     head = ["database", "workload", "rows", "partitions"]
     head += [f"{label} rows/s" for label in labels]
     head += [f"{RATIO_NAMES[a]} / {RATIO_NAMES[b]}" for a, b in ratios]
-    lines = [
-        "| " + " | ".join(head) + " |",
-        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|",
-    ]
-    for (database, workload), row in _by_key(summaries).items():
+    rows = []
+    for (database, workload), row in by_key(summaries).items():
         first = next(iter(row.values()))
         cells = [database, workload, f"{first.rows:,}", str(partitions[workload])]
         cells += [_rate(row[c].rows_per_second) if c in row else "—" for c in contenders]
@@ -146,8 +143,13 @@ def _bulk_lines(
             )
             for a, b in ratios
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
+        rows.append(cells)
+    every = [
+        [s.database, s.workload, CONTENDERS[s.contender].label, _runs(s.seconds), str(s.failures)]
+        for s in summaries
+    ]
+    return [
+        *_table(head, rows, right=len(head) - 2),
         "",
         "Rows/s = rows ÷ median seconds of the timed runs. Ratios above 1 mean write_xa is"
         " faster. Each run starts from a truncated table; its time covers the write call only,"
@@ -155,16 +157,13 @@ def _bulk_lines(
         "",
         "## Every timed run (seconds)",
         "",
-        "| database | workload | contender | seconds | failures |",
-        "|---|---|---|---|---:|",
+        *_table(["database", "workload", "contender", "seconds", "failures"], every, right=1),
     ]
-    for s in summaries:
-        runs = ", ".join(f"{x:.2f}" for x in s.seconds) or "—"
-        lines.append(
-            f"| {s.database} | {s.workload} | {CONTENDERS[s.contender].label} | {runs} |"
-            f" {s.failures} |"
-        )
-    return lines
+
+
+def _runs(values: Sequence[float]) -> str:
+    """Every timed run's figure, or a dash for none."""
+    return ", ".join(f"{x:.2f}" for x in values) or "—"
 
 
 def _ms(value: float | None) -> str:
@@ -184,45 +183,22 @@ def _stream_lines(streams: Sequence[StreamSummary], meta: dict[str, Any]) -> lis
             f"per round, {w.get('repetitions') or meta['config']['repetitions']} round(s), "
             "contenders in turns (a new order each round)."
         )
-    lines += [
-        "",
-        "| database | workload | contender | batches/s | median batch ms | p90 batch ms |"
-        " median write ms | queries | failures |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    head = ["database", "workload", "contender", "batches/s", "median batch ms"]
+    head += ["p90 batch ms", "median write ms", "queries", "failures"]
+    rows = []
     for s in streams:
         rate = f"{s.batches_per_second:.2f}" if s.batches_per_second else "failed"
         write = _ms(s.median_write_ms) + (" (addBatch)" if s.write_measure == "addBatch" else "")
-        lines.append(
-            f"| {s.database} | {s.workload} | {STREAM_CONTENDERS[s.contender].label} | {rate} |"
-            f" {_ms(s.median_batch_ms)} | {_ms(s.p90_batch_ms)} | {write} | {len(s.seconds)} |"
-            f" {s.failures} |"
-        )
-    grouped: dict[tuple[str, str], dict[str, StreamSummary]] = {}
-    for s in streams:
-        grouped.setdefault((s.database, s.workload), {})[s.contender] = s
-    present = {s.contender for s in streams}
-    ratios = [(a, b) for a, b in STREAM_RATIOS if a in present and b in present]
-    if ratios:
-        lines += [
-            "",
-            "| database | workload | ratio | of batches/s | of median batch ms |",
-            "|---|---|---|---:|---:|",
-        ]
-        for (database, workload), row in grouped.items():
-            for a, b in ratios:
-                one, other = row.get(a), row.get(b)
-                rate = _ratio(
-                    one.batches_per_second if one else None,
-                    other.batches_per_second if other else None,
-                )
-                latency = _ratio(
-                    one.median_batch_ms if one else None,
-                    other.median_batch_ms if other else None,
-                )
-                pair = f"{RATIO_NAMES[a]} / {RATIO_NAMES[b]}"
-                lines.append(f"| {database} | {workload} | {pair} | {rate} | {latency} |")
-    lines += [
+        label = STREAM_CONTENDERS[s.contender].label
+        rows.append([s.database, s.workload, label, rate, _ms(s.median_batch_ms)])
+        rows[-1] += [_ms(s.p90_batch_ms), write, str(len(s.seconds)), str(s.failures)]
+    lines += ["", *_table(head, rows, right=6), *_stream_ratio_lines(streams)]
+    every = [
+        [s.database, s.workload, STREAM_CONTENDERS[s.contender].label, _runs(s.run_rates)]
+        for s in streams
+    ]
+    return [
+        *lines,
         "",
         "Batches/s = timed batches ÷ the median query's wall time for them (from the first"
         " timed batch's trigger to the end of the last). Batch ms: Spark's `triggerExecution`"
@@ -236,14 +212,31 @@ def _stream_lines(streams: Sequence[StreamSummary], meta: dict[str, Any]) -> lis
         "",
         "Batches/s of every timed query:",
         "",
-        "| database | workload | contender | batches/s |",
-        "|---|---|---|---|",
+        *_table(["database", "workload", "contender", "batches/s"], every, right=0),
     ]
-    for s in streams:
-        runs = ", ".join(f"{r:.2f}" for r in s.run_rates) or "—"
-        label = STREAM_CONTENDERS[s.contender].label
-        lines.append(f"| {s.database} | {s.workload} | {label} | {runs} |")
-    return lines
+
+
+def _stream_ratio_lines(streams: Sequence[StreamSummary]) -> list[str]:
+    """Each pair's ratios in the same run, of batches/s and of median batch latency."""
+    present = {s.contender for s in streams}
+    ratios = [(a, b) for a, b in STREAM_RATIOS if a in present and b in present]
+    if not ratios:
+        return []
+    rows = []
+    for (database, workload), row in by_key(streams).items():
+        for a, b in ratios:
+            one, other = row.get(a), row.get(b)
+            rate = _ratio(
+                one.batches_per_second if one else None,
+                other.batches_per_second if other else None,
+            )
+            latency = _ratio(
+                one.median_batch_ms if one else None,
+                other.median_batch_ms if other else None,
+            )
+            rows.append([database, workload, f"{RATIO_NAMES[a]} / {RATIO_NAMES[b]}", rate, latency])
+    head = ["database", "workload", "ratio", "of batches/s", "of median batch ms"]
+    return ["", *_table(head, rows, right=2)]
 
 
 def _load_line(meta: dict[str, Any]) -> str:
@@ -328,7 +321,7 @@ def chart(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grouped = _by_key(summaries)
+    grouped = by_key(summaries)
     databases = list(dict.fromkeys(db for db, _ in grouped))
     fig, axes = plt.subplots(
         1, len(databases), figsize=(6.5 * len(databases), 5.6), squeeze=False, sharey=True

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import history_runs, rawload, report, streams, transactions
-from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Target
+from . import history_runs, rawload, report, stream_contenders, streams, transactions
+from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Contender, Target
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, shown_command, source_digest
-from .measure import Timing, run_rounds, summarise
-from .workloads import Workload, build_dataframe, parse_workloads, table_ddl
+from .measure import Timing, rounds_on_each, summarise
+from .workloads import Workload, build_dataframe, parse_workloads
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,14 +44,14 @@ QUICK_WORKLOADS = ("narrow-100k", "tiny", "tx-small-1k", "tx-large-10k")
 #: floors only on streams, raw and one-branch-per-partition only on bulk writes, the
 #: transactions only on transaction workloads.
 ALL_CONTENDERS = list(
-    dict.fromkeys([*CONTENDERS, *streams.STREAM_CONTENDERS, *transactions.TX_CONTENDERS])
+    dict.fromkeys([*CONTENDERS, *stream_contenders.STREAM_CONTENDERS, *transactions.TX_CONTENDERS])
 )
 DEFAULT = [
     *DEFAULT_CONTENDERS,
     "write_xa_format",
-    *streams.STREAM_FLOORS,
-    streams.DURABLE_FLOOR,
-    streams.PYTHON_DURABLE_FLOOR,
+    *stream_contenders.STREAM_FLOORS,
+    stream_contenders.DURABLE_FLOOR,
+    stream_contenders.PYTHON_DURABLE_FLOOR,
     "transaction",
     "transaction_per_branch",
 ]
@@ -186,10 +186,6 @@ def _table_name(workload: Workload) -> str:
     return "bench_" + re.sub(r"[^a-z0-9]+", "_", workload.name.lower())
 
 
-def _warmups(workload: Workload, args: argparse.Namespace) -> int:
-    return workload.warmups if workload.warmups is not None else args.warmups
-
-
 def run_workload(
     spark: SparkSession,
     workload: Workload,
@@ -197,36 +193,23 @@ def run_workload(
     args: argparse.Namespace,
     timings: list[Timing],
 ) -> None:
-    """Cache the DataFrame once, build the CSV once, then measure on each database.
+    """Measure one workload on each database, in rounds.
 
-    A stream workload writes its source files instead (`streams.run_workload`); a
-    transaction workload caches a frame per table (`transactions.run_workload`); a history
-    workload measures two journals side by side (`history_runs.run_workload`).
+    A stream workload writes its source files (`streams.run_workload`); a transaction
+    workload caches a frame per table (`transactions.run_workload`); a history workload
+    measures two journals side by side (`history_runs.run_workload`); a bulk workload caches
+    its DataFrame and builds its CSV once (`run_bulk`).
     """
     if workload.history is not None:
         return history_runs.run_workload(spark, workload, databases, timings)
-    if workload.transaction:
-        transactions.run_workload(
-            spark,
-            workload,
-            databases,
-            args.contenders,
-            _table_name(workload),
-            timings,
-            warmups=_warmups(workload, args),
-            repetitions=workload.repetitions or args.repetitions,
-        )
-        return
-    if workload.is_stream:
-        streams.run_workload(
-            spark,
-            workload,
-            databases,
-            args.contenders,
-            _table_name(workload),
-            timings,
-            repetitions=workload.repetitions or args.repetitions,
-        )
+    rounds = {
+        "warmups": workload.warmups if workload.warmups is not None else args.warmups,
+        "repetitions": workload.repetitions or args.repetitions,
+    }
+    if workload.transaction or workload.is_stream:
+        own = transactions if workload.transaction else streams
+        table = _table_name(workload)
+        own.run_workload(spark, workload, databases, args.contenders, table, timings, **rounds)
         return
     contenders = [
         CONTENDERS[name]
@@ -239,6 +222,24 @@ def run_workload(
     if not contenders:
         print(f"[{workload.name}] no bulk contender chosen: skipped", flush=True)
         return
+    run_bulk(
+        spark, workload, databases, contenders, timings, with_csv="raw" in args.contenders, **rounds
+    )
+
+
+def run_bulk(
+    spark: SparkSession,
+    workload: Workload,
+    databases: Sequence[Database],
+    contenders: Sequence[Contender[Target]],
+    timings: list[Timing],
+    *,
+    with_csv: bool,
+    warmups: int,
+    repetitions: int,
+) -> None:
+    """Cache the DataFrame once, build the CSV once (`with_csv`: for the raw load), then
+    every contender once per round on each database."""
     started = time.monotonic()
     df = build_dataframe(spark, workload).cache()
     counted = df.count()
@@ -247,7 +248,7 @@ def run_workload(
             f"{workload.name}: DataFrame has {counted} rows, expected {workload.rows}"
         )
     csv: rawload.CsvBuffer | None = None
-    if "raw" in args.contenders:
+    if with_csv:
         wants_bytes = any(db.kind == "postgres" for db in databases)
         csv = rawload.build_csv(df, _table_name(workload), in_memory=wants_bytes)
         if csv.rows != workload.rows:
@@ -258,26 +259,25 @@ def run_workload(
         f"{time.monotonic() - started:.1f}s",
         flush=True,
     )
+    table = _table_name(workload)
+
+    def target_of(db: Database) -> Target:
+        binary = None
+        if csv is not None and db.kind == "postgres":
+            binary = rawload.postgres_binary(db, table, csv)
+        return Target(db=db, table=table, df=df, csv=csv, rows=workload.rows, pg_binary=binary)
+
     try:
-        for db in databases:
-            table = _table_name(workload)
-            with db.fresh_tables({table: table_ddl(db.kind, workload, table)}, workload.name):
-                pg_binary = (
-                    rawload.postgres_binary(db, table, csv)
-                    if csv is not None and db.kind == "postgres"
-                    else None
-                )
-                target = Target(
-                    db=db, table=table, df=df, csv=csv, rows=workload.rows, pg_binary=pg_binary
-                )
-                run_rounds(
-                    contenders,
-                    target,
-                    timings,
-                    workload=workload.name,
-                    warmups=_warmups(workload, args),
-                    repetitions=workload.repetitions or args.repetitions,
-                )
+        rounds_on_each(
+            databases,
+            workload,
+            [table],
+            target_of,
+            contenders,
+            timings,
+            warmups=warmups,
+            repetitions=repetitions,
+        )
     finally:
         if csv is not None:
             csv.discard()

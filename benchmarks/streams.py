@@ -20,20 +20,17 @@ import shutil
 import statistics
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .contenders import jdbc_properties, recover_table
-from .measure import Timing, record_failure, run_rounds, start_timing, truncate
-from .workloads import Workload, build_dataframe, table_ddl
+from .measure import Timing, cleanup_of, rounds_on_each, run_checked, start_timing, truncate
+from .stream_contenders import STREAM_CONTENDERS, Calls, StreamContender, StreamSource, StreamTarget
+from .workloads import Workload, build_dataframe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import DataStreamWriter
-    from pyspark.sql.types import StructType
+    from pyspark.sql import SparkSession
 
     from .databases import Database
 
@@ -43,23 +40,6 @@ QUERY_TIMEOUT_SECONDS = 900
 SOURCE_EPOCH = 1_600_000_000
 #: Spark keeps the last 100 progress reports of a query (numRecentProgressUpdates default).
 MAX_BATCHES = 100
-
-
-@dataclass(frozen=True)
-class StreamSource:
-    """Pre-written parquet files, one per micro-batch."""
-
-    directory: Path
-    schema: StructType
-    files: int
-
-    def read(self, spark: SparkSession) -> DataFrame:
-        """A new streaming DataFrame over the files, one file per micro-batch."""
-        return (
-            spark.readStream.schema(self.schema)
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(self.directory))
-        )
 
 
 def scratch_root() -> Path | None:
@@ -87,191 +67,6 @@ def write_source(spark: SparkSession, workload: Workload, directory: Path) -> St
     for index, path in enumerate(files):
         os.utime(path, (SOURCE_EPOCH + index, SOURCE_EPOCH + index))
     return StreamSource(directory, df.schema, total)
-
-
-@dataclass(frozen=True)
-class StreamTarget:
-    """Where and what one stream measurement writes."""
-
-    db: Database
-    table: str
-    spark: SparkSession
-    source: StreamSource
-    rows_per_batch: int
-    warmup_batches: int
-    #: Checkpoint directories go here (one per query, removed after it).
-    scratch: Path
-
-    @property
-    def timed_batches(self) -> int:
-        return self.source.files - self.warmup_batches
-
-
-#: Records a foreachBatch function's seconds by batch id (the driver runs the function).
-Calls = dict[int, float]
-
-
-def _timed(
-    write: Callable[[DataFrame, int], None], calls: Calls
-) -> Callable[[DataFrame, int], None]:
-    def call(batch: DataFrame, batch_id: int) -> None:
-        started = time.perf_counter()
-        write(batch, batch_id)
-        calls[int(batch_id)] = time.perf_counter() - started
-
-    return call
-
-
-def spark_jdbc_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """foreachBatch with Spark's own writer, as the batch `spark_jdbc` contender calls it."""
-    db, table = target.db, target.table
-    properties = jdbc_properties(db)
-
-    def write(batch: DataFrame, _batch_id: int) -> None:
-        batch.write.jdbc(db.jdbc_url, table, mode="append", properties=properties)
-
-    return stream.writeStream.foreachBatch(_timed(write, calls))
-
-
-def write_xa_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """foreachBatch(xasink.foreach_batch(...)) with every default, as the README shows it.
-
-    Each query gets a new sink_id: its checkpoint is new, so its batch ids start at 0 again,
-    which an old sink's mark would skip.
-    """
-    from xasink import foreach_batch
-
-    db = target.db
-    write = foreach_batch(
-        db.sink(),
-        target.table,
-        sink_id=f"bench-{target.table}-{uuid.uuid4().hex[:12]}",
-    )
-    return stream.writeStream.foreachBatch(_timed(write, calls))
-
-
-def format_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """writeStream.format("xasink") (Python Data Source stream writer); its sink is named
-    by the new query's id. No Python function of ours runs per batch."""
-    db = target.db
-    return (
-        stream.writeStream.format("xasink")
-        .option("url", db.jdbc_url)
-        .option("dbtable", target.table)
-        .option("user", db.server.user)
-        .option("password", db.server.password)
-    )
-
-
-def collect_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """No write: foreachBatch collecting each batch into the driver as Arrow, as
-    `foreach_batch`'s driver-written batch does before its one transaction."""
-
-    def collect(batch: DataFrame, _batch_id: int) -> None:
-        batch._collect_as_arrow()
-
-    return stream.writeStream.foreachBatch(_timed(collect, calls))
-
-
-def collect_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """Durable floor: foreachBatch collecting each batch as Arrow (as `collect_sink`), then
-    the raw bulk load of its rows in one autocommit statement (COPY csv / LOAD DATA LOCAL of
-    a tmpfs file, benchmarks/rawload.py) on a held connection: no xasink, no XA, no journal;
-    the least any sink pays that writes a batch durably from the driver."""
-    from .rawload import load_batches
-
-    db, table = target.db, target.table
-
-    def collect_load(batch: DataFrame, _batch_id: int) -> None:
-        load_batches(db, table, batch._collect_as_arrow(), tuple(batch.columns))
-
-    return stream.writeStream.foreachBatch(_timed(collect_load, calls))
-
-
-def spark_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """No write: Spark's own `noop` sink (JVM), what any micro-batch costs before a sink."""
-    return stream.writeStream.format("noop")
-
-
-def python_noop_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """No write: a Python data source whose stream writer drops the rows
-    (benchmarks/python_sources.py), what `format("xasink")` pays before writing."""
-    from .python_sources import NOOP, NoopDataSource
-
-    target.spark.dataSource.register(NoopDataSource)
-    return stream.writeStream.format(NOOP)
-
-
-def python_load_sink(stream: DataFrame, target: StreamTarget, calls: Calls) -> DataStreamWriter:
-    """Durable floor of its kind: a Python data source whose tasks bulk-load their rows raw
-    (COPY csv / LOAD DATA LOCAL, autocommit, a connection held per worker): the least a
-    `writeStream.format(...)` sink in Python pays to write a batch, with no XA, no journal
-    and no exactly-once."""
-    from .python_sources import LOAD, LoadDataSource, database_option
-
-    target.spark.dataSource.register(LoadDataSource)
-    return (
-        stream.writeStream.format(LOAD)
-        .option("database", database_option(target.db))
-        .option("dbtable", target.table)
-    )
-
-
-def recover_stream(target: StreamTarget) -> dict[str, Any]:
-    """After a failed xasink query: resolve what it left in doubt on the table."""
-    return recover_table(target.db, target.table)
-
-
-@dataclass(frozen=True)
-class StreamContender:
-    name: str
-    label: str
-    #: The query's sink over the streaming DataFrame; records into `calls` if it has a
-    #: foreachBatch function.
-    sink: Callable[[DataFrame, StreamTarget, Calls], DataStreamWriter]
-    #: Runs after a failed measurement, before the next one; its result goes in the detail.
-    cleanup: Callable[[StreamTarget], dict[str, Any]] | None = None
-    #: False for a floor that writes nothing: the table must hold no row after its query.
-    writes: bool = True
-
-
-#: The stream contenders that write nothing: what a sink of each kind pays before writing.
-STREAM_FLOORS = ("stream_collect", "python_noop", "spark_noop")
-#: The floors that write: collect as `stream_collect`, then the raw durable load of the rows;
-#: and a Python data source whose tasks load their rows raw.
-DURABLE_FLOOR = "collect_load"
-PYTHON_DURABLE_FLOOR = "python_load"
-
-STREAM_CONTENDERS: dict[str, StreamContender] = {
-    c.name: c
-    for c in (
-        StreamContender("spark_jdbc", "Spark JDBC in foreachBatch", spark_jdbc_sink),
-        StreamContender("write_xa", "xasink foreach_batch", write_xa_sink, recover_stream),
-        StreamContender(
-            "write_xa_format", 'writeStream.format("xasink")', format_sink, recover_stream
-        ),
-        StreamContender(
-            "stream_collect",
-            "collect as Arrow in foreachBatch (no write)",
-            collect_sink,
-            writes=False,
-        ),
-        StreamContender(
-            "collect_load",
-            "collect, then raw bulk load (no xasink)",
-            collect_load_sink,
-        ),
-        StreamContender(
-            "python_noop", "no-op Python data source (no write)", python_noop_sink, writes=False
-        ),
-        StreamContender(
-            "python_load", "Python data source, raw bulk load (no xasink)", python_load_sink
-        ),
-        StreamContender(
-            "spark_noop", "Spark's noop sink (no write)", spark_noop_sink, writes=False
-        ),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -379,23 +174,19 @@ def measure_stream_once(
     timed_rows = target.timed_batches * target.rows_per_batch
     timing = start_timing(db.kind, workload, contender.name, round_no, warmup, timed_rows)
     truncate(db, target.table, timing)
-    try:
-        batches = run_query(contender, target)
+
+    def run() -> float:
         seconds, timing.detail = stream_detail(
-            batches,
+            run_query(contender, target),
             expected=target.source.files,
             warmups=target.warmup_batches,
             rows_per_batch=target.rows_per_batch,
         )
-        expected = target.source.files * target.rows_per_batch if contender.writes else 0
-        found = db.count(target.table)
-        if found != expected:
-            raise AssertionError(f"table holds {found} rows after the query, expected {expected}")
-        timing.seconds = seconds
-    except Exception as exc:
-        cleanup = contender.cleanup
-        record_failure(timing, exc, (lambda: cleanup(target)) if cleanup else None)
-    return timing
+        return seconds
+
+    rows = target.source.files * target.rows_per_batch if contender.writes else 0
+    cleanup = cleanup_of(contender, target)
+    return run_checked(timing, db, run, {target.table: rows}, cleanup, "query")
 
 
 def run_workload(
@@ -406,9 +197,12 @@ def run_workload(
     table: str,
     timings: list[Timing],
     *,
+    warmups: int,
     repetitions: int,
 ) -> None:
-    """Write the source once, then on each database one query per contender and round."""
+    """Write the source once, then on each database one query per contender and round
+    (`warmups` untimed rounds first: none for a stream, whose queries run their own warm-up
+    batches)."""
     chosen = [STREAM_CONTENDERS[name] for name in contenders if name in STREAM_CONTENDERS]
     if not chosen:
         print(f"[{workload.name}] no stream contender chosen: skipped", flush=True)
@@ -423,8 +217,11 @@ def run_workload(
             f"{time.monotonic() - started:.1f}s",
             flush=True,
         )
-        for db in databases:
-            target = StreamTarget(
+        rounds_on_each(
+            databases,
+            workload,
+            [table],
+            lambda db: StreamTarget(
                 db=db,
                 table=table,
                 spark=spark,
@@ -432,17 +229,13 @@ def run_workload(
                 rows_per_batch=workload.rows,
                 warmup_batches=workload.warmup_batches,
                 scratch=scratch,
-            )
-            with db.fresh_tables({table: table_ddl(db.kind, workload, table)}, workload.name):
-                run_rounds(
-                    chosen,
-                    target,
-                    timings,
-                    workload=workload.name,
-                    warmups=workload.warmups or 0,
-                    repetitions=repetitions,
-                    measure=measure_stream_once,
-                )
+            ),
+            chosen,
+            timings,
+            warmups=warmups,
+            repetitions=repetitions,
+            measure=measure_stream_once,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -19,11 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xasink import WriterProperties
-
-from .contenders import Contender, Target, recover_table, write_xa
-from .measure import Summary, Timing, run_rounds, summarise
-from .workloads import TX_TABLES, Workload, build_dataframe, table_ddl
+from . import xasink_calls
+from .contenders import Contender, Target, by_name, recover_table, write_xa
+from .measure import Timing, by_key, rounds_on_each, summarise
+from .workloads import TX_TABLES, Workload, build_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,7 +55,7 @@ class TxTarget:
         """The keywords every write gets, beside the defaults."""
         if self.driver_write_bytes is None:
             return {}
-        return {"writer_properties": WriterProperties(driver_write_bytes=self.driver_write_bytes)}
+        return {"writer": {"driver_write_bytes": self.driver_write_bytes}}
 
 
 def separate_calls(target: TxTarget) -> dict[str, Any]:
@@ -73,15 +72,9 @@ def separate_calls(target: TxTarget) -> dict[str, Any]:
 def one_transaction(target: TxTarget, *, per_branch_appends: bool = False) -> dict[str, Any]:
     """Every write in one `xasink.transaction` block, appends staged unless
     `per_branch_appends`."""
-    from xasink import transaction
-
-    db = target.db
-    with transaction(
-        db.sink(),
-        per_branch_appends=per_branch_appends,
-    ) as tx:
+    with xasink_calls.transaction(target.db, per_branch_appends=per_branch_appends) as tx:
         for table, df in target.writes:
-            tx.write(df, table, **target.options)
+            tx.write(df, table, **xasink_calls.grouped(target.options.get("writer"), None))
     result = tx.result
     if result is None or result.skipped:
         raise AssertionError(f"the transaction did not commit: {result}")
@@ -100,19 +93,16 @@ def recover_tables(target: TxTarget) -> dict[str, Any]:
     return {table: recover_table(target.db, table) for table in target.tables}
 
 
-TX_CONTENDERS: dict[str, Contender[TxTarget]] = {
-    c.name: c
-    for c in (
-        Contender("write_xa", "write_xa, one call per table", separate_calls, recover_tables),
-        Contender("transaction", "transaction (appends staged)", one_transaction, recover_tables),
-        Contender(
-            "transaction_per_branch",
-            "transaction, per_branch_appends=True",
-            functools.partial(one_transaction, per_branch_appends=True),
-            recover_tables,
-        ),
-    )
-}
+TX_CONTENDERS: dict[str, Contender[TxTarget]] = by_name(
+    Contender("write_xa", "write_xa, one call per table", separate_calls, recover_tables),
+    Contender("transaction", "transaction (appends staged)", one_transaction, recover_tables),
+    Contender(
+        "transaction_per_branch",
+        "transaction, per_branch_appends=True",
+        functools.partial(one_transaction, per_branch_appends=True),
+        recover_tables,
+    ),
+)
 
 #: Ratios of median seconds per call (below 1: the first costs less), each with its target
 #: on small and on large writes (None: no target, only a figure).
@@ -182,23 +172,18 @@ def run_workload(
     ]
     try:
         check_frames(workload, frames)
-        for db in databases:
-            target = TxTarget(
-                db,
-                tuple(zip(tables, frames, strict=True)),
-                workload.rows,
-                0 if workload.transaction == "large" else None,
-            )
-            ddl = {table: table_ddl(db.kind, workload, table) for table in tables}
-            with db.fresh_tables(ddl, workload.name):
-                run_rounds(
-                    chosen,
-                    target,
-                    timings,
-                    workload=workload.name,
-                    warmups=warmups,
-                    repetitions=repetitions,
-                )
+        writes = tuple(zip(tables, frames, strict=True))
+        size = 0 if workload.transaction == "large" else None
+        rounds_on_each(
+            databases,
+            workload,
+            tables,
+            lambda db: TxTarget(db, writes, workload.rows, size),
+            chosen,
+            timings,
+            warmups=warmups,
+            repetitions=repetitions,
+        )
     finally:
         for df in frames:
             df.unpersist(blocking=True)
@@ -255,10 +240,7 @@ def markdown_lines(timings: Sequence[Timing], workloads: dict[str, dict[str, Any
         "| database | workload | ratio of median seconds per call | value | target |",
         "|---|---|---|---:|---|",
     ]
-    grouped: dict[tuple[str, str], dict[str, Summary]] = {}
-    for s in summaries:
-        grouped.setdefault((s.database, s.workload), {})[s.contender] = s
-    for (database, workload), row in grouped.items():
+    for (database, workload), row in by_key(summaries).items():
         large = workloads[workload]["transaction"] == "large"
         for a, b, small_target, large_target in TX_RATIOS:
             if a not in row or b not in row:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -211,8 +211,7 @@ def parse_workload(name: str, partitions: int) -> Workload:
             "tiny", "narrow", TINY_PARTITIONS * TINY_ROWS_PER_PARTITION, TINY_PARTITIONS
         )
     if name.startswith("small-"):
-        rows = parse_count(name.removeprefix("small-"))
-        return Workload(name, "narrow", rows, SMALL_PARTITIONS, SMALL_CALLS, SMALL_WARMUPS)
+        return _many_calls(name, parse_count(name.removeprefix("small-")))
     if name.startswith("stream-"):
         # One source file, so one partition, per micro-batch. No warm-up *queries*: every
         # query's own warm-up batches are excluded instead.
@@ -236,29 +235,13 @@ def parse_workload(name: str, partitions: int) -> Workload:
         if rows < 1:
             raise ValueError(f"{name}: a write needs at least one row")
         if writes == "small":
-            return Workload(
-                name,
-                "narrow",
-                rows,
-                SMALL_PARTITIONS,
-                SMALL_CALLS,
-                SMALL_WARMUPS,
-                transaction=writes,
-            )
+            return _many_calls(name, rows, transaction=writes)
         return Workload(name, "narrow", rows, partitions, transaction=writes)
     if name.startswith("history-"):
         jobs = parse_count(name.removeprefix("history-"))
         if jobs < 1:
             raise ValueError(f"{name}: a history needs at least one job")
-        return Workload(
-            name,
-            "narrow",
-            HISTORY_CALL_ROWS,
-            SMALL_PARTITIONS,
-            SMALL_CALLS,
-            SMALL_WARMUPS,
-            history=jobs,
-        )
+        return _many_calls(name, HISTORY_CALL_ROWS, history=jobs)
     shape, _, count = name.partition("-")
     if shape not in ("narrow", "wide") or not count:
         raise ValueError(
@@ -268,6 +251,11 @@ def parse_workload(name: str, partitions: int) -> Workload:
         )
     rows = parse_count(count)
     return Workload(name, "narrow" if shape == "narrow" else "wide", rows, partitions)
+
+
+def _many_calls(name: str, rows: int, **kind: Any) -> Workload:
+    """A workload of many small calls, as `small`'s: its own number of calls and warm-ups."""
+    return Workload(name, "narrow", rows, SMALL_PARTITIONS, SMALL_CALLS, SMALL_WARMUPS, **kind)
 
 
 def build_dataframe(spark: SparkSession, workload: Workload, first_id: int = 0) -> DataFrame:

@@ -356,6 +356,11 @@ def connection_args(server: DbServer, **more: Any) -> dict[str, Any]:
     return {"database": database_of(server, **more)}
 
 
+def format_login(server: DbServer) -> dict[str, str]:
+    """format("xasink")'s options that reach a test server, as Spark's JDBC names them."""
+    return {"url": server.jdbc_url, "user": server.user, "password": server.password}
+
+
 def database_of(server: DbServer, **more: Any) -> Database:
     return Database(server.jdbc_url, user=server.user, password=server.password, **more)
 

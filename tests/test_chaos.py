@@ -241,7 +241,12 @@ def test_recovery_races_live_jobs(spark, db):
             table = seeded_table(db)
             df, options, _ = mode_case(spark, mode, partitions)
             write = functools.partial(
-                write_xa, df, table=table, **options, **connection_args(db), heartbeat_interval=0.3
+                write_xa,
+                df,
+                table=table,
+                **options,
+                **connection_args(db),
+                commit_properties=CommitProperties(heartbeat_interval=0.3),
             )
             _, error = bounded(write)
             if error is not None and db.password in str(error):
@@ -451,7 +456,12 @@ def test_concurrency_soak(spark, db):
             )
             options = {"mode": "upsert", "key": ["id"]} if mode == "upsert" else {}
             write = functools.partial(
-                write_xa, df, table=table, **options, **connection_args(db), heartbeat_interval=0.5
+                write_xa,
+                df,
+                table=table,
+                **options,
+                **connection_args(db),
+                commit_properties=CommitProperties(heartbeat_interval=0.5),
             )
             _, error = bounded(write)
             with lock:

@@ -13,6 +13,7 @@ from support import (
     assert_exactly,
     connection_args,
     contents,
+    database_of,
     events_df,
     failing_once,
     file_stream,
@@ -87,11 +88,9 @@ def test_foreach_batch_from_a_connect_client(remote, db, tmp_path):
     """Under Connect the foreachBatch function runs in the server's Python process."""
     table, sink = new_table(db), f"connect-{tmp_path.name}"[:60]
     stream_files(tmp_path / "in", 3, 100)
-    args = connection_args(db)
-    url = args.pop("url")
     query = (
         failing_once(file_stream(remote, tmp_path / "in"), 150)
-        .writeStream.foreachBatch(foreach_batch(url, table, sink_id=sink, **args))
+        .writeStream.foreachBatch(foreach_batch(database_of(db), table, sink_id=sink))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
         .start()

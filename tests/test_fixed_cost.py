@@ -200,8 +200,8 @@ def test_mariadb_appends_to_a_keyless_table_through_one_branch(spark, db):
     explicit = write_xa(
         events_df(spark, 3000, 3).withColumn("id", F.col("id") + 3000),
         table=keyless,
-        **tasks,
-        writer_properties=WriterProperties(max_branches=3),
+        writer_properties=WriterProperties(driver_write_bytes=0, max_branches=3),
+        **connection_args(db),
     )
     assert explicit.partitions == 3
     assert_exactly(db, keyless, range(6000))

@@ -14,6 +14,7 @@ from support import (
     assert_exactly,
     connection_args,
     events_df,
+    format_login,
     job_states,
     new_table,
     start_foreach_stream,
@@ -170,7 +171,7 @@ def test_a_format_write_logs_one_line_from_sparks_worker(spark, db):
     table = new_table(db)
     spark.conf.set(WORKER_LOGGING, "true")
     try:
-        options = {"dbtable": table, **connection_args(db)}
+        options = {"dbtable": table, **format_login(db)}
         events_df(spark, 300, 2).write.format("xasink").mode("append").options(**options).save()
         logged = spark.tvf.python_worker_logs().where(f"logger = '{JOBS}'").collect()
     finally:

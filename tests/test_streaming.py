@@ -18,6 +18,7 @@ from support import (
     cli,
     connection_args,
     contents,
+    database_of,
     events_df,
     job_states,
     kill_driver_at,
@@ -196,8 +197,8 @@ def test_a_stream_replays_a_batch_that_failed_in_phase_2(spark, db, tmp_path):
     table, sink = new_table(db), new_sink()
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     stream_files(source, batches=3, per_batch=200)
-    options = {**connection_args(db), "writer_properties": WriterProperties(max_branches=2)}
-    url = options.pop("url")
+    options = {"writer_properties": WriterProperties(max_branches=2)}
+    url = database_of(db)
     failing = foreach_batch(url, table, sink_id=sink, **options)
     with (
         pytest.raises(StreamingQueryException, match="injected fault at after_first_commit"),

@@ -254,7 +254,7 @@ def test_every_type_round_trips(spark, db, bulk):
     # Bulk: write_xa creates the table (create="if_missing"); batched: the same column
     # types, created independently of write_xa.
     table = f"ty_{uuid.uuid4().hex[:10]}" if bulk else create_table(db, {n: ddl[n] for n in schema})
-    result = write(spark, db, table, data, schema, bulk=bulk)
+    result = write(spark, db, table, data, schema, writer_properties=WriterProperties(bulk=bulk))
     path = {"postgres": "copy-csv", "mysql": "load-data"}[db.dialect] if bulk else "batched"
     assert (result.load_paths, result.created) == ((path,), bulk)
     check(db, table, data, schema, ddl)

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Literal, TypedDict, cast
 
@@ -134,6 +134,15 @@ class Database:
             self, "jars", None if jars is None else tuple([jars] if isinstance(jars, str) else jars)
         )
 
+    def __hash__(self) -> int:  # equal values hash alike; `properties` is a mapping
+        return hash((self.url, self.user, self.dialect, self.journal_schema))
+
+    def __reduce__(self) -> tuple[type[Database], tuple[object, ...]]:
+        """Pickled as its fields (a read-only mapping does not pickle): a foreachBatch
+        function that holds it travels to a Spark Connect server."""
+        values = (getattr(self, f.name) for f in fields(self))
+        return Database, tuple(dict(v) if isinstance(v, Mapping) else v for v in values)
+
     @classmethod
     def of(cls, database: Database | str) -> Database:
         """`database` itself, or a URL string as a Database of its own."""
@@ -177,7 +186,7 @@ class WriterProperties:
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigurationError("batch_size must be a whole number above 0.")
+            raise ConfigurationError("batch_size must be at least 1.")
         if not isinstance(self.driver_write_bytes, int) or self.driver_write_bytes < 0:
             raise ConfigurationError("driver_write_bytes must be a whole number, 0 or above.")
 
@@ -207,8 +216,8 @@ class CommitProperties:
             raise ConfigurationError("heartbeat_interval must be a number of seconds above 0.")
         if not self.grace >= 0 or not self.lock_wait_timeout > 0:
             raise ConfigurationError("grace must be 0 or above, lock_wait_timeout above 0.")
-        if self.retries < 1 or self.parallelism < 1:
-            raise ConfigurationError("retries and parallelism must be whole numbers above 0.")
+        if self.retries < 0 or self.parallelism < 1:
+            raise ConfigurationError("retries must be 0 or more, parallelism 1 or more.")
 
 
 class WriteOptions(TypedDict, total=False):

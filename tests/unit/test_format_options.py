@@ -9,7 +9,7 @@ import pytest
 
 from xasink.errors import ConfigurationError, DriverNotFoundError
 from xasink.spark.options import parse
-from xasink.spec import TableRef
+from xasink.spec import CommitProperties, TableRef, WriterProperties
 
 URL = "jdbc:postgresql://db:5432/app"
 
@@ -42,9 +42,10 @@ def test_defaults(options, jar):
     assert (request.spec.connect_timeout, request.spec.network_timeout) == (10, 600.0)
     assert request.target == TableRef("events", "public")
     assert (request.options.mode, request.options.key) == ("append", ())
-    assert (request.create, request.batch_size, request.bulk) == ("if_missing", 10_000, True)
-    assert (request.lock_wait, request.grace, request.recover_first) == (60.0, 120.0, True)
-    assert (request.commit_retries, request.commit_parallelism) == (5, 4)
+    assert (request.create, request.writer) == ("if_missing", WriterProperties(10_000, True))
+    assert request.commit == CommitProperties(
+        retries=5, parallelism=4, recover_first=True, grace=120.0, lock_wait_timeout=60.0
+    )
     assert request.journal_schema is None
     assert parsed.max_branches == 8  # PostgreSQL's bound on prepared slots
     assert (parsed.heartbeat_interval, parsed.lease, parsed.start_timeout) == (10.0, 300.0, 3600.0)
@@ -83,10 +84,10 @@ def test_keys_are_case_insensitive_and_numbers_parse(jar):
     assert request.target == TableRef("events")
     assert request.options.key == ("id", "name")
     assert (request.options.mode, request.options.order) == ("upsert", "ts")
-    assert (request.batch_size, request.spec.connect_timeout) == (500, 4)
-    assert (request.lock_wait, request.grace) == (1.5, 30.0)
-    assert (request.bulk, request.recover_first) == (False, False)
-    assert (request.commit_parallelism, request.journal_schema) == (2, "ops")
+    assert (request.writer.batch_size, request.spec.connect_timeout) == (500, 4)
+    assert (request.commit.lock_wait_timeout, request.commit.grace) == (1.5, 30.0)
+    assert (request.writer.bulk, request.commit.recover_first) == (False, False)
+    assert (request.commit.parallelism, request.journal_schema) == (2, "ops")
     assert (parsed.max_branches, parsed.heartbeat_interval) == (3, 2.5)
 
 

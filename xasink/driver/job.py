@@ -100,9 +100,9 @@ class Job:
         """A new job's journal connection. With `reuse` (write_xa), sessions are kept for
         the next call of this process; preflight checks that passed are kept in `checks`.
         Both are forgotten on any failure."""
-        spec = request.spec
+        spec, lock_wait = request.spec, request.commit.lock_wait_timeout
         session, journal = open_journal(
-            spec, request.journal_schema, request.lock_wait, reuse=reuse, staged=STAGED_APPLY
+            spec, request.journal_schema, lock_wait, reuse=reuse, staged=STAGED_APPLY
         )
         job = cls(request, session, journal, trace)
         job._reuse, job._checks = reuse, checks
@@ -151,7 +151,7 @@ class Job:
         """Branch operations on this job's journal (as preflight found it), opened once."""
         if self._ops is None:
             ops = BranchOps(
-                self.spec, self.journal, retries=self.request.commit_retries, reuse=self._reuse
+                self.spec, self.journal, retries=self.request.commit.retries, reuse=self._reuse
             )
             self._ops = self._closing.enter_context(ops)
         return self._ops
@@ -199,10 +199,10 @@ class Job:
                     self.conn,
                     self.journal,
                     str(target),
-                    request.grace,
+                    request.commit.grace,
                     request.options.staged,
                 )
-                if request.recover_first
+                if request.commit.recover_first
                 else []
             )
         sink = request.sink
@@ -301,8 +301,8 @@ class Job:
                 tuple(c.name for c in columns),
                 self.journal,
                 self.job_id,
-                request.batch_size,
-                bulk=request.bulk and bulk_available(dialect, self.conn),
+                request.writer.batch_size,
+                bulk=request.writer.bulk and bulk_available(dialect, self.conn),
                 faults=request.faults,
                 column_types=tuple(c.type_name for c in columns),
                 apply=self.current,
@@ -346,7 +346,7 @@ class Job:
         """Phase 2 and finish; returns how many losing attempts were rolled back."""
         assert self.plan is not None and self.decided
         losers, self.trace.stale = commit_all(
-            self.plan, self.ops, self.conn, phase_one, self.request.commit_parallelism
+            self.plan, self.ops, self.conn, phase_one, self.request.commit.parallelism
         )
         self.trace.state = JobState.COMMITTED
         self.trace.done("commit")

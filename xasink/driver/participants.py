@@ -166,10 +166,12 @@ def settle_left(coordinator: Job, member: Job) -> list[BranchAction]:
     """What earlier transactions of the coordinator left in this participant (a decision
     that never reached it, an abort not carried there), finished before a write there, or
     instead of it when a stream's batch was decided before and is skipped."""
-    if not member.journal.tag or not member.request.recover_first:
+    if not member.journal.tag or not member.request.commit.recover_first:
         return []  # no journal there: nothing was ever written
     reached = Participant(member.spec, member.conn, member.journal, member.ops)
-    return settle_earlier(coordinator.journal, coordinator.conn, reached, member.request.grace)
+    return settle_earlier(
+        coordinator.journal, coordinator.conn, reached, member.request.commit.grace
+    )
 
 
 def winners_of(members: Sequence[Member]) -> dict[str, list[tuple[int, int, int]]]:
@@ -243,7 +245,7 @@ def _earlier(coordinator: Job, m: Member, copy_only: bool) -> list[BranchAction]
     reached = Participant(job.spec, job.conn, job.journal, job.ops)
     before = str(coordinator.job_id)
     return settle_earlier(
-        coordinator.journal, coordinator.conn, reached, job.request.grace, before, copy_only
+        coordinator.journal, coordinator.conn, reached, job.request.commit.grace, before, copy_only
     )
 
 

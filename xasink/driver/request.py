@@ -11,7 +11,7 @@ from ..errors import ConfigurationError
 from ..protocol.actions import BranchAction
 from ..protocol.journal import Journal
 from ..protocol.sinkmarks import SinkBatch, SinkMark
-from ..spec import ConnectionSpec, TableRef
+from ..spec import CommitProperties, ConnectionSpec, TableRef, WriterProperties
 from ..tables.catalog import check_create
 from ..tables.columns import TableColumn
 from ..tables.modes import ModeOptions
@@ -27,25 +27,19 @@ class JobRequest:
     target: TableRef
     options: ModeOptions
     create: defaults.Create = defaults.CREATE
-    batch_size: int = defaults.BATCH_SIZE
-    bulk: bool = True
+    writer: WriterProperties = field(default_factory=WriterProperties)
+    commit: CommitProperties = field(default_factory=CommitProperties)
     journal_schema: str | None = None
-    lock_wait: float = defaults.LOCK_WAIT
-    grace: float = defaults.GRACE
-    recover_first: bool = True
-    commit_retries: int = defaults.COMMIT_RETRIES
-    commit_parallelism: int = defaults.COMMIT_PARALLELISM
     sink: SinkBatch | None = None
     #: The test suite's armed faults (xasink._testing), taken when the request is made.
     faults: tuple[Fault, ...] = field(default_factory=armed)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigurationError("batch_size must be at least 1.")
-        if self.spec.network_timeout <= self.lock_wait:
+        lock_wait = self.commit.lock_wait_timeout
+        if self.spec.network_timeout <= lock_wait:
             raise ConfigurationError(
                 f"network_timeout ({self.spec.network_timeout:g} s) must be above "
-                f"lock_wait_timeout ({self.lock_wait:g} s): a lock wait would otherwise be "
+                f"lock_wait_timeout ({lock_wait:g} s): a lock wait would otherwise be "
                 "taken for a dead connection."
             )
         check_create(self.create)

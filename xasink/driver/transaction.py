@@ -99,22 +99,9 @@ def write_request(
     query_id: str | None,
 ) -> JobRequest:
     """One `tx.write`'s request: its table and mode, on the transaction's database."""
-    s, commit = settings, settings.commit
-    return JobRequest(
-        spec=s.spec,
-        target=table,
-        options=options,
-        create=create,
-        batch_size=writer.batch_size,
-        bulk=writer.bulk,
-        journal_schema=s.journal_schema,
-        lock_wait=commit.lock_wait_timeout,
-        grace=commit.grace,
-        recover_first=commit.recover_first,
-        commit_retries=commit.retries,
-        commit_parallelism=commit.parallelism,
-        sink=sink_batch(s.sink_id, s.batch_id, query_id),
-    )
+    s = settings
+    sink = sink_batch(s.sink_id, s.batch_id, query_id)
+    return JobRequest(s.spec, table, options, create, writer, s.commit, s.journal_schema, sink)
 
 
 def add_write(
@@ -127,8 +114,8 @@ def add_write(
     assert job.job_id is not None
     request, target = job.request, job.request.target
     recovered = (
-        recover_table(job.ops, job.conn, job.journal, str(target), request.grace, True)
-        if request.recover_first
+        recover_table(job.ops, job.conn, job.journal, str(target), request.commit.grace, True)
+        if request.commit.recover_first
         else []
     )
     index = len(job.apply.stages) if job.apply is not None else 0

@@ -217,7 +217,10 @@ def end_stream_jobs(fmt: FormatRequest) -> None:
     request = fmt.request
     assert fmt.stream_key is not None
     session, journal = open_journal(
-        request.spec, request.journal_schema, request.lock_wait, staged=STAGED_APPLY
+        request.spec,
+        request.journal_schema,
+        request.commit.lock_wait_timeout,
+        staged=STAGED_APPLY,
     )
     with session, BranchOps(request.spec, journal) as ops:
         conn = session.connection

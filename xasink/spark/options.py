@@ -20,7 +20,7 @@ from ..driver.request import JobRequest
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..protocol.connecting import make_spec
-from ..spec import Database, TableRef
+from ..spec import CommitProperties, Database, TableRef, WriterProperties
 from ..tables.modes import APPEND, OVERWRITE, ModeOptions
 
 #: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
@@ -131,14 +131,18 @@ def parse(
             mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
         ),
         create=cast(defaults.Create, own.get("create", defaults.CREATE)),  # JobRequest checks it
-        batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
-        bulk=_flag(own, "bulk", True),
+        writer=WriterProperties(
+            batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
+            bulk=_flag(own, "bulk", True),
+        ),
+        commit=CommitProperties(
+            retries=_whole(own, "commitretries", defaults.COMMIT_RETRIES),
+            parallelism=_whole(own, "commitparallelism", defaults.COMMIT_PARALLELISM),
+            recover_first=_flag(own, "recoverfirst", True),
+            grace=_number(own, "grace", defaults.GRACE),
+            lock_wait_timeout=_number(own, "lockwaittimeout", defaults.LOCK_WAIT),
+        ),
         journal_schema=database.journal_schema,
-        lock_wait=_number(own, "lockwaittimeout", defaults.LOCK_WAIT),
-        grace=_number(own, "grace", defaults.GRACE),
-        recover_first=_flag(own, "recoverfirst", True),
-        commit_retries=_whole(own, "commitretries", defaults.COMMIT_RETRIES),
-        commit_parallelism=_whole(own, "commitparallelism", defaults.COMMIT_PARALLELISM),
     )
     sink_id = own.get("sinkid") or None
     if sink_id is not None:

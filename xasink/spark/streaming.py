@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..driver.sinks import sink_batch
+from ..errors import ConfigurationError
 from ..spec import CommitProperties, Database, WriteOptions, write_options
 from .write import write_xa
 
@@ -43,6 +44,8 @@ def foreach_batch(
         **options: how each batch changes the table (`WriteOptions`: `mode`, `key`, ...).
     """
     sink_batch(sink_id, 0)  # validates sink_id now, not at the first batch
+    if "batch_id" in options:
+        raise ConfigurationError("foreach_batch sets batch_id itself; pass sink_id=... only.")
     given = write_options("foreach_batch", options)
     db = Database.of(database)
 
