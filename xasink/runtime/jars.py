@@ -59,8 +59,8 @@ def explicit_jars(jars: Sequence[str] | None) -> list[str]:
     missing = [p for p in named if not visible(p)]
     if missing:
         raise DriverNotFoundError(
-            f"JDBC jar(s) not found: {', '.join(missing)}. Check the paths given in "
-            f"Database(jars=[...]) or in ${JARS_ENV}."
+            f"JDBC jar(s) not found: {', '.join(missing)}. Check the paths given in jars=[...] "
+            f"or in ${JARS_ENV}."
         )
     return [str(Path(p).resolve()) for p in named]
 
@@ -123,16 +123,16 @@ def resolve_classpath(kinds: Sequence[str], jars: Sequence[str] | None = None) -
         jar = find_driver_jar(kind)
         if jar:
             return [jar]
-    places = "; ".join([f"Database(jars=[...]) and ${JARS_ENV}"] + [str(d) for d in search_dirs()])
+    places = "; ".join([f"jars=[...] and ${JARS_ENV}"] + [str(d) for d in search_dirs()])
     if not kinds:
         raise DriverNotFoundError(
-            f"No JDBC driver jar given for this database. Give Database(url, jars=["
+            f"No JDBC driver jar given for this database. Pass write_xa(..., jars=["
             f"'/path/driver.jar']) or set {JARS_ENV}. Looked in: {places}."
         )
     patterns = ", ".join(p for k in kinds for p in DRIVER_JAR_PATTERNS[k])
     hints = "; ".join(INSTALL_HINTS[k] for k in kinds)
     raise DriverNotFoundError(
         f"No JDBC driver jar found (file names {patterns}). Looked in: {places}. Supply one "
-        f"with Database(url, jars=['/path/driver.jar']) (CLI: --jars), set {JARS_ENV}, or put "
-        f"it in {_PROJECT_JARS}. To install: {hints}."
+        f"with jars=['/path/driver.jar'] (CLI: --jars), set {JARS_ENV}, or put it in "
+        f"{_PROJECT_JARS}. To install: {hints}."
     )
