@@ -60,8 +60,9 @@ class Member:
 
 def elsewhere(settings: TransactionSettings, database: Database | str) -> TransactionSettings:
     """A participant's settings: its own database and journal, the transaction's commit
-    properties, and no sink (the coordinator's decision moves the stream's mark)."""
-    return TransactionSettings.of(database, settings.commit)
+    properties and way of appending, and no sink (the coordinator's decision moves the
+    stream's mark)."""
+    return TransactionSettings.of(database, settings.commit, settings.per_branch_appends)
 
 
 def same_database(coordinator: Job, opened: Job, members: Sequence[Job]) -> None:
