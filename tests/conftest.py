@@ -22,30 +22,15 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 try:  # tests/ on sys.path (default rootdir-relative import mode)
-    from servers import (
-        SID_KINDS,
-        DbServer,
-        Kind,
-        ServerUnavailable,
-        shared_server,
-        started_servers,
-        stop_shared_servers,
-    )
+    import servers
     from spark_archive import make_archive
 except ImportError:  # tests/ imported as a package
-    from tests.servers import (
-        SID_KINDS,
-        DbServer,
-        Kind,
-        ServerUnavailable,
-        shared_server,
-        started_servers,
-        stop_shared_servers,
-    )
+    from tests import servers
     from tests.spark_archive import make_archive
 
 
@@ -183,7 +168,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which servers this run tested, and why a kind was not; record it for the report."""
-    tested = started_servers()
+    tested = servers.started_servers()
     if not tested and not _unavailable:
         return
     words = [f"{kind} {version}" for kind, version in sorted(tested.items())]
@@ -194,12 +179,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         record.write(json.dumps({"at": time.time(), "tested": tested, "not": _unavailable}) + "\n")
 
 
-def _server(kind: Kind, **settings: object) -> DbServer:
+def _server(kind: servers.Kind, **settings: object) -> servers.DbServer:
     """Shared server, or skip/fail the test when none can be had."""
     try:
-        return shared_server(kind, **settings)
-    except ServerUnavailable as exc:
-        if kind in SID_KINDS:  # only its root's provisioning raises this: skip, loudly
+        return servers.shared_server(kind, **settings)
+    except servers.ServerUnavailable as exc:
+        if kind in servers.SID_KINDS:  # only its root's provisioning raises this: skip, loudly
             _unavailable[kind] = str(exc)
             pytest.skip(f"{kind} tests skipped: {exc}")
         if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
@@ -211,66 +196,85 @@ def _server(kind: Kind, **settings: object) -> DbServer:
 def _db_servers() -> Iterator[None]:
     """Owns the shared servers: stops them when the session ends."""
     yield
-    stop_shared_servers()
+    servers.stop_shared_servers()
 
 
-@pytest.fixture(scope="session")
-def postgres(_db_servers: None) -> DbServer:
-    """PostgreSQL with max_prepared_transactions=100, as the app user."""
-    return _server("postgres")
+def _server_fixture(name: str, kind: servers.Kind, doc: str, **settings: object) -> Any:
+    """The session fixture `name`: the shared `kind` server started with `settings`, as the
+    app user (`doc` is its docstring)."""
+
+    def fixture(_db_servers: None) -> servers.DbServer:
+        return _server(kind, **settings)
+
+    fixture.__name__ = fixture.__qualname__ = name
+    fixture.__doc__ = doc
+    return pytest.fixture(scope="session", name=name)(fixture)
 
 
-@pytest.fixture(scope="session")
-def mariadb(_db_servers: None) -> DbServer:
-    """MariaDB 10.11 (as installed), as the app user."""
-    return _server("mariadb")
+def _each_server(name: str, kinds: list[str], doc: str) -> Any:
+    """The fixture `name`: each server fixture of `kinds` in turn (`doc`: its docstring)."""
+
+    def fixture(request: pytest.FixtureRequest) -> servers.DbServer:
+        server: servers.DbServer = request.getfixturevalue(request.param)
+        return server
+
+    fixture.__name__ = fixture.__qualname__ = name
+    fixture.__doc__ = doc
+    return pytest.fixture(params=kinds, name=name)(fixture)
 
 
-@pytest.fixture(scope="session")
-def mariadb11(_db_servers: None) -> DbServer:
-    """MariaDB 11.8 LTS with its defaults (innodb_snapshot_isolation ON; from a Debian
-    unstable root built once per machine), as the app user."""
-    return _server("mariadb11")
+postgres = _server_fixture(
+    "postgres", "postgres", "PostgreSQL with max_prepared_transactions=100, as the app user."
+)
+mariadb = _server_fixture("mariadb", "mariadb", "MariaDB 10.11 (as installed), as the app user.")
+mariadb11 = _server_fixture(
+    "mariadb11",
+    "mariadb11",
+    "MariaDB 11.8 LTS with its defaults (innodb_snapshot_isolation ON; from a Debian unstable "
+    "root built once per machine), as the app user.",
+)
+mysql = _server_fixture(
+    "mysql",
+    "mysql",
+    "MySQL 9 (from a Debian unstable root built once per machine), as the app user.",
+)
+pg_no_xa = _server_fixture(
+    "pg_no_xa",
+    "postgres",
+    "PostgreSQL with max_prepared_transactions=0 (two-phase commit refused).",
+    max_prepared_transactions=0,
+)
+pg_sync_standby = _server_fixture(
+    "pg_sync_standby",
+    "postgres",
+    "PostgreSQL waiting for a synchronous standby that never comes, for the sessions that ask "
+    "to (SET synchronous_commit = on): one COMMIT PREPARED can be held open.",
+    synchronous_standby_names="nobody",
+)
+db = _each_server(
+    "db",
+    ["postgres", "mariadb", "mariadb11", "mysql"],
+    "Each supported server kind in turn (MySQL, MariaDB 11.8: see the module's docstring).",
+)
+mysql_family = _each_server(
+    "mysql_family",
+    ["mariadb", "mariadb11", "mysql"],
+    "Each MySQL-protocol server in turn, for what only that family has.",
+)
+any_mariadb = _each_server(
+    "any_mariadb",
+    ["mariadb", "mariadb11"],
+    "Each MariaDB in turn (10.11, 11.8), for what MariaDB does and MySQL does not.",
+)
 
 
-@pytest.fixture(scope="session")
-def mysql(_db_servers: None) -> DbServer:
-    """MySQL 9 (from a Debian unstable root built once per machine), as the app user."""
-    return _server("mysql")
+@pytest.fixture
+def journal_schema(db: servers.DbServer) -> Iterator[str]:
+    """A journal schema (MySQL: a database) of the test's own on each `db`, dropped
+    afterwards (`support.own_journal_schema`)."""
+    from support import own_journal_schema
 
-
-@pytest.fixture(scope="session")
-def pg_no_xa(_db_servers: None) -> DbServer:
-    """PostgreSQL with max_prepared_transactions=0 (two-phase commit refused)."""
-    return _server("postgres", max_prepared_transactions=0)
-
-
-@pytest.fixture(scope="session")
-def pg_sync_standby(_db_servers: None) -> DbServer:
-    """PostgreSQL waiting for a synchronous standby that never comes, for the sessions
-    that ask to (SET synchronous_commit = on): one COMMIT PREPARED can be held open."""
-    return _server("postgres", synchronous_standby_names="nobody")
-
-
-@pytest.fixture(params=["postgres", "mariadb", "mariadb11", "mysql"])
-def db(request: pytest.FixtureRequest) -> DbServer:
-    """Each supported server kind in turn (MySQL, MariaDB 11.8: see the module's docstring)."""
-    server: DbServer = request.getfixturevalue(request.param)
-    return server
-
-
-@pytest.fixture(params=["mariadb", "mariadb11", "mysql"])
-def mysql_family(request: pytest.FixtureRequest) -> DbServer:
-    """Each MySQL-protocol server in turn, for what only that family has."""
-    server: DbServer = request.getfixturevalue(request.param)
-    return server
-
-
-@pytest.fixture(params=["mariadb", "mariadb11"])
-def any_mariadb(request: pytest.FixtureRequest) -> DbServer:
-    """Each MariaDB in turn (10.11, 11.8), for what MariaDB does and MySQL does not."""
-    server: DbServer = request.getfixturevalue(request.param)
-    return server
+    yield from own_journal_schema(db)
 
 
 @pytest.fixture(scope="session")

@@ -243,35 +243,17 @@ def _connect(
     overrides: Mapping[str, Any],
 ) -> DbConnection:
     """Open an autocommit psycopg / pymysql connection; ``overrides`` win."""
+    params: dict[str, Any] = dict(
+        host=host, port=port, user=user, password=password, autocommit=True, connect_timeout=10
+    )
     if kind == "postgres":
         import psycopg
 
-        params: dict[str, Any] = dict(
-            host=host,
-            port=port,
-            user=user,
-            password=password,
-            dbname=database,
-            autocommit=True,
-            connect_timeout=10,
-        )
-        params.update(overrides)
-        return psycopg.connect(**params)
+        return psycopg.connect(**{**params, "dbname": database, **overrides})
     import pymysql
 
-    params = dict(
-        host=host,
-        port=port,
-        user=user,
-        password=password,
-        database=database,
-        autocommit=True,
-        local_infile=True,
-        connect_timeout=10,
-        charset="utf8mb4",
-    )
-    params.update(overrides)
-    return pymysql.connect(**params)
+    mysql = {"database": database, "local_infile": True, "charset": "utf8mb4"}
+    return pymysql.connect(**{**params, **mysql, **overrides})
 
 
 # --------------------------------------------------------------------------

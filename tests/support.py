@@ -150,6 +150,22 @@ def xasink_stream(stream: Any, db: DbServer, table: str, checkpoint: object) -> 
     )
 
 
+def xasink_writer(df: Any, db: DbServer, table: str, mode: str = "append", **options: Any) -> Any:
+    """`df.write.format("xasink")` into `table` with save mode `mode`, `db`'s connection
+    options and every further option in `options`."""
+    writer = (
+        df.write.format("xasink")
+        .mode(mode)
+        .option("url", db.jdbc_url)
+        .option("dbtable", table)
+        .option("user", db.user)
+        .option("password", db.password)
+    )
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    return writer
+
+
 def start_foreach_stream(
     spark: Any, source: Path, checkpoint: Path, write: Any, schema: str | None = None
 ) -> Any:
@@ -299,6 +315,23 @@ def waiting_on_apply_lock(server: DbServer) -> int:
         return int(cursor.fetchone()[0])
 
 
+def released_by_apply_lock(
+    server: DbServer, table: str, calls: list[Callable[[], Any]]
+) -> list[Any]:
+    """`released_together(calls)` from behind xasink's apply lock of `table`: held while
+    they start, released once every one waits for it. Each call's result or exception."""
+    holder, unlock = hold_apply_lock(server, table)
+    try:
+        return released_together(
+            calls,
+            lambda: waiting_on_apply_lock(server),
+            lambda: holder.cursor().execute(unlock),
+            "the apply lock",
+        )
+    finally:
+        holder.close()
+
+
 def ids_in(server: DbServer, table: str) -> list[int]:
     """Every id in the table, duplicates included, sorted (read with psycopg/pymysql)."""
     quote = '"' if server.kind == "postgres" else "`"
@@ -306,6 +339,11 @@ def ids_in(server: DbServer, table: str) -> list[int]:
         cursor = conn.cursor()
         cursor.execute(f"SELECT id FROM {quote}{table}{quote} ORDER BY id")
         return [int(row[0]) for row in cursor.fetchall()]
+
+
+def rows_in(server: DbServer, table: str) -> list[tuple[Any, ...]]:
+    """Every row of `table`, ordered by id (read with psycopg/pymysql, as the app user)."""
+    return run_sql(server, f"SELECT * FROM {table} ORDER BY id", admin=False)
 
 
 def xasink_prepared(server: DbServer) -> list[str]:
@@ -322,6 +360,12 @@ def assert_exactly(server: DbServer, table: str, expected: range | list[int]) ->
     ids = ids_in(server, table)
     assert ids == sorted(expected), _id_diff(ids, list(expected))
     assert server.prepared_transactions() == [], "prepared transactions were left behind"
+
+
+def assert_clean(server: DbServer) -> None:
+    """Nothing left prepared and no staging table left on the server."""
+    assert server.prepared_transactions() == [], "prepared transactions were left behind"
+    assert stage_tables(server) == [], "a staging table was left behind"
 
 
 def _id_diff(got: list[int], want: list[int]) -> str:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from support import WatchedDriver, connection_args, job_states, stage_tables, xasink_cli
-from test_transaction import CUSTOMERS, ORDERS, _expected, _frames, _ids
+from support import WatchedDriver, connection_args, ids_in, job_states, stage_tables, xasink_cli
+from test_transaction import CUSTOMERS, ORDERS, _expected, _frames
 
 from xasink import CommitProperties, WriterProperties, transaction
 
@@ -80,19 +80,19 @@ def test_a_child_applied_while_its_parents_are_held_ends_exactly_once(spark, db,
             error = exc
         waited = db.kind != "postgres"
         assert (error is not None) == waited, error
-        assert _ids(db, child) == ([] if waited else _expected()[1])
+        assert ids_in(db, child) == ([] if waited else _expected()[1])
     finally:
         held.kill()  # the held transaction never committed: the server rolls it back
-    assert _ids(db, parent) == list(range(CUSTOMERS)) and _ids(db, other) == []
+    assert ids_in(db, parent) == list(range(CUSTOMERS)) and ids_in(db, other) == []
     recovered = xasink_cli(db, "recover", "--grace", "0")
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     state = job_states(db).get(tx.job_id)
     print(f"\n{db.kind} {path}: {type(error).__name__}: {str(error)[:300]} -> {state}")
     if error is not None and path == "driver":  # one local transaction: nothing written
         assert state is None and "nothing was written" in str(error), (state, error)
-        assert _ids(db, child) == []
+        assert ids_in(db, child) == []
     else:  # committed by its driver, or decided and applied by recover
         assert state == "committed", (state, error)
-        assert _ids(db, child) == _expected()[1] and len(_ids(db, child)) == CUSTOMERS * ORDERS
+        assert ids_in(db, child) == _expected()[1] and len(ids_in(db, child)) == CUSTOMERS * ORDERS
     assert db.prepared_transactions() == [], "prepared transactions were left behind"
     assert stage_tables(db) == [], "a staging table was left behind"

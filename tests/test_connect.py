@@ -23,6 +23,7 @@ from support import (
     sink_mark,
     stream_files,
     xasink_stream,
+    xasink_writer,
 )
 
 from xasink import foreach_batch, write_xa
@@ -70,16 +71,7 @@ def test_upsert_from_a_connect_client(remote, db):
 @pytest.mark.ci_postgres
 def test_format_from_a_connect_client(remote, db):
     table = new_table(db)
-    (
-        failing_once(events_df(remote, 1000, 2), 800)
-        .write.format("xasink")
-        .mode("append")
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-        .save()
-    )
+    xasink_writer(failing_once(events_df(remote, 1000, 2), 800), db, table).save()
     assert_exactly(db, table, range(1000))
 
 

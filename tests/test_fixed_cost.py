@@ -19,6 +19,7 @@ from support import (
     journal_session,
     new_table,
     run_sql,
+    xasink_writer,
 )
 
 import xasink.spark.datasource
@@ -102,16 +103,7 @@ def test_a_column_added_a_moment_ago_is_written_at_once(spark, db, clock, monkey
     )
     run_sql(db, f"ALTER TABLE {table} ADD COLUMN more INT")
     later = df.withColumn("id", df.id + 100).withColumn("extra", F.lit(7))
-    (
-        later.withColumn("more", F.lit(8))
-        .write.format("xasink")
-        .mode("append")
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-        .save()
-    )
+    xasink_writer(later.withColumn("more", F.lit(8)), db, table).save()
     assert_exactly(db, table, range(150))
     counts = run_sql(db, f"SELECT COUNT(extra), COUNT(more) FROM {table}")
     assert counts == [(100, 50)]

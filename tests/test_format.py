@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 from support import (
+    assert_clean,
     assert_exactly,
     contents,
     events_df,
@@ -21,29 +22,10 @@ from support import (
     run_script,
     seeded_table,
     sink_mark,
-    stage_tables,
     stream_files,
     xasink_stream,
+    xasink_writer,
 )
-
-
-def writer(df, db, table, mode="append", **options):
-    w = (
-        df.write.format("xasink")
-        .mode(mode)
-        .option("url", db.jdbc_url)
-        .option("dbtable", table)
-        .option("user", db.user)
-        .option("password", db.password)
-    )
-    for name, value in options.items():
-        w = w.option(name, value)
-    return w
-
-
-def assert_clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
 
 
 def latest_jobs(db, table: str) -> list[str]:
@@ -58,7 +40,7 @@ def latest_jobs(db, table: str) -> list[str]:
 
 def test_append_through_the_format(spark, db):
     table = new_table(db)
-    writer(events_df(spark, 3000, 3), db, table).save()
+    xasink_writer(events_df(spark, 3000, 3), db, table).save()
     assert_exactly(db, table, range(3000))
     assert latest_jobs(db, table) == ["committed"]
 
@@ -67,12 +49,12 @@ def test_append_and_overwrite_through_a_task_failure(spark, db):
     """One task fails mid-partition in its first attempt and is retried: its first branch
     never prepares and is rolled back; the retry's branch wins."""
     table = new_table(db)
-    writer(failing_once(events_df(spark, 3000, 3), 1700), db, table).save()
+    xasink_writer(failing_once(events_df(spark, 3000, 3), 1700), db, table).save()
     assert_exactly(db, table, range(3000))
     table = seeded_table(db)
     rows = [(i, "new", i * 2.0) for i in range(50, 550)]
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
-    writer(failing_once(df, 300), db, table, "overwrite").save()
+    xasink_writer(failing_once(df, 300), db, table, "overwrite").save()
     assert contents(db, table) == {i: ("new", i * 2.0) for i in range(50, 550)}
     assert_clean(db)
 
@@ -81,7 +63,7 @@ def test_overwrite_and_upsert_through_the_format(spark, db):
     table = seeded_table(db)
     rows = [(i, "new", i * 2.0) for i in range(50, 150)]
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
-    writer(df, db, table, "overwrite").save()
+    xasink_writer(df, db, table, "overwrite").save()
     assert contents(db, table) == {i: ("new", i * 2.0) for i in range(50, 150)}
     # Upsert without key routing: versions of one key land in different partitions, and
     # the apply keeps the highest `order` across all of them.
@@ -89,7 +71,7 @@ def test_overwrite_and_upsert_through_the_format(spark, db):
         (i, "v2", 2.0, 2) for i in range(100, 120)
     ]
     df = spark.createDataFrame(changes, "id long, name string, v double, seq int")
-    writer(
+    xasink_writer(
         df.repartition(4), db, table, **{"xasink.mode": "upsert", "key": "id", "order": "seq"}
     ).save()
     expected = {i: ("new", i * 2.0) for i in range(50, 100)}
@@ -107,7 +89,7 @@ def test_duplicate_keys_in_different_partitions_are_refused_whole(spark, db):
     rows = [(i, "a", 1.0) for i in range(150, 160)] + [(155, "b", 2.0)]
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
     with pytest.raises(Exception, match="duplicate key"):
-        writer(df, db, table, **{"xasink.mode": "upsert", "key": "id"}).save()
+        xasink_writer(df, db, table, **{"xasink.mode": "upsert", "key": "id"}).save()
     assert contents(db, table) == old_contents()
     assert latest_jobs(db, table)[-1] == "aborted"
     assert_clean(db)
@@ -123,7 +105,7 @@ def test_a_failing_partition_leaves_nothing(spark, db):
         "id", F.when(F.col("id") == 777, F.lit(None)).otherwise(F.col("id"))
     )
     with pytest.raises(Exception, match=r"(?i)null"):
-        writer(df, db, table).save()
+        xasink_writer(df, db, table).save()
     assert_exactly(db, table, [])
     assert latest_jobs(db, table) == ["aborted"]
 
@@ -131,13 +113,13 @@ def test_a_failing_partition_leaves_nothing(spark, db):
 def test_options_are_checked_with_clear_messages(spark, db):
     df = events_df(spark, 10, 1)
     with pytest.raises(Exception, match=r"Unknown option.*xasink.modee"):
-        writer(df, db, "t", **{"xasink.modee": "upsert"}).save()
+        xasink_writer(df, db, "t", **{"xasink.modee": "upsert"}).save()
     with pytest.raises(Exception, match="does not take option 'createtablecolumntypes'"):
-        writer(df, db, "t", createTableColumnTypes="id INT").save()
+        xasink_writer(df, db, "t", createTableColumnTypes="id INT").save()
     with pytest.raises(Exception, match=r"mode\('overwrite'\) and xasink.mode='upsert' disagree"):
-        writer(df, db, "t", "overwrite", **{"xasink.mode": "upsert", "key": "id"}).save()
+        xasink_writer(df, db, "t", "overwrite", **{"xasink.mode": "upsert", "key": "id"}).save()
     with pytest.raises(Exception, match=r"password authentication failed|Access denied") as bad:
-        writer(df, db, "t").option("password", db.password + "-wrong").save()
+        xasink_writer(df, db, "t").option("password", db.password + "-wrong").save()
     assert db.password not in str(bad.value)
 
 
@@ -187,7 +169,7 @@ def test_the_password_is_in_no_plan_log_or_error(db, tmp_path):
 def test_more_partitions_than_num_partitions_is_refused(spark, db):
     table = new_table(db)
     with pytest.raises(Exception, match=r"coalesce\(2\)"):
-        writer(events_df(spark, 100, 4), db, table, numPartitions="2").save()
+        xasink_writer(events_df(spark, 100, 4), db, table, numPartitions="2").save()
     assert_exactly(db, table, [])
 
 

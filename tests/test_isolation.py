@@ -27,7 +27,7 @@ from support import (
     journaled,
     new_table,
     old_contents,
-    released_together,
+    released_by_apply_lock,
     seeded_table,
     stage_tables,
     waiting_on_apply_lock,
@@ -125,19 +125,11 @@ def test_one_phase_upserts_into_one_table_take_turns_under_snapshot_reads(spark,
         for name, ids in _INPUTS
     ]
     args = connection_args(db)
-    holder, unlock = hold_apply_lock(db, table)
-    try:
-        outcomes = released_together(
-            [
-                lambda df=df: write_xa(df, table=table, mode="upsert", key="id", **args)
-                for df in inputs
-            ],
-            lambda: waiting_on_apply_lock(db),
-            lambda: holder.cursor().execute(unlock),
-            "the apply lock",
-        )
-    finally:
-        holder.close()
+    outcomes = released_by_apply_lock(
+        db,
+        table,
+        [lambda df=df: write_xa(df, table=table, mode="upsert", key="id", **args) for df in inputs],
+    )
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     assert contents(db, table) in (_expected("upsert", (0, 1)), _expected("upsert", (1, 0)))
     assert table_states(db, table) == ["committed"] * 2

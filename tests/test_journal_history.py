@@ -25,7 +25,6 @@ from support import (
     connection_args,
     database_of,
     events_df,
-    own_journal_schema,
     prepared_branch,
     run_sql,
     spec_for,
@@ -53,11 +52,6 @@ _JOURNAL = re.compile(r"xasink_(jobs|winners|markers|sinks|links|job_tables|meta
 #: The journal tables that grow with history (`xasink_sinks` holds a row per sink, and
 #: `xasink_meta` one row: reading them whole costs the same on day 90 as on day 1).
 _HISTORY = ("xasink_jobs", "xasink_winners", "xasink_markers", "xasink_links", "xasink_job_tables")
-
-
-@pytest.fixture
-def journal_schema(db):
-    yield from own_journal_schema(db)
 
 
 def _new_table(db, schema: str, keyed: bool = True) -> str:

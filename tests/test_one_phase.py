@@ -21,7 +21,6 @@ from support import (
     connection_args,
     contents,
     events_df,
-    hold_apply_lock,
     in_background,
     journal_session,
     journaled,
@@ -30,11 +29,11 @@ from support import (
     mode_rows,
     new_table,
     old_contents,
+    released_by_apply_lock,
     released_together,
     seeded_table,
     sink_mark,
     stage_tables,
-    waiting_on_apply_lock,
     xasink_cli,
 )
 
@@ -460,21 +459,16 @@ def _overwrites_racing_for_the_apply(spark, db, partitions: int = 1, **write_arg
     ]
     if partitions > 1:
         inputs = [df.repartition(partitions) for df in inputs]
-    holder, unlock = hold_apply_lock(db, table)
-    try:
-        outcomes = released_together(
-            [
-                lambda df=df: write_xa(
-                    df, table=table, mode="overwrite", **write_args, **connection_args(db)
-                )
-                for df in inputs
-            ],
-            lambda: waiting_on_apply_lock(db),
-            lambda: holder.cursor().execute(unlock),
-            "the apply lock",
-        )
-    finally:
-        holder.close()
+    outcomes = released_by_apply_lock(
+        db,
+        table,
+        [
+            lambda df=df: write_xa(
+                df, table=table, mode="overwrite", **write_args, **connection_args(db)
+            )
+            for df in inputs
+        ],
+    )
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(20, 60)})

@@ -27,8 +27,9 @@ from support import (
     new_table,
     spec_for,
     xasink_prepared,
+    xasink_writer,
 )
-from test_format import latest_jobs, writer
+from test_format import latest_jobs
 from test_protocol import admin_sql, q
 
 from xasink import CommitProperties, WriterProperties, write_xa
@@ -226,7 +227,7 @@ def test_a_task_beats_before_its_first_row(spark, db, tmp_path):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        writer(frame, db, table, **options).save()
+        xasink_writer(frame, db, table, **options).save()
     finally:
         finished.set()
         watcher.join(30)
@@ -268,15 +269,15 @@ def test_branches_beyond_the_prepared_slots_are_refused_before_they_prepare(spar
     table = new_table(db)
     frame = events_df(spark, 1600, 16)
     if db.kind != "postgres":
-        writer(frame, db, table).save()
+        xasink_writer(frame, db, table).save()
         assert_exactly(db, table, range(1600))
         return
     with pytest.raises(Exception, match=r"numPartitions=8 \(PostgreSQL's default"):
-        writer(frame, db, table).save()
+        xasink_writer(frame, db, table).save()
     with pytest.raises(Exception, match="max_prepared_transactions = 100"):
-        writer(frame, db, table, numPartitions="500").save()
+        xasink_writer(frame, db, table, numPartitions="500").save()
     assert_exactly(db, table, [])
-    writer(frame.coalesce(8), db, table).save()
+    xasink_writer(frame.coalesce(8), db, table).save()
     assert_exactly(db, table, range(1600))
 
 
@@ -345,17 +346,6 @@ def _stop_heartbeat_backend(db) -> int:
 
 
 # -- the journal defends itself --------------------------------------------------------------
-@pytest.fixture
-def own_journal(db):
-    """A journal schema of its own (damaged on purpose), named for the app user."""
-    name = f"j_{uuid.uuid4().hex[:8]}"
-    if db.kind == "postgres":
-        admin_sql(db, f"CREATE SCHEMA {name} AUTHORIZATION {db.user}")
-    else:
-        admin_sql(db, f"CREATE DATABASE {name}", f"GRANT ALL ON {name}.* TO '{db.user}'@'%'")
-    return name
-
-
 def _rows(db, sql: str) -> list[tuple]:
     with db.admin_connect() as conn:
         cursor = conn.cursor()
@@ -373,12 +363,12 @@ def _journal_state(db, meta: str, sinks: str) -> tuple[list[tuple], bool]:
     return _rows(db, f"SELECT tag, version FROM {meta}"), present
 
 
-def test_a_damaged_journal_is_an_error_never_recreated(spark, db, own_journal):
+def test_a_damaged_journal_is_an_error_never_recreated(spark, db, journal_schema):
     """A journal that lost its tag row, or its sinks table, is refused by writes and by
     recovery (exit 2), and nothing is recreated: a new tag would hide the journal's
     prepared branches from recovery, an empty sinks table would write replays again. A
     journal of another schema version is refused the same way."""
-    table, schema = new_table(db), own_journal
+    table, schema = new_table(db), journal_schema
     write_xa(events_df(spark, 10, 1), table=table, **connection_args(db, journal_schema=schema))
     meta, sinks = f"{schema}.xasink_meta", f"{schema}.xasink_sinks"
     damages = [

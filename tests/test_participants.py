@@ -19,19 +19,29 @@ from typing import Any
 import pytest
 from servers import restart_server, start_mariadb
 from support import (
-    WatchedDriver,
     connection_args,
+    ids_in,
     job_states,
     journal_session,
+    run_sql,
     sink_mark,
     stage_tables,
     xasink_cli,
 )
 from test_exactly_once import failed_tasks
 from test_protocol import admin_sql
-from test_transaction import PATHS, _expected, _frames, _ids, _sql, _tables, failing_transaction
+from test_transaction import (
+    PATHS,
+    _assert_replay_skipped,
+    _expected,
+    _frames,
+    _killed_at,
+    _tables,
+    failing_transaction,
+    refused_transaction,
+)
 
-from xasink import CommitError, CommitProperties, ConfigurationError, JobAbortedError, transaction
+from xasink import CommitError, CommitProperties, JobAbortedError, transaction
 from xasink._testing.faults import Fault, InjectedFault, injected
 
 AUDIT_ROWS = 25
@@ -46,8 +56,18 @@ def other(request: pytest.FixtureRequest):
 
 def _audit(server) -> str:
     table = f"au_{uuid.uuid4().hex[:10]}"
-    _sql(server, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, note VARCHAR(32))")
+    run_sql(server, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, note VARCHAR(32))", admin=False)
     return table
+
+
+def _tables_in_both(spark, coordinator, participant) -> tuple[str, str, str, Any, Any]:
+    """A parent and a child table in the coordinator's database, an audit table in the
+    participant's, and the frames of parents and children: (parent, child, audit, parents,
+    children)."""
+    parent, child = _tables(coordinator)
+    audit = _audit(participant)
+    parents, children = _frames(spark)
+    return parent, child, audit, parents, children
 
 
 def _audit_frame(spark, first: int = 0):
@@ -85,9 +105,7 @@ def test_two_databases_commit_together(spark, postgres, other, path):
     job id in both journals, committed in both, the participant's link done."""
     if other.kind == "mysql" and path == "driver":
         pytest.skip("MySQL's case runs once, on the tasks path")
-    parent, child = _tables(postgres)
-    audit = _audit(other)
-    parents, children = _frames(spark)
+    parent, child, audit, parents, children = _tables_in_both(spark, postgres, other)
     with transaction(**connection_args(postgres)) as tx:
         tx.write(children, child, **PATHS[path])
         tx.write(_audit_frame(spark), audit, **_in(other, **PATHS[path]))
@@ -96,9 +114,9 @@ def test_two_databases_commit_together(spark, postgres, other, path):
     assert result is not None and result.outcome == "committed"
     assert [w.database != "" for w in result.writes] == [False, True, False]
     want_parents, want_children = _expected()
-    assert _ids(postgres, parent) == want_parents
-    assert _ids(postgres, child) == want_children
-    assert _ids(other, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(postgres, parent) == want_parents
+    assert ids_in(postgres, child) == want_children
+    assert ids_in(other, audit) == list(range(AUDIT_ROWS))
     assert job_states(postgres)[result.job_id] == "committed"
     assert job_states(other)[result.job_id] == "committed"
     assert _links(postgres)[f"{result.job_id}:participant"] == "done"
@@ -109,20 +127,18 @@ def test_two_databases_commit_together(spark, postgres, other, path):
 def test_mariadb_coordinates_and_postgresql_takes_part(spark, postgres, mariadb):
     """The roles the other way round: MariaDB's journal decides, PostgreSQL's follows, and
     a decision that never reached PostgreSQL is carried there by recovery from MariaDB."""
-    parent, child = _tables(mariadb)
-    audit = _audit(postgres)
-    parents, children = _frames(spark)
+    parent, child, audit, parents, children = _tables_in_both(spark, mariadb, postgres)
     with failing_transaction("before_participants", mariadb) as tx:
         tx.write(children, child, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(postgres, **PATHS["tasks"]))
         tx.write(parents, parent, mode="upsert", key="id", **PATHS["tasks"])
-    assert _ids(postgres, audit) == [] and job_states(postgres)[tx.job_id] == "running"
+    assert ids_in(postgres, audit) == [] and job_states(postgres)[tx.job_id] == "running"
     done = _recover(mariadb, participants=[postgres])
     assert done.returncode == 0, done.stdout + done.stderr
     want_parents, want_children = _expected()
-    assert _ids(mariadb, parent) == want_parents
-    assert _ids(mariadb, child) == want_children
-    assert _ids(postgres, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(mariadb, parent) == want_parents
+    assert ids_in(mariadb, child) == want_children
+    assert ids_in(postgres, audit) == list(range(AUDIT_ROWS))
     assert (job_states(mariadb)[tx.job_id], job_states(postgres)[tx.job_id]) == ("committed",) * 2
     _clean(postgres, mariadb)
 
@@ -131,9 +147,7 @@ def test_mariadb_coordinates_and_postgresql_takes_part(spark, postgres, mariadb)
 def test_an_exception_in_the_block_leaves_nothing_in_either_database(
     spark, postgres, mariadb, path
 ):
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     with (
         pytest.raises(RuntimeError, match="changed my mind"),
         transaction(**connection_args(postgres)) as tx,
@@ -141,7 +155,7 @@ def test_an_exception_in_the_block_leaves_nothing_in_either_database(
         tx.write(parents, parent, **PATHS[path])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS[path]))
         raise RuntimeError("changed my mind")
-    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert ids_in(postgres, parent) == [] and ids_in(mariadb, audit) == []
     assert job_states(postgres)[tx.job_id] == "aborted"
     assert job_states(mariadb)[tx.job_id] == "aborted"
     assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
@@ -151,9 +165,7 @@ def test_an_exception_in_the_block_leaves_nothing_in_either_database(
 def test_a_task_dying_after_prepare_in_the_participant_keeps_exactly_once(spark, postgres, mariadb):
     """A participant's task attempt dies after its PREPARE (before its message reached the
     driver): Spark retries it, the prepared duplicate is rolled back, each row is in once."""
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     group = f"xasink-test-{uuid.uuid4().hex[:8]}"
     spark.sparkContext.setJobGroup(group, "xasink test")
     # The coordinator's write has partitions 0 and 1; the participant's, 2 and 3.
@@ -162,8 +174,8 @@ def test_a_task_dying_after_prepare_in_the_participant_keeps_exactly_once(spark,
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
     assert failed_tasks(spark, group) == 1, "the injected fault did not fail a task"
-    assert _ids(postgres, parent) == _expected()[0]
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(postgres, parent) == _expected()[0]
+    assert ids_in(mariadb, audit) == list(range(AUDIT_ROWS))
     assert job_states(mariadb)[tx.job_id] == "committed"
     _clean(postgres, mariadb)
 
@@ -171,9 +183,9 @@ def test_a_task_dying_after_prepare_in_the_participant_keeps_exactly_once(spark,
 def test_the_first_write_goes_to_the_coordinator(spark, postgres, mariadb):
     audit = _audit(mariadb)
     first = "first write of a transaction goes into its own"
-    with pytest.raises(ConfigurationError, match=first), transaction(**_in(postgres)) as tx:
+    with refused_transaction(postgres, first) as tx:
         tx.write(_audit_frame(spark), audit, **_in(mariadb))
-    assert _ids(mariadb, audit) == []
+    assert ids_in(mariadb, audit) == []
     _clean(postgres, mariadb)
 
 
@@ -200,15 +212,13 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
     prepared (it names the coordinator and the command), recovery from the coordinator
     without the participant says it is missing, and with it finishes everything. Copied
     (the coordinator's finish failed): the participant's own recovery finishes its part."""
-    parent, child = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, children = _frames(spark)
+    parent, child, audit, parents, children = _tables_in_both(spark, postgres, mariadb)
     with failing_transaction(point, postgres) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
         tx.write(children, child, **PATHS["tasks"])
     decided, copied = point != "before_decision", point == "before_finish"
-    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert ids_in(postgres, parent) == [] and ids_in(mariadb, audit) == []
     assert job_states(postgres)[tx.job_id] == ("committing" if decided else "aborted")
     alone = _recover(mariadb)
     if decided and not copied:
@@ -228,7 +238,7 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
         assert job_states(postgres)[tx.job_id] == "committing"
         missing = _recover(postgres)
         assert missing.returncode == 1 and "not given: pass --participant" in missing.stdout
-        assert _ids(mariadb, audit) == []
+        assert ids_in(mariadb, audit) == []
         pending = xasink_cli(postgres, "check", "--grace", "0")  # ended: past a grace of 0
         assert pending.returncode == 1 and "participant-pending" in pending.stdout
         listed = xasink_cli(postgres, "jobs", "--json")
@@ -239,9 +249,9 @@ def test_a_failure_around_the_decision_is_finished_from_the_coordinator(
     everything = _recover(postgres, participants=[mariadb])
     assert everything.returncode == 0, everything.stdout + everything.stderr
     want_parents, want_children = _expected() if decided else ([], [])
-    assert _ids(postgres, parent) == want_parents
-    assert _ids(postgres, child) == want_children
-    assert _ids(mariadb, audit) == (list(range(AUDIT_ROWS)) if decided else [])
+    assert ids_in(postgres, parent) == want_parents
+    assert ids_in(postgres, child) == want_children
+    assert ids_in(mariadb, audit) == (list(range(AUDIT_ROWS)) if decided else [])
     final = "committed" if decided else "aborted"
     assert job_states(postgres)[tx.job_id] == final
     assert job_states(mariadb)[tx.job_id] == final
@@ -264,20 +274,15 @@ def test_a_driver_killed_then_recovered_from_the_coordinator(postgres, mariadb, 
     the three tables of both databases whole once decided, all untouched otherwise."""
     parent, child = _tables(postgres)
     audit = _audit(mariadb)
-    args = [postgres.jdbc_url, postgres.user, parent, child, point, "tasks"]
     env = {"XASINK_TEST_PARTICIPANT": f"{mariadb.jdbc_url} {audit}"}
-    driver = WatchedDriver("transaction_driver.py", args, postgres.password, env)
-    try:
-        assert driver.wait_for(f"XASINK-FAULT {point}"), driver.tail()
-    finally:
-        driver.kill()
+    _killed_at(postgres, parent, child, "tasks", point, env=env)
     done = _recover(postgres, participants=[mariadb])
     assert done.returncode == 0, done.stdout + done.stderr
     decided = point != "before_decision"
     want_parents, want_children = _expected() if decided else ([], [])
-    assert _ids(postgres, parent) == want_parents
-    assert _ids(postgres, child) == want_children
-    assert _ids(mariadb, audit) == (list(range(AUDIT_ROWS)) if decided else [])
+    assert ids_in(postgres, parent) == want_parents
+    assert ids_in(postgres, child) == want_children
+    assert ids_in(mariadb, audit) == (list(range(AUDIT_ROWS)) if decided else [])
     job_id = _job_on(mariadb, audit)
     final = "committed" if decided else "aborted"
     assert (job_states(postgres)[job_id], job_states(mariadb)[job_id]) == (final, final)
@@ -317,8 +322,8 @@ def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
     assert cut.returncode == 1, cut.stdout + cut.stderr
     assert "action=failed" in cut.stdout and "cannot reach it" in cut.stdout
     assert mariadb.password not in cut.stdout + cut.stderr
-    assert _ids(postgres, parent) == _expected()[0], "the reachable database is finished"
-    assert _ids(mariadb, audit) == [] and len(mariadb.prepared_transactions()) == 2
+    assert ids_in(postgres, parent) == _expected()[0], "the reachable database is finished"
+    assert ids_in(mariadb, audit) == [] and len(mariadb.prepared_transactions()) == 2
     assert job_states(postgres)[tx.job_id] == "committed"
     # Ended long ago, but its participant still reads its decision: prune keeps it.
     admin_sql(
@@ -330,7 +335,7 @@ def test_a_participant_unreachable_during_recovery_is_finished_once_reachable(
     assert tx.job_id in job_states(postgres), "pruned a job its participant still needs"
     everything = _recover(postgres, participants=[mariadb])
     assert everything.returncode == 0, everything.stdout + everything.stderr
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(mariadb, audit) == list(range(AUDIT_ROWS))
     assert job_states(mariadb)[tx.job_id] == "committed"
     assert xasink_cli(postgres, "prune", "--older-than", "1").returncode == 0
     assert tx.job_id not in job_states(postgres), "once finished everywhere, it is pruned"
@@ -341,9 +346,7 @@ def _decided_not_delivered(spark, postgres, mariadb):
     """A transaction into both databases whose driver failed once the decision was
     recorded, before it reached the participant: (its handle, PostgreSQL's table, the
     participant's table)."""
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     with failing_transaction("before_participants", postgres) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
@@ -371,9 +374,7 @@ def test_a_participant_restarted_between_prepare_and_the_decision(
     """The participant's server is SIGKILLed and started again after its branches
     prepared: they survive, and the transaction commits in both databases."""
     other = restarted_mariadb
-    parent, child = _tables(postgres)
-    audit = _audit(other)
-    parents, children = _frames(spark)
+    parent, child, audit, parents, children = _tables_in_both(spark, postgres, other)
     with transaction(**connection_args(postgres)) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(other, **PATHS["tasks"]))
@@ -381,9 +382,9 @@ def test_a_participant_restarted_between_prepare_and_the_decision(
         tx.write(children, child, **PATHS["tasks"])
     assert tx.result is not None and tx.result.outcome == "committed"
     want_parents, want_children = _expected()
-    assert _ids(postgres, parent) == want_parents
-    assert _ids(postgres, child) == want_children
-    assert _ids(other, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(postgres, parent) == want_parents
+    assert ids_in(postgres, child) == want_children
+    assert ids_in(other, audit) == list(range(AUDIT_ROWS))
     assert job_states(other)[tx.job_id] == "committed"
     _clean(postgres, other)
 
@@ -394,13 +395,13 @@ def test_the_next_transaction_finishes_what_an_earlier_one_left_in_its_participa
     """Decided, never copied to the participant: the next transaction into the same two
     databases carries that decision there before it writes, and says so in its result."""
     first, parent, audit = _decided_not_delivered(spark, postgres, mariadb)
-    assert _ids(mariadb, audit) == []
+    assert ids_in(mariadb, audit) == []
     later, _ = _frames(spark, first=CUSTOMERS_LATER)
     with transaction(**connection_args(postgres)) as tx:
         tx.write(later, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark, first=AUDIT_ROWS), audit, **_in(mariadb))
-    assert _ids(mariadb, audit) == list(range(2 * AUDIT_ROWS))
-    assert _ids(postgres, parent) == _expected()[0] + _expected(CUSTOMERS_LATER)[0]
+    assert ids_in(mariadb, audit) == list(range(2 * AUDIT_ROWS))
+    assert ids_in(postgres, parent) == _expected()[0] + _expected(CUSTOMERS_LATER)[0]
     assert job_states(mariadb)[first.job_id] == "committed"
     assert _links(postgres)[f"{first.job_id}:participant"] == "done"
     assert tx.result is not None
@@ -416,27 +417,12 @@ def test_a_stream_batch_fanned_out_to_two_databases_is_written_once(postgres, ma
     audit = _audit(mariadb)
     sink = f"fanout-{uuid.uuid4().hex[:8]}"
     env = {"XASINK_TEST_PARTICIPANT": f"{mariadb.jdbc_url} {audit}"}
-    base = [postgres.jdbc_url, postgres.user, parent, child]
-    first = WatchedDriver(
-        "transaction_driver.py",
-        [*base, "before_participants", "tasks", f"{sink}:0"],
-        postgres.password,
-        env,
-    )
-    try:
-        assert first.wait_for("XASINK-FAULT before_participants"), first.tail()
-    finally:
-        first.kill()
-    replay = WatchedDriver(
-        "transaction_driver.py", [*base, "none", "tasks", f"{sink}:0"], postgres.password, env
-    )
-    assert replay.finish() == 0, replay.tail()
-    final = [ln for ln in replay.output if ln.startswith("RESULT ")]
-    assert final and json.loads(final[-1][7:])["skipped"], replay.tail()
+    _killed_at(postgres, parent, child, "tasks", "before_participants", f"{sink}:0", env)
+    _assert_replay_skipped(postgres, parent, child, sink, env)
     want_parents, want_children = _expected()
-    assert _ids(postgres, parent) == want_parents
-    assert _ids(postgres, child) == want_children
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(postgres, parent) == want_parents
+    assert ids_in(postgres, child) == want_children
+    assert ids_in(mariadb, audit) == list(range(AUDIT_ROWS))
     job_id = _job_on(mariadb, audit)
     assert (job_states(postgres)[job_id], job_states(mariadb)[job_id]) == ("committed",) * 2
     assert sink_mark(postgres, sink) == (0, job_id)
@@ -451,9 +437,7 @@ def test_a_participant_registered_after_its_coordinator_aborted_is_fenced(
     driver's registration fails, nothing prepares, and the error says to run it again."""
     from xasink.driver import participants
 
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     original = participants.links.add_coordinator
     races, registered = [], []
 
@@ -471,7 +455,7 @@ def test_a_participant_registered_after_its_coordinator_aborted_is_fenced(
         registered.append(True)  # not reached: the registration itself fails
     assert races and "fence" in races[0].stdout, races
     assert registered == []
-    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert ids_in(postgres, parent) == [] and ids_in(mariadb, audit) == []
     assert job_states(postgres)[tx.job_id] == "aborted"
     assert job_states(mariadb)[tx.job_id] == "aborted"
     _clean(postgres, mariadb)
@@ -488,9 +472,7 @@ def test_a_participants_failed_first_write_leaves_nothing_waiting(
     from xasink.driver import job as job_module
     from xasink.errors import PreflightError
 
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     real_scan, real_begin = job_module.recover_table, job_module.Journal.begin_job
 
     def scan(ops, conn, journal, table, *args, **kwargs):
@@ -515,15 +497,15 @@ def test_a_participants_failed_first_write_leaves_nothing_waiting(
     assert health.returncode == 0, health.stdout + health.stderr
     recovered = _recover(postgres)
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-    assert _ids(postgres, parent) == [] and _ids(mariadb, audit) == []
+    assert ids_in(postgres, parent) == [] and ids_in(mariadb, audit) == []
     _clean(postgres, mariadb)
 
 
 def _kv(server) -> str:
     """A participant table of one key, which an upsert sets to its transaction's value."""
     table = f"kv_{uuid.uuid4().hex[:10]}"
-    _sql(server, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(16))")
-    _sql(server, f"INSERT INTO {table} (id, v) VALUES (1, 'orig')")
+    run_sql(server, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(16))", admin=False)
+    run_sql(server, f"INSERT INTO {table} (id, v) VALUES (1, 'orig')", admin=False)
     return table
 
 
@@ -659,7 +641,7 @@ def test_an_earlier_decision_waiting_on_a_later_jobs_branches_does_not_stall_it(
             first.write(renamed, table, mode="upsert", key="id", **_in(mariadb))
     done = _recover(postgres, "--lock-wait", "3", participants=[mariadb])
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _ids(mariadb, table) == list(range(AUDIT_ROWS))
+    assert ids_in(mariadb, table) == list(range(AUDIT_ROWS))
     with mariadb.connect() as conn:
         cursor = conn.cursor()
         cursor.execute(f"SELECT id FROM {table} WHERE note = 'T1' ORDER BY id")
@@ -680,9 +662,7 @@ def test_a_winner_lost_in_a_participant_is_ended_there_and_the_transaction_close
     transaction, saying that the databases disagree. Nothing is left pending or prepared."""
     from xasink.protocol.branches import BranchOps
 
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     with failing_transaction("before_participants", postgres) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
@@ -694,7 +674,7 @@ def test_a_winner_lost_in_a_participant_is_ended_there_and_the_transaction_close
     assert stuck.returncode == 1 and "action=LOST" in stuck.stdout, stuck.stdout
     assert "nothing of it was applied here" in stuck.stdout
     assert f"xasink resolve {tx.job_id} --abandon --linked" in stuck.stdout
-    assert _ids(postgres, parent) == _expected()[0]  # the coordinator's part is in
+    assert ids_in(postgres, parent) == _expected()[0]  # the coordinator's part is in
     refused = xasink_cli(mariadb, "resolve", tx.job_id, "--abandon", "--yes")
     assert refused.returncode == 2 and "--linked" in refused.stderr, refused.stderr
     ended = xasink_cli(mariadb, "resolve", tx.job_id, "--abandon", "--linked", "--yes")
@@ -707,7 +687,7 @@ def test_a_winner_lost_in_a_participant_is_ended_there_and_the_transaction_close
     for server in (postgres, mariadb):
         health = xasink_cli(server, "check", "--grace", "0")
         assert health.returncode == 0, f"{server.kind}: {health.stdout}"
-    assert _ids(mariadb, audit) == []
+    assert ids_in(mariadb, audit) == []
     _clean(postgres, mariadb)
 
 
@@ -720,9 +700,7 @@ def test_a_winner_lost_in_the_coordinator_leaves_the_decision_standing(spark, po
     stays written, its replay is skipped, the participant keeps its rows once."""
     from xasink.protocol.branches import BranchOps
 
-    parent, _ = _tables(postgres)
-    audit = _audit(mariadb)
-    parents, _ = _frames(spark)
+    parent, _, audit, parents, _ = _tables_in_both(spark, postgres, mariadb)
     sink = f"lost-{uuid.uuid4().hex[:8]}"
     stream = {"sink_id": sink, "batch_id": 0}
     with (
@@ -733,7 +711,7 @@ def test_a_winner_lost_in_the_coordinator_leaves_the_decision_standing(spark, po
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
     assert _recover(mariadb).returncode == 0  # the participant finishes its copied part
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(mariadb, audit) == list(range(AUDIT_ROWS))
     with journal_session(postgres) as (spec, _, journal), BranchOps(spec, journal) as ops:
         lost = next(b for b, _ in ops.prepared() if b.job_id == tx.job_id)
     admin_sql(postgres, f"ROLLBACK PREPARED '{lost.xid}'")
@@ -750,8 +728,8 @@ def test_a_winner_lost_in_the_coordinator_leaves_the_decision_standing(spark, po
     assert replay.result is not None and replay.result.skipped
     closed = _recover(postgres, participants=[mariadb])
     assert closed.returncode == 0, closed.stdout + closed.stderr
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
-    assert _ids(postgres, parent) == []  # staged: the apply never ran
+    assert ids_in(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(postgres, parent) == []  # staged: the apply never ran
     assert job_states(mariadb)[tx.job_id] == "committed"
     assert _links(postgres)[f"{tx.job_id}:participant"] == "done"
     for server in (postgres, mariadb):
@@ -769,10 +747,11 @@ def test_a_participants_refused_apply_after_the_decision_waits_decided_for_a_per
     once the constraint is mended, recovery applies it there too."""
     parent, _ = _tables(postgres)
     audit = f"au_{uuid.uuid4().hex[:10]}"
-    _sql(
+    run_sql(
         mariadb,
         f"CREATE TABLE {audit} (id BIGINT PRIMARY KEY, note VARCHAR(32), "
         f"CONSTRAINT {audit}_small CHECK (id < 10))",
+        admin=False,
     )
     parents, _ = _frames(spark)
     with (
@@ -782,13 +761,13 @@ def test_a_participants_refused_apply_after_the_decision_waits_decided_for_a_per
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(_audit_frame(spark), audit, **_in(mariadb, **PATHS["tasks"]))
     assert "do not run the write again" in str(error.value).lower()
-    assert _ids(postgres, parent) == _expected()[0]
-    assert _ids(mariadb, audit) == []
+    assert ids_in(postgres, parent) == _expected()[0]
+    assert ids_in(mariadb, audit) == []
     assert job_states(mariadb)[tx.job_id] == "committing"
-    _sql(mariadb, f"ALTER TABLE {audit} DROP CONSTRAINT {audit}_small")
+    run_sql(mariadb, f"ALTER TABLE {audit} DROP CONSTRAINT {audit}_small", admin=False)
     done = _recover(mariadb)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _ids(mariadb, audit) == list(range(AUDIT_ROWS))
+    assert ids_in(mariadb, audit) == list(range(AUDIT_ROWS))
     assert job_states(mariadb)[tx.job_id] == "committed"
     # The coordinator learns it with the participant's URL, and lets the link go.
     assert _links(postgres)[f"{tx.job_id}:participant"] == "pending"

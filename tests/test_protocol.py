@@ -20,6 +20,7 @@ from support import (
     PARTITIONS,
     ROWS,
     DriverProcess,
+    assert_clean,
     assert_exactly,
     cli,
     connection_args,
@@ -50,11 +51,6 @@ from xasink.xid import BranchId
 
 def q(db, name: str) -> str:
     return f'"{name}"' if db.kind == "postgres" else f"`{name}`"
-
-
-def assert_clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
 
 
 def admin_sql(db, *statements: str) -> None:

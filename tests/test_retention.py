@@ -15,10 +15,8 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
 from support import (
     connection_args,
-    own_journal_schema,
     prepared_branch,
     run_sql,
     start_foreach_stream,
@@ -35,11 +33,6 @@ from benchmarks import history
 
 #: Finished jobs that ended 30 to 60 days ago, past the default retention (7 days).
 OLD = 3_000
-
-
-@pytest.fixture
-def journal_schema(db):
-    yield from own_journal_schema(db)
 
 
 def _old_history(db, schema: str, table: str, sink: str, jobs: int = OLD) -> None:

@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 from support import (
+    assert_clean,
     cli,
     connection_args,
     contents,
@@ -25,8 +26,10 @@ from support import (
     kill_driver_at,
     mode_rows,
     released_together,
+    rows_in,
+    run_sql,
     seeded_table,
-    stage_tables,
+    xasink_writer,
 )
 
 from xasink import WriterProperties, write_xa
@@ -47,32 +50,13 @@ def small_frame(spark, rows: list, schema: str):
     return df
 
 
-def _sql(db, *statements: str) -> None:
-    with db.connect() as conn:
-        cursor = conn.cursor()
-        for statement in statements:
-            cursor.execute(statement)
-        if db.kind != "postgres":
-            conn.commit()
-
-
-def _rows(db, table: str) -> list[tuple]:
-    with db.connect() as conn:
-        cursor = conn.cursor()
-        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def _clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
-
-
 def _retyped_table(db) -> str:
     table = f"rt_{uuid.uuid4().hex[:10]}"
     at = "timestamptz" if db.kind == "postgres" else "datetime(6)"
     amount = "double precision" if db.kind == "postgres" else "double"
-    _sql(db, f"CREATE TABLE {table} (id bigint PRIMARY KEY, amount {amount}, at {at})")
+    run_sql(
+        db, f"CREATE TABLE {table} (id bigint PRIMARY KEY, amount {amount}, at {at})", admin=False
+    )
     return table
 
 
@@ -93,16 +77,16 @@ def test_a_staged_apply_refuses_a_column_type_changed_since_its_stage(spark, db,
         )
     else:
         alter = f"ALTER TABLE {table} MODIFY amount bigint, MODIFY at date"
-    _sql(db, alter)
-    before = _rows(db, table)
+    run_sql(db, alter, admin=False)
+    before = rows_in(db, table)
     second = [(1, 1.5, dt.datetime(2024, 5, 1, 23, 59, tzinfo=UTC))]
     with pytest.raises(SchemaMismatchError) as raised:
         write_xa(small_frame(spark, second, schema), **args, **connection_args(db))
     message = str(raised.value)
     assert "'amount'" in message and "nothing" in message.lower(), message
     assert "Run the write again" in message, message
-    assert _rows(db, table) == before
-    _clean(db)
+    assert rows_in(db, table) == before
+    assert_clean(db)
 
 
 @pytest.mark.parametrize("phases", list(PHASES))
@@ -110,7 +94,9 @@ def test_a_staged_apply_goes_ahead_after_a_widening(spark, db, phases):
     """int to bigint and varchar(10) to varchar(20) keep every value: the next upsert,
     planned from the earlier description, applies."""
     table = f"wd_{uuid.uuid4().hex[:10]}"
-    _sql(db, f"CREATE TABLE {table} (id bigint PRIMARY KEY, n integer, s varchar(10))")
+    run_sql(
+        db, f"CREATE TABLE {table} (id bigint PRIMARY KEY, n integer, s varchar(10))", admin=False
+    )
     args = {"table": table, "mode": "upsert", "key": "id", **PHASES[phases]}
     schema = "id long, n int, s string"
     write_xa(small_frame(spark, [(1, 1, "a")], schema), **args, **connection_args(db))
@@ -118,34 +104,32 @@ def test_a_staged_apply_goes_ahead_after_a_widening(spark, db, phases):
         alter = f"ALTER TABLE {table} ALTER COLUMN n TYPE bigint, ALTER COLUMN s TYPE varchar(20)"
     else:
         alter = f"ALTER TABLE {table} MODIFY n bigint, MODIFY s varchar(20)"
-    _sql(db, alter)
+    run_sql(db, alter, admin=False)
     rows = [(1, 2, "b"), (2, 3, "c")]
     result = write_xa(small_frame(spark, rows, schema), **args, **connection_args(db))
     assert result.rows == 2
-    assert _rows(db, table) == [(1, 2, "b"), (2, 3, "c")]
-    _clean(db)
+    assert rows_in(db, table) == [(1, 2, "b"), (2, 3, "c")]
+    assert_clean(db)
 
 
 @pytest.mark.ci_postgres
 def test_a_format_upsert_refuses_a_column_type_changed_since_its_stage(spark, db):
     """format("xasink") plans in a long-lived worker that remembers descriptions too."""
-    from test_format import writer
-
     table = _retyped_table(db)
     schema = "id long, amount double, at timestamp"
     first = [(1, 0.5, dt.datetime(2024, 5, 1, 12, 0, tzinfo=UTC))]
-    writer(small_frame(spark, first, schema), db, table, **UPSERT).save()
+    xasink_writer(small_frame(spark, first, schema), db, table, **UPSERT).save()
     if db.kind == "postgres":
         alter = f"ALTER TABLE {table} ALTER COLUMN amount TYPE bigint USING amount::bigint"
     else:
         alter = f"ALTER TABLE {table} MODIFY amount bigint"
-    _sql(db, alter)
-    before = _rows(db, table)
+    run_sql(db, alter, admin=False)
+    before = rows_in(db, table)
     second = [(1, 1.5, dt.datetime(2024, 5, 1, 23, 59, tzinfo=UTC))]
     with pytest.raises(Exception, match=r"'amount' double"):
-        writer(small_frame(spark, second, schema), db, table, **UPSERT).save()
-    assert _rows(db, table) == before
-    _clean(db)
+        xasink_writer(small_frame(spark, second, schema), db, table, **UPSERT).save()
+    assert rows_in(db, table) == before
+    assert_clean(db)
 
 
 def _waiting_for_metadata_lock(db, statement: str) -> bool:
@@ -188,10 +172,11 @@ def test_an_alter_between_the_type_check_and_the_apply_waits_for_its_commit(mysq
 
     db = mysql_family
     table = f"ml_{uuid.uuid4().hex[:10]}"
-    _sql(
+    run_sql(
         db,
         f"CREATE TABLE {table} (id bigint PRIMARY KEY, v int)",
         f"INSERT INTO {table} VALUES (1, 1)",
+        admin=False,
     )
     alter = f"ALTER TABLE {table} ADD COLUMN w int"
 
@@ -221,7 +206,7 @@ def test_an_alter_between_the_type_check_and_the_apply_waits_for_its_commit(mysq
             conn.setAutoCommit(True)
     thread.join(60)
     assert outcome == [None], outcome
-    assert _rows(db, table) == [(2, 2, None)]  # the apply's row, then the ALTER's column
+    assert rows_in(db, table) == [(2, 2, None)]  # the apply's row, then the ALTER's column
 
 
 # -- two spellings of one table ---------------------------------------------------------
@@ -285,7 +270,7 @@ def test_overwrites_of_two_spellings_of_one_table_never_leave_their_union(spark,
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     found = contents(db, table)
     assert found in ({i: ("a", 1.0) for i in range(30)}, {i: ("b", 1.0) for i in range(30, 60)})
-    _clean(db)
+    assert_clean(db)
 
 
 def test_a_decided_staged_job_under_another_spelling_applies_before_a_newer_write(spark, db):
@@ -307,4 +292,4 @@ def test_a_decided_staged_job_under_another_spelling_applies_before_a_newer_writ
     assert cli(db, "--grace", "0").returncode == 0  # whatever was left, finished now
     expected.update({i: (n, v) for i, n, v in newest})
     assert contents(db, table) == expected
-    _clean(db)
+    assert_clean(db)

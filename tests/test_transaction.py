@@ -21,12 +21,14 @@ from collections.abc import Iterator
 import pytest
 from support import (
     WatchedDriver,
+    assert_clean,
     cli,
     connection_args,
+    ids_in,
     job_states,
     journaled,
+    run_sql,
     sink_mark,
-    stage_tables,
     xasink_cli,
 )
 
@@ -45,22 +47,6 @@ CUSTOMERS = 40
 ORDERS = 3  # per customer
 
 
-def _sql(db, *statements: str) -> None:
-    with db.connect() as conn:
-        cursor = conn.cursor()
-        for statement in statements:
-            cursor.execute(statement)
-        if db.kind != "postgres":
-            conn.commit()
-
-
-def _ids(db, table: str) -> list[int]:
-    with db.connect() as conn:
-        cursor = conn.cursor()
-        cursor.execute(f"SELECT id FROM {table} ORDER BY id")
-        return [int(row[0]) for row in cursor.fetchall()]
-
-
 @contextlib.contextmanager
 def failing_transaction(point: str, db) -> Iterator[Transaction]:
     """A `transaction()` into `db` whose driver fails at the fault point `point`; the
@@ -73,15 +59,27 @@ def failing_transaction(point: str, db) -> Iterator[Transaction]:
         yield tx
 
 
+@contextlib.contextmanager
+def refused_transaction(db, match: str, **options: object) -> Iterator[Transaction]:
+    """A `transaction()` into `db` (with `options`) that must end in a ConfigurationError
+    matching `match`."""
+    with (
+        pytest.raises(xasink.ConfigurationError, match=match),
+        transaction(**connection_args(db), **options) as tx,
+    ):
+        yield tx
+
+
 def _tables(db) -> tuple[str, str]:
     """A parent table and a child table whose rows must reference a parent row."""
     suffix = uuid.uuid4().hex[:10]
     parent, child = f"cu_{suffix}", f"od_{suffix}"
-    _sql(
+    run_sql(
         db,
         f"CREATE TABLE {parent} (id BIGINT PRIMARY KEY, name VARCHAR(64))",
         f"CREATE TABLE {child} (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, "
         f"amount DOUBLE PRECISION, FOREIGN KEY (customer_id) REFERENCES {parent} (id))",
+        admin=False,
     )
     return parent, child
 
@@ -103,11 +101,6 @@ def _expected(first: int = 0, customers: int = CUSTOMERS) -> tuple[list[int], li
     return ids, sorted(i * ORDERS + k for i in ids for k in range(ORDERS))
 
 
-def _clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
-
-
 @pytest.mark.mysql_ci
 @pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("path", list(PATHS))
@@ -124,10 +117,10 @@ def test_a_parent_and_child_table_commit_together(spark, db, path):
     assert [w.rows for w in result.writes] == [CUSTOMERS * ORDERS, CUSTOMERS]
     assert result.rows == CUSTOMERS * (ORDERS + 1)
     want_parents, want_children = _expected()
-    assert _ids(db, parent) == want_parents
-    assert _ids(db, child) == want_children
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
     assert job_states(db)[result.job_id] == "committed"
-    _clean(db)
+    assert_clean(db)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -141,9 +134,9 @@ def test_an_exception_in_the_block_leaves_nothing(spark, db, path):
         tx.write(parents, parent, **PATHS[path])
         tx.write(children, child, **PATHS[path])
         raise ValueError("changed my mind")
-    assert _ids(db, parent) == [] and _ids(db, child) == []
+    assert ids_in(db, parent) == [] and ids_in(db, child) == []
     assert job_states(db).get(tx.job_id) == ENDED[path]
-    _clean(db)
+    assert_clean(db)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -160,37 +153,31 @@ def test_a_child_row_without_its_parent_fails_the_whole_transaction(spark, db, p
         tx.write(parents, parent, **PATHS[path])
         tx.write(children, child, **PATHS[path])
     assert caught.value.job_id == tx.job_id
-    assert _ids(db, parent) == [] and _ids(db, child) == []
+    assert ids_in(db, parent) == [] and ids_in(db, child) == []
     assert job_states(db).get(tx.job_id) == ENDED[path]
-    _clean(db)
+    assert_clean(db)
 
 
 def test_a_failed_write_swallowed_by_the_block_still_commits_nothing(spark, db):
     parent, child = _tables(db)
     parents, _ = _frames(spark)
     bad = spark.createDataFrame([(1, "x")], "id long, nonsense string")
-    with (
-        pytest.raises(xasink.ConfigurationError, match="committed nothing"),
-        transaction(**connection_args(db)) as tx,
-    ):
+    with refused_transaction(db, "committed nothing") as tx:
         tx.write(parents, parent)
         with pytest.raises(xasink.XasinkError):
             tx.write(bad, child)
-    assert _ids(db, parent) == [] and _ids(db, child) == []
-    _clean(db)
+    assert ids_in(db, parent) == [] and ids_in(db, child) == []
+    assert_clean(db)
 
 
 def test_one_table_written_twice_is_refused(spark, db):
     parent, _ = _tables(db)
     parents, _ = _frames(spark)
-    with (
-        pytest.raises(xasink.ConfigurationError, match="written twice"),
-        transaction(**connection_args(db)) as tx,
-    ):
+    with refused_transaction(db, "written twice") as tx:
         tx.write(parents.where("id < 10"), parent)
         tx.write(parents.where("id >= 10"), parent)
-    assert _ids(db, parent) == []
-    _clean(db)
+    assert ids_in(db, parent) == []
+    assert_clean(db)
 
 
 @pytest.mark.parametrize("point", ["before_decision", "before_finish"])
@@ -203,16 +190,16 @@ def test_a_driver_failing_around_the_decision_leaves_all_or_nothing(spark, db, p
         tx.write(parents, parent, **PATHS["tasks"])
         tx.write(children, child, **PATHS["tasks"])
     decided = point == "before_finish"
-    assert _ids(db, parent) == [] and _ids(db, child) == []
+    assert ids_in(db, parent) == [] and ids_in(db, child) == []
     assert job_states(db)[tx.job_id] == ("committing" if decided else "aborted")
     # Scoped to the transaction's second table, which its job row does not name.
     done = cli(db, "--grace", "0", "--table", child)
     assert done.returncode == 0, done.stdout + done.stderr
     want_parents, want_children = _expected() if decided else ([], [])
-    assert _ids(db, parent) == want_parents
-    assert _ids(db, child) == want_children
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
     assert job_states(db)[tx.job_id] == ("committed" if decided else "aborted")
-    _clean(db)
+    assert_clean(db)
 
 
 @pytest.mark.mariadb11_ci
@@ -253,22 +240,19 @@ def test_a_reader_never_sees_one_table_changed_without_the_other(spark, db):
     torn = [(p, c) for p, c in seen if c != p * ORDERS or p % 10]
     assert torn == [], f"the reader saw tables changed apart: {torn[:5]}"
     assert len({p for p, _ in seen}) > 2, "the reader did not read during the commits"
-    assert _ids(db, parent) == list(range(60))
-    _clean(db)
+    assert ids_in(db, parent) == list(range(60))
+    assert_clean(db)
 
 
 def test_per_branch_appends_take_appends_only(spark, db):
     parent, _ = _tables(db)
     parents, _ = _frames(spark)
-    with (
-        pytest.raises(xasink.ConfigurationError, match="appends only"),
-        transaction(**connection_args(db), per_branch_appends=True) as tx,
-    ):
+    with refused_transaction(db, "appends only", per_branch_appends=True) as tx:
         tx.write(parents, parent, mode="upsert", key="id")
     with transaction(**connection_args(db), per_branch_appends=True) as tx:
         tx.write(parents, parent, **PATHS["tasks"])
-    assert _ids(db, parent) == list(range(CUSTOMERS))
-    _clean(db)
+    assert ids_in(db, parent) == list(range(CUSTOMERS))
+    assert_clean(db)
 
 
 def test_a_lone_write_xa_is_unchanged_beside_transactions(spark, db):
@@ -278,8 +262,8 @@ def test_a_lone_write_xa_is_unchanged_beside_transactions(spark, db):
     write_xa(parents, table=parent, **connection_args(db), mode="upsert", key="id")
     with transaction(**connection_args(db)) as tx:
         tx.write(children, child, mode="upsert", key="id")
-    assert _ids(db, child) == _expected()[1]
-    _clean(db)
+    assert ids_in(db, child) == _expected()[1]
+    assert_clean(db)
 
 
 #: Where a driver is killed: before anything is decided (the small writes' one local
@@ -291,9 +275,20 @@ KILLS = [
 ]
 
 
-def _killed_at(db, parent: str, child: str, path: str, point: str, sink: str = "") -> None:
+def _killed_at(
+    db,
+    parent: str,
+    child: str,
+    path: str,
+    point: str,
+    sink: str = "",
+    env: dict[str, str] | None = None,
+) -> None:
+    """transaction_driver.py into `parent` and `child` of `db` on `path` (with `sink`, as
+    "<sink id>:<batch id>" of a stream; `env`: more of its environment), SIGKILLed with its
+    whole process group once it reaches `point`."""
     args = [db.jdbc_url, db.user, parent, child, point, path, *([sink] if sink else [])]
-    driver = WatchedDriver("transaction_driver.py", args, db.password, {})
+    driver = WatchedDriver("transaction_driver.py", args, db.password, env or {})
     try:
         assert driver.wait_for(f"XASINK-FAULT {point}"), driver.tail()
     finally:
@@ -310,9 +305,25 @@ def test_a_driver_killed_then_recovered_leaves_all_or_nothing(db, path, point):
     assert done.returncode == 0, done.stdout + done.stderr
     decided = point in ("after_first_commit", "before_finish")
     want_parents, want_children = _expected() if decided else ([], [])
-    assert _ids(db, parent) == want_parents
-    assert _ids(db, child) == want_children
-    _clean(db)
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
+    assert_clean(db)
+
+
+def _assert_replay_skipped(
+    db, parent: str, child: str, sink: str, env: dict[str, str] | None = None
+) -> None:
+    """Batch 0 of `sink` replayed by a new transaction_driver.py (tasks path, `env`: more of
+    its environment) ends well and reports the batch skipped whole."""
+    replay = WatchedDriver(
+        "transaction_driver.py",
+        [db.jdbc_url, db.user, parent, child, "none", "tasks", f"{sink}:0"],
+        db.password,
+        env or {},
+    )
+    assert replay.finish() == 0, replay.tail()
+    final = [ln for ln in replay.output if ln.startswith("RESULT ")]
+    assert final and json.loads(final[-1][7:])["skipped"], replay.tail()
 
 
 @pytest.mark.ci_postgres
@@ -322,22 +333,14 @@ def test_a_stream_batch_fanned_out_to_two_tables_is_written_once(db):
     batch replayed by a new driver is skipped whole, the first run's rows finished by the
     replay's own recovery."""
     parent, child = _tables(db)
-    sink, path = f"fanout-{uuid.uuid4().hex[:8]}", "tasks"
-    _killed_at(db, parent, child, path, "before_finish", f"{sink}:0")
-    replay = WatchedDriver(
-        "transaction_driver.py",
-        [db.jdbc_url, db.user, parent, child, "none", path, f"{sink}:0"],
-        db.password,
-        {},
-    )
-    assert replay.finish() == 0, replay.tail()
-    final = [ln for ln in replay.output if ln.startswith("RESULT ")]
-    assert final and json.loads(final[-1][7:])["skipped"], replay.tail()
+    sink = f"fanout-{uuid.uuid4().hex[:8]}"
+    _killed_at(db, parent, child, "tasks", "before_finish", f"{sink}:0")
+    _assert_replay_skipped(db, parent, child, sink)
     want_parents, want_children = _expected()
-    assert _ids(db, parent) == want_parents
-    assert _ids(db, child) == want_children
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
     assert sink_mark(db, sink)[0] == 0
-    _clean(db)
+    assert_clean(db)
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -348,7 +351,7 @@ def test_a_large_write_after_small_ones_takes_them_into_its_two_phases(spark, db
     parent, child = _tables(db)
     parents, children = _frames(spark)
     extra = f"ex_{uuid.uuid4().hex[:10]}"
-    _sql(db, f"CREATE TABLE {extra} (id BIGINT PRIMARY KEY, name VARCHAR(64))")
+    run_sql(db, f"CREATE TABLE {extra} (id BIGINT PRIMARY KEY, name VARCHAR(64))", admin=False)
     with pytest.raises(ValueError) if fail else contextlib.nullcontext():  # noqa: SIM117
         with transaction(**connection_args(db)) as tx:
             tx.write(parents, parent)
@@ -357,11 +360,11 @@ def test_a_large_write_after_small_ones_takes_them_into_its_two_phases(spark, db
             if fail:
                 raise ValueError("after the large write")
     want_parents, want_children = _expected() if not fail else ([], [])
-    assert _ids(db, parent) == want_parents
-    assert _ids(db, child) == want_children
-    assert _ids(db, extra) == want_parents
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
+    assert ids_in(db, extra) == want_parents
     assert job_states(db)[tx.job_id] == ("aborted" if fail else "committed")
-    _clean(db)
+    assert_clean(db)
 
 
 def test_jobs_lists_an_unfinished_transaction_under_each_of_its_tables(spark, db):
@@ -383,4 +386,4 @@ def test_jobs_lists_an_unfinished_transaction_under_each_of_its_tables(spark, db
     assert cli(db, "--grace", "0").returncode == 0
     (job,) = json.loads(xasink_cli(db, "jobs", "--table", parent, "--json").stdout)
     assert (job["job_id"], job["state"]) == (tx.job_id, "committed")
-    _clean(db)
+    assert_clean(db)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -42,34 +42,22 @@ _NO_SERVER = "tests/unit takes no database server and no Spark session: move thi
 
 
 # -- no servers, no Spark, no JVM ----------------------------------------------------------
-@pytest.fixture(scope="session")
-def postgres() -> None:
-    pytest.fail(_NO_SERVER)
+def _refused(name: str, scope: Literal["session", "function"] = "session") -> Any:
+    """The fixture `name` overridden: asking for it fails at once, naming the rule."""
+
+    def fixture() -> None:
+        pytest.fail(_NO_SERVER)
+
+    fixture.__name__ = fixture.__qualname__ = name
+    return pytest.fixture(scope=scope, name=name)(fixture)
 
 
-@pytest.fixture(scope="session")
-def mariadb() -> None:
-    pytest.fail(_NO_SERVER)
-
-
-@pytest.fixture(scope="session")
-def pg_no_xa() -> None:
-    pytest.fail(_NO_SERVER)
-
-
-@pytest.fixture(scope="session")
-def pg_sync_standby() -> None:
-    pytest.fail(_NO_SERVER)
-
-
-@pytest.fixture
-def db() -> None:
-    pytest.fail(_NO_SERVER)
-
-
-@pytest.fixture(scope="session")
-def spark() -> None:
-    pytest.fail(_NO_SERVER)
+postgres = _refused("postgres")
+mariadb = _refused("mariadb")
+pg_no_xa = _refused("pg_no_xa")
+pg_sync_standby = _refused("pg_sync_standby")
+db = _refused("db", scope="function")
+spark = _refused("spark")
 
 
 @pytest.fixture(autouse=True)
