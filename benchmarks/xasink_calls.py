@@ -44,25 +44,20 @@ def grouped(writer: Mapping[str, Any] | None, commit: Mapping[str, Any] | None) 
     return made
 
 
-def write_xa(
-    db: Database,
-    df: DataFrame,
-    table: str,
-    *,
-    url: str | None = None,
-    journal_schema: str | None = None,
-    writer: Mapping[str, Any] | None = None,
-    **options: Any,
-) -> WriteResult:
-    """`xasink.write_xa` of `df` into `table` on `db`, with `options` beside the defaults
-    and `writer`'s fields as its WriterProperties.
+def write_xa(db: Database, df: DataFrame, table: str, **options: Any) -> WriteResult:
+    """`xasink.write_xa` of `df` into `table` on `db`, with `options` beside the defaults;
+    of them, `url` and `journal_schema` go to the Database, and `writer`'s fields to the
+    WriterProperties.
 
     `url` replaces `db.jdbc_url` (the `stages` and `memory` breakdowns give the server's
     own, `jdbc:mariadb:` on MariaDB)."""
     from xasink import write_xa as xasink_write_xa
 
-    target = database(db, url, journal_schema=journal_schema)
-    return xasink_write_xa(df, target, table, **grouped(writer, None), **options)
+    url, schema = options.pop("url", None), options.pop("journal_schema", None)
+    target = database(db, url, journal_schema=schema)
+    return xasink_write_xa(
+        df, target, table, **grouped(options.pop("writer", None), None), **options
+    )
 
 
 def transaction(db: Database, **options: Any) -> AbstractContextManager[Transaction]:

@@ -48,16 +48,10 @@ def drive(url: str, user: str) -> None:
         injected(Fault(POINT, "hang", attempt_number=None)),
         transaction(Database(url, user=user, password=password)) as tx,
     ):
-        tx.write(
-            orders, CHILD, writer_properties=WriterProperties(max_branches=2, driver_write_bytes=0)
-        )
-        tx.write(
-            customers,
-            PARENT,
-            mode="upsert",
-            key="id",
-            writer_properties=WriterProperties(driver_write_bytes=0),
-        )
+        tasks = WriterProperties(driver_write_bytes=0)  # Spark tasks write, not the driver
+        two_tasks = WriterProperties(max_branches=2, driver_write_bytes=0)
+        tx.write(orders, CHILD, writer_properties=two_tasks)
+        tx.write(customers, PARENT, mode="upsert", key="id", writer_properties=tasks)
 
 
 def counts(connect: object) -> tuple[int, int, int, int]:

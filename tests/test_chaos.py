@@ -225,6 +225,13 @@ class RecoveryLoop:
 
 
 @pytest.mark.ci_postgres
+def _write(db, df, table: str, options: dict, heartbeat: float) -> Callable[[], Any]:
+    """A write_xa call of `df` into `table` with `options`, beating every `heartbeat` s."""
+    beats = CommitProperties(heartbeat_interval=heartbeat)
+    args = {**options, **connection_args(db), "commit_properties": beats}
+    return functools.partial(write_xa, df, table=table, **args)
+
+
 def test_recovery_races_live_jobs(spark, db):
     """Jobs write while recoveries with grace 0..3 s run in a loop. Each job's report is the
     truth: returned -> exactly the new contents; an error saying nothing was written -> the
@@ -240,15 +247,7 @@ def test_recovery_races_live_jobs(spark, db):
             mode, partitions = random.choice(MODES), random.randint(1, 4)
             table = seeded_table(db)
             df, options, _ = mode_case(spark, mode, partitions)
-            write = functools.partial(
-                write_xa,
-                df,
-                table=table,
-                **options,
-                **connection_args(db),
-                commit_properties=CommitProperties(heartbeat_interval=0.3),
-            )
-            _, error = bounded(write)
+            _, error = bounded(_write(db, df, table, options, heartbeat=0.3))
             if error is not None and db.password in str(error):
                 loop.problems.append("the password appears in an error message")
             jobs.append((table, mode, promised(error), f"{type(error).__name__}: {error}"))
@@ -455,15 +454,7 @@ def test_concurrency_soak(spark, db):
                 random.randint(1, 3)
             )
             options = {"mode": "upsert", "key": ["id"]} if mode == "upsert" else {}
-            write = functools.partial(
-                write_xa,
-                df,
-                table=table,
-                **options,
-                **connection_args(db),
-                commit_properties=CommitProperties(heartbeat_interval=0.5),
-            )
-            _, error = bounded(write)
+            _, error = bounded(_write(db, df, table, options, heartbeat=0.5))
             with lock:
                 jobs.append((mode, own, rows, promised(error), f"{type(error).__name__}: {error}"))
 
