@@ -15,6 +15,10 @@ from xasink import WriterProperties, write_xa
 from xasink._testing.faults import Fault, injected
 from xasink.runtime.jars import find_driver_jar
 
+#: The protocol's own code, the same on both servers: make test runs each case on one of
+#: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
+pytestmark = pytest.mark.ci_one_server
+
 ROWS, PARTITIONS = 4000, 4
 
 

@@ -27,6 +27,10 @@ from support import (
     xasink_writer,
 )
 
+#: The data source's own code, the same on both servers: make test runs each case on one
+#: of them by turns (the servers' own behaviour has tests of its own), make test-full on both.
+pytestmark = pytest.mark.ci_one_server
+
 
 def latest_jobs(db, table: str) -> list[str]:
     with db.connect() as conn:

@@ -41,6 +41,10 @@ from xasink import CommitProperties, WriterProperties, write_xa
 from xasink.errors import InputDataError, JobAbortedError, SinkConflictError
 from xasink.protocol.states import JobState
 
+#: The protocol's own code, the same on both servers: make test runs each case on one of
+#: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
+pytestmark = pytest.mark.ci_one_server
+
 
 def small_frame(spark, rows: list, schema: str):
     """A cached frame: Spark then knows its size, so the driver writes it itself."""

@@ -29,6 +29,10 @@ from test_streaming import assert_clean, new_sink
 from xasink import WriterProperties, foreach_batch, write_xa
 from xasink.errors import ConfigurationError, SinkConflictError
 
+#: The protocol's own code, the same on both servers: make test runs each case on one of
+#: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
+pytestmark = pytest.mark.ci_one_server
+
 
 def _forget_last_commit(checkpoint) -> int:
     """Remove Spark's record of the last committed batch, as if the driver died after the

@@ -38,6 +38,10 @@ from xasink import WriterProperties, foreach_batch, write_xa
 from xasink._testing.faults import Fault, injected
 from xasink.errors import ConfigurationError, InputDataError
 
+#: The protocol's own code, the same on both servers: make test runs each case on one of
+#: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
+pytestmark = pytest.mark.ci_one_server
+
 
 def new_sink() -> str:
     return f"test-sink-{uuid.uuid4().hex[:8]}"

@@ -36,6 +36,10 @@ import xasink
 from xasink import InputDataError, Transaction, WriterProperties, transaction, write_xa
 from xasink._testing.faults import Fault, injected
 
+#: The protocol's own code, the same on both servers: make test runs each case on one of
+#: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
+pytestmark = pytest.mark.ci_one_server
+
 #: write_xa's keywords that make the driver write a small frame, or tasks write every one.
 PATHS = {
     "driver": {},
