@@ -29,8 +29,8 @@ from .errors import (
 from .operations import recover
 from .protocol.actions import BranchAction, RecoveryReport
 from .spark.streaming import foreach_batch
-from .spark.transaction import TableWrite, Transaction, TransactionResult, transaction
-from .spark.write import WriteResult, write_xa
+from .spark.transaction import TableWrite, Transaction, TransactionResult
+from .spark.write import WriteResult, transaction, write_xa
 from .spec import CommitProperties, Database, WriteOptions, WriterProperties
 from .xid import FORMAT_ID, BranchId, Xid
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import defaults
@@ -44,7 +44,6 @@ from ..runtime.jdbc import java_errors_redacted
 from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
 from ..spec import (
-    CommitProperties,
     ConnectionSpec,
     Database,
     TableRef,
@@ -53,7 +52,6 @@ from ..spec import (
     write_options,
 )
 from ..tables.modes import APPEND, ModeOptions
-from .block import run
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
 from .small_writes import HeldWrite, hold, promote
@@ -64,39 +62,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 log = logging.getLogger("xasink")
-
-
-@contextlib.contextmanager
-def transaction(
-    database: Database | str,
-    *,
-    commit_properties: CommitProperties | None = None,
-    per_branch_appends: bool = False,
-    sink_id: str | None = None,
-    batch_id: int | None = None,
-) -> Iterator[Transaction]:
-    """Several writes into the tables of one database (and of others, as participants),
-    all or nothing, and at once for readers: `tx.write(df, table, mode=...)` in the
-    block, one decision when it ends.
-
-    Every write is staged (appends too) and the staging tables are applied in one local
-    transaction, parents before children (the catalog's foreign keys, else the order of
-    the writes): a reader at READ COMMITTED sees every table old or every table new. With
-    `per_branch_appends=True` (appends only), branches write the tables themselves, as
-    write_xa's appends do: faster, but each branch's rows show as it commits. Small
-    writes are held by the driver and written in one local transaction, without XA.
-
-    An exception in the block, or a failed write, aborts the transaction: nothing of any
-    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
-    (`foreachBatch`): a batch whose decision is recorded is not written again
-    (`tx.result.skipped`). `commit_properties` are write_xa's; see docs/transactions.md.
-    """
-    with step("arguments"):
-        settings = TransactionSettings.of(
-            database, commit_properties, per_branch_appends, sink_id, batch_id
-        )
-    with run(Transaction(settings)) as tx:
-        yield tx
 
 
 class Transaction:
@@ -352,4 +317,4 @@ class Transaction:
         self._tables.add((job.journal.tag, table))
 
 
-__all__ = ["TableWrite", "Transaction", "TransactionResult", "transaction"]
+__all__ = ["TableWrite", "Transaction", "TransactionResult"]

@@ -1,9 +1,12 @@
-"""`write_xa`, a DataFrame into a table: the transaction (xasink.spark.transaction) of one
-write, whose append, alone, writes its table from its branches."""
+"""The public entry points: `write_xa`, a DataFrame into a table, and `transaction`, several
+tables. Both run one `Transaction` (xasink.spark.transaction) in a block (xasink.spark.block):
+write_xa is the transaction of one write, whose append, alone, writes its table from its
+branches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -112,6 +115,39 @@ def write_xa(
     return _result(ended.end, tx.result.recovered, ended.created, ended.phase_one, ended.losers)
 
 
+@contextlib.contextmanager
+def transaction(
+    database: Database | str,
+    *,
+    commit_properties: CommitProperties | None = None,
+    per_branch_appends: bool = False,
+    sink_id: str | None = None,
+    batch_id: int | None = None,
+) -> Iterator[Transaction]:
+    """Several writes into the tables of one database (and of others, as participants),
+    all or nothing, and at once for readers: `tx.write(df, table, mode=...)` in the
+    block, one decision when it ends.
+
+    Every write is staged (appends too) and the staging tables are applied in one local
+    transaction, parents before children (the catalog's foreign keys, else the order of
+    the writes): a reader at READ COMMITTED sees every table old or every table new. With
+    `per_branch_appends=True` (appends only), branches write the tables themselves, as
+    write_xa's appends do: faster, but each branch's rows show as it commits. Small
+    writes are held by the driver and written in one local transaction, without XA.
+
+    An exception in the block, or a failed write, aborts the transaction: nothing of any
+    write is committed. `sink_id` and `batch_id` make it one micro-batch of a stream
+    (`foreachBatch`): a batch whose decision is recorded is not written again
+    (`tx.result.skipped`). `commit_properties` are write_xa's; see docs/transactions.md.
+    """
+    with step("arguments"):
+        settings = TransactionSettings.of(
+            database, commit_properties, per_branch_appends, sink_id, batch_id
+        )
+    with run(Transaction(settings)) as tx:
+        yield tx
+
+
 #: What WriteResult takes from the job's end as it is (the job-end line shows the same).
 _FROM_END = (
     *("job_id", "table", "rows", "mode", "load_paths", "decided_by", "branches"),
@@ -143,4 +179,4 @@ def _result(
     )
 
 
-__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "write_xa"]
+__all__ = ["JobOutcome", "PhaseSeconds", "WriteResult", "transaction", "write_xa"]
