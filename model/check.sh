@@ -27,6 +27,7 @@ sink-1p     | -DONE_PHASE
 sink-1p-prune | -DONE_PHASE -DPRUNE
 sink-1p-format | -DONE_PHASE -DCHECK_AFTER_BEGIN
 sink-1p-operator | -DONE_PHASE -DOPERATOR
+sink-shipped | -DSHIPPED -DCHECK_AFTER_BEGIN
 streams     | 
 streams-noid | -DNO_QUERY_ID
 apply       | -DPROGRESS
@@ -65,6 +66,8 @@ sink-1p-taken | -DONE_PHASE -DMUTANT_TAKEN_SKIPPED | one-phase: a mark found at 
 sink-1p-commit | -DONE_PHASE -DMUTANT_TAKEN_COMMITS | one-phase: BATCH_TAKEN, and the transaction is committed anyway
 sink-1p-after | -DONE_PHASE -DMUTANT_ERROR_AFTER_COMMIT | one-phase: an error after the commit reply reported as nothing written
 sink-1p-operator | -DONE_PHASE -DOPERATOR -DMUTANT_OPERATOR_READ | one-phase: the operator settles an unknown commit by a plain read, not the fence
+sink-ship-cond | -DSHIPPED -DCHECK_AFTER_BEGIN -DMUTANT_SHIPPED_UNCONDITIONAL | shipped batch: the job row moved to committed whatever its state
+sink-ship-read | -DSHIPPED -DCHECK_AFTER_BEGIN -DMUTANT_SHIPPED_READ | shipped batch: a lost commit reply settled by a plain read, not the fence
 streams-old | -DMUTANT_SKIP_OLD | no query id, and a batch at or below the mark is skipped
 streams-qid | -DMUTANT_NO_QUERY_CHECK | below-mark batches refused, the query id not compared
 streams-noid | -DNO_QUERY_ID -DMUTANT_SKIP_OLD | without query ids, a batch below the mark skipped

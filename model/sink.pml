@@ -50,6 +50,17 @@
  * committed instead of rolled back), -DMUTANT_ERROR_AFTER_COMMIT (an error raised after the
  * commit's reply is reported as "rolled back, nothing written").
  *
+ * -DSHIPPED (with -DCHECK_AFTER_BEGIN): a format("xasink") batch whose every partition was
+ * shipped to commit() in its task's message (xasink/spark/shipping.py; JS below): the job is
+ * minted RUNNING, then commit() checks the mark, registers its row, and runs ONE local
+ * transaction: the rows, the job row RUNNING -> COMMITTED only if still running (a recovery
+ * may have aborted it as silent), the mark moved only from below B, then COMMIT. A lost
+ * reply is settled as an ambiguous decision is: a conditional abort, which waits on the row
+ * lock of a commit in flight, then a state read (Journal.fence_decision). J[1] and the replay
+ * are shipped batches or two-phase format ones (a partition above the bound). Mutants:
+ * -DMUTANT_SHIPPED_UNCONDITIONAL (the job row moved to COMMITTED whatever its state),
+ * -DMUTANT_SHIPPED_READ (a lost reply settled by a plain read of the job row).
+ *
  * -DONE_PHASE -DOPERATOR: an operator runs `xasink resolve JOB --abandon --table T` (O below)
  * on one-phase jobs that have no row, at any moment (the job id comes from a
  * DecisionUnknownError, but a mistyped id may name a live job): the same fence INSERT, its
@@ -122,7 +133,10 @@ inline recover(j) {
   assert(!onep[j] || (job[j] != J_RUNNING && job[j] != J_COMMITTING));
   if
   :: job[j] == J_COMMITTING -> finish(j)
-  :: atomic { job[j] == J_RUNNING -> job[j] = J_ABORTED }
+  :: atomic { job[j] == J_RUNNING && pend != j -> job[j] = J_ABORTED }
+  :: job[j] == J_RUNNING && pend == j ->             /* a shipped batch's transaction holds
+                                                        the row: the abort waits for it */
+       atomic { pend != j; if :: job[j] == J_RUNNING -> job[j] = J_ABORTED :: else fi }
   :: else
   fi
 }
@@ -224,7 +238,7 @@ dead:
   skip
 }
 
-#ifdef ONE_PHASE
+#if defined(ONE_PHASE) || defined(SHIPPED)
 /* How the one-phase transaction ended (st). */
 #define T_DONE    1               /* committed, and the reply arrived */
 #define T_TAKEN   2               /* the mark had reached B: rolled back (BATCH_TAKEN) */
@@ -250,6 +264,83 @@ inline land(j) {
   pend = NOBODY
 }
 
+#ifdef SHIPPED
+/* A format("xasink") batch whose every partition was shipped to commit(). */
+proctype JS(byte me) {
+  byte seen, owner, st;
+
+  job[me] = J_RUNNING;                               /* mint: begin_job */
+  CRASH;
+  decided_already(me, 1);                            /* commit(): the mark, checked */
+  CRASH;
+  skip;                                              /* sinkmarks.register (first batch) */
+  CRASH;                                             /* rows load inside the transaction */
+  /* commit_in_branch(registered=True), then COMMIT: the conditional UPDATE of the job row
+     (its row lock held to the commit), the mark's SELECT ... FOR UPDATE and conditional
+     move, the winner row; one step for everyone else, as J1P's */
+  atomic {
+    pend == NOBODY;
+    if
+    :: !final_phase -> st = T_FAILED                 /* ROLLBACK: WriteError, a refusal */
+#ifndef MUTANT_SHIPPED_UNCONDITIONAL
+    :: job[me] != J_RUNNING -> st = T_FAILED         /* JobAbortedError: aborted first */
+    :: job[me] == J_RUNNING && !MARK_FREE -> st = T_TAKEN
+    :: job[me] == J_RUNNING && MARK_FREE -> land(me); st = T_DONE
+    :: job[me] == J_RUNNING && MARK_FREE && !final_phase -> pend = me; st = T_UNKNOWN
+#else
+    :: !MARK_FREE -> st = T_TAKEN
+    :: MARK_FREE -> land(me); st = T_DONE
+    :: MARK_FREE && !final_phase -> pend = me; st = T_UNKNOWN
+#endif
+    fi
+  }
+  if
+  :: st == T_DONE -> goto shipped
+  :: st == T_TAKEN || st == T_FAILED ->
+       CRASH;                                        /* Job.running: abort unless decided */
+       atomic { pend != me; if :: job[me] == J_RUNNING -> job[me] = J_ABORTED :: else fi };
+       if :: st == T_TAKEN -> answer[me] = A_CONFLICT :: else -> answer[me] = A_FAILED fi;
+       goto dead
+  :: st == T_UNKNOWN
+  fi;
+  CRASH;
+#ifndef MUTANT_SHIPPED_READ
+  /* driver/one_phase.py settle(registered) -> Journal.fence_decision, a fresh connection */
+  if
+  :: atomic {
+       pend != me;                                   /* the conditional abort waits on the
+                                                        row lock of the commit in flight */
+       if
+       :: job[me] == J_RUNNING -> job[me] = J_ABORTED; st = 1
+       :: else -> st = 0
+       fi
+     }
+  :: st = 2                                          /* the abort failed otherwise */
+  fi;
+  if :: st == 1 -> answer[me] = A_FAILED; goto dead :: else fi;  /* JobAbortedError */
+  CRASH;
+  st = job[me];                                      /* the state read (plain) */
+  if
+  :: st == J_COMMITTED -> goto shipped
+  :: st == J_ABORTED -> answer[me] = A_FAILED; goto dead  /* a recovery's abort came first */
+  :: else -> answer[me] = A_NONE; goto dead          /* still in flight: DecisionUnknown */
+  fi;
+#else
+  st = job[me];                                      /* plain read: does not wait */
+  if
+  :: st == J_COMMITTED -> goto shipped
+  :: else -> answer[me] = A_FAILED; goto dead        /* "nothing written" */
+  fi;
+#endif
+shipped:
+  CRASH;
+  IN_NOW; answer[me] = A_WRITTEN;
+dead:
+  atomic { live1p--; seen = 0; owner = 0; st = 0 }
+}
+#endif
+
+#ifdef ONE_PHASE
 /* A one-phase job: write_xa whose only branch the driver writes itself. */
 proctype J1P(byte me) {
   byte seen, owner, st;
@@ -351,6 +442,8 @@ dead:
   atomic { live1p--; seen = 0; owner = 0; st = 0 }
 }
 
+#endif
+
 /* The server settles a one-phase COMMIT in flight: it lands, or it is rolled back (it never
  * arrived, the session was dropped). */
 proctype DB() {
@@ -391,7 +484,11 @@ proctype O() {
   od
 }
 #endif
+#ifdef SHIPPED
+#define REPLAY  if :: live1p = 1; run JS(2) :: run J(2) fi
+#else
 #define REPLAY  if :: onep[2] = 1; live1p = 1; run J1P(2) :: run J(2) fi
+#endif
 #else
 #define REPLAY  run J(2)
 #endif
@@ -435,7 +532,11 @@ init {
   byte j;
   job[2] = J_NONE;
   atomic {
-#ifdef ONE_PHASE
+#ifdef SHIPPED
+    live1p = 1; run JS(0);
+    if :: live1p++; run JS(1) :: run J(1) fi;
+    run DB();
+#elif defined(ONE_PHASE)
     onep[0] = 1; live1p = 1; run J1P(0);
     if :: onep[1] = 1; live1p++; run J1P(1) :: run J(1) fi;
     run DB();

@@ -35,9 +35,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("xasink")
 
 
-def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> PhaseOne:
+def commit_one_phase(
+    job: Job, write: Callable[[WritePlan], BranchReport], registered: bool = False
+) -> PhaseOne:
     """Run `write` (the branch's one transaction) and report the job as committed, or
-    raise with the job's id; nothing of a failed job exists afterwards."""
+    raise with the job's id; nothing of a failed job exists afterwards (a `registered`
+    job's row stays running, for `Job.running` to abort)."""
     plan = job.plan
     assert plan is not None and plan.one_phase and job.job_id is not None
     trace = job.trace
@@ -49,14 +52,15 @@ def commit_one_phase(job: Job, write: Callable[[WritePlan], BranchReport]) -> Ph
             raise conflict_at_decision(job.journal, job.conn, plan.sink, plan.job_id)
         select_winners(plan, [report], 1, True)  # raises for rows a staged mode refuses
     except LocalCommitUnknown as exc:
-        settle(job, exc.reason)
+        settle(job, exc.reason, registered)
         report = exc.report
     except InterruptedAfterCommit as exc:  # committed: recorded as such, then passed on
         report, interrupted = exc.report, exc.interrupt
     except BaseException as exc:
         if isinstance(exc, XasinkError):
             exc.job_id = job.job_id
-        trace.state = JobState.ABORTED  # nothing of the job exists: nothing written
+        if not registered:  # nothing of the job exists: nothing written
+            trace.state = JobState.ABORTED
         raise
     trace.done("write")
     phase_one = PhaseOne(
@@ -92,16 +96,22 @@ def _written(job: Job, plan: WritePlan, write: Callable[[WritePlan], BranchRepor
     raise AssertionError("unreachable")
 
 
-def settle(job: Job, reason: str) -> None:
-    """The local COMMIT's reply was lost: fence it on a fresh connection. Returns if it
-    landed; raises otherwise (aborted for good, or still unknown)."""
+def settle(job: Job, reason: str, registered: bool = False) -> None:
+    """The local COMMIT's reply was lost: fence it on a fresh connection (a `registered`
+    job's running row as a decision's is: `Journal.fence_decision`). Returns if it landed;
+    raises otherwise (aborted for good, or still unknown)."""
     plan = job.plan
     assert plan is not None and job.job_id is not None
     state: str | None = None
     try:
         session = journal_connection(job.spec, job.journal.lock_wait)
         with session:
-            state = job.journal.fence_one_phase(session.connection, job.job_id, plan.target)
+            conn = session.connection
+            state = (
+                job.journal.fence_decision(conn, job.job_id)
+                if registered
+                else job.journal.fence_one_phase(conn, job.job_id, plan.target)
+            )
     except Exception as exc:
         log.error("xasink job %s: settling the commit failed: %s", job.job_id, job.spec.redact(exc))
     if state == JobState.COMMITTED:
@@ -117,9 +127,8 @@ def settle(job: Job, reason: str) -> None:
     else:
         job.trace.state = None
         where = ["--journal-schema", job.journal.schema] if job.journal.schema else []
-        settle_it = shlex.join(
-            ["xasink", "resolve", job.job_id, "--abandon", "--table", plan.target, *where]
-        )
+        table = [] if registered else ["--table", plan.target]  # no row to settle by
+        settle_it = shlex.join(["xasink", "resolve", job.job_id, "--abandon", *table, *where])
         error = DecisionUnknownError(
             f"Committing job {job.job_id} failed and its outcome is unknown ({reason}): its "
             "COMMIT may still be in flight. Do not run the write again yet. Settle it with "

@@ -51,13 +51,15 @@ def write_one_phase(
     plan: WritePlan,
     batches: Iterator[pa.RecordBatch],
     more: Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]] = (),
+    registered: bool = False,
 ) -> BranchReport:
     """A single-branch job in one local transaction, committed in one phase: the rows, and
     with them the job's row born committed, a streaming batch's sink mark, a staged mode's
     apply from a temporary staging table (`Journal.commit_in_branch`). Nothing is prepared
     and nothing survives a crash before the commit: there is nothing to decide or recover.
     `more`: a transaction's other small writes, loaded into the same transaction, and
-    applied with this one's (parents first).
+    applied with this one's (parents first). A `registered` job (format("xasink")'s, whose
+    tasks shipped their rows to its commit) has a running row and its own staging table.
 
     Returns the partition's report; `problem` is set (nothing committed) for rows a staged
     mode cannot apply, or ONE_PHASE_TAKEN when the sink's mark had reached the batch. Raises
@@ -80,7 +82,7 @@ def write_one_phase(
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
             finished = plan.journal.commit_in_branch(
-                conn, plan.job_id, table, rows, plan.sink, staged
+                conn, plan.job_id, table, rows, plan.sink, staged, registered
             )
             problem = "" if finished else ONE_PHASE_TAKEN
         if problem:

@@ -177,13 +177,15 @@ class Journal(JournalReader):
         rows: int,
         sink: SinkBatch | None = None,
         plan: StagedPlan | None = None,
+        registered: bool = False,
     ) -> Finished | None:
         """A single-branch job's whole bookkeeping, inside its branch's own local
         transaction (the caller commits it, or rolls it back unless finished): the job row,
-        born committed; for a streaming batch the sink's conditional mark move, which
-        serialises writers racing for the batch on the mark's row lock; for a staged mode
-        the apply from the branch's temporary staging table. One commit makes all of it
-        durable at once, and a crash before it leaves nothing, not even the job's row.
+        born committed (a `registered` one, minted running by format("xasink"), moved to
+        committed if still running, as a decision moves it); for a streaming batch the
+        sink's conditional mark move, which serialises writers racing for the batch on the
+        mark's row lock; for a staged mode the apply from the branch's staging table. One
+        commit makes all of it durable at once; a crash before it leaves nothing new.
 
         Returns what it finished, or None: the mark had reached the batch, belongs to
         another query or was reset. Raises JobOrderError while an older decided staged job
@@ -191,9 +193,12 @@ class Journal(JournalReader):
         if plan is not None:  # applies into one table, one at a time (see `finish`)
             applying.lock_apply(self, conn, plan)
         try:
-            values = {"lease_seconds": 0, **sinkmarks.job_columns(sink)}
-            stamped = ("decided_at", "finished_at")
-            self._insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
+            if not registered:
+                values = {"lease_seconds": 0, **sinkmarks.job_columns(sink)}
+                stamped = ("decided_at", "finished_at")
+                self._insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
+            elif not self._end(conn, job_id, JobState.RUNNING, JobState.COMMITTED, decided=True):
+                raise JobAbortedError(f"Job {job_id} was aborted first: nothing of it was written.")
         except Exception as exc:  # a duplicate key: the job's row is an operator's fence
             if (sql_state(exc) or "").startswith("23"):
                 raise JobAbortedError(
@@ -270,12 +275,13 @@ class Journal(JournalReader):
         final: JobState,
         beats: int | None = None,
         staged_only: bool = False,
+        decided: bool = False,
     ) -> bool:
-        """Move the job from `current` to a final state, only if it is still in `current`."""
-        sql = (
-            f"UPDATE {self.jobs} SET state = ?, finished_at = {self.dialect.now_sql} "
-            "WHERE job_id = ? AND state = ?"
-        )
+        """Move the job from `current` to a final state, only if it is still in `current`
+        (`decided`: stamped as decided now too)."""
+        now = self.dialect.now_sql
+        stamps = f"finished_at = {now}" + (f", decided_at = {now}" if decided else "")
+        sql = f"UPDATE {self.jobs} SET state = ?, {stamps} WHERE job_id = ? AND state = ?"
         params: tuple[Any, ...] = (final, job_id, current)
         if beats is not None:
             sql += " AND beats = ?"

@@ -45,13 +45,14 @@ from ..driver.check_cache import CHECKS
 from ..driver.job import Job
 from ..driver.report import JobOutcome, JobTrace
 from ..driver.request import Begun, JobRequest, Preflight
-from ..driver.sinks import decided_already
+from ..driver.sinks import replayed
 from ..errors import CommitError, ConfigurationError, WriteError
-from ..executor.contract import BranchReport, WritePlan
+from ..executor.contract import WritePlan
+from ..protocol import sinkmarks
 from ..protocol.branches import BranchOps
 from ..protocol.connecting import open_journal
 from ..protocol.recovery import resolve_in_doubt
-from ..protocol.sinkmarks import SinkBatch
+from ..protocol.sinkmarks import SinkBatch, SinkMark
 from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.timing import Stopwatch
@@ -59,16 +60,16 @@ from ..tables.applier import STAGED_APPLY
 from ..tables.types import needs_spark_conversion
 from .options import FormatRequest, parse
 from .session import QUERY_ID_PROPERTY, task_property
-from .tasks import write_task
+from .shipping import Shipment, commit_shipped, ship_or_write
 
 log = logging.getLogger("xasink")
 
 
 @dataclass
 class BranchMessage(WriterCommitMessage):
-    """One task's report, sent to commit()."""
+    """One task's report, sent to commit(), with its rows when it shipped them."""
 
-    report: BranchReport
+    shipment: Shipment
     #: Streaming: the write side's plan (commit() runs in a writer Spark made anew).
     plan: WritePlan | None = None
     #: Streaming: the batch id the task read from Spark.
@@ -178,20 +179,27 @@ def _check_partition(fmt: FormatRequest) -> None:
 def conclude(
     plan: WritePlan,
     request: JobRequest,
-    reports: Sequence[BranchReport],
+    shipments: Sequence[Shipment],
     trace: JobTrace | None = None,
 ) -> None:
-    """Decide and commit a job from its tasks' reports (phase 2, apply, stage release)."""
+    """Decide and commit a job from its tasks' messages (`shipping.commit_shipped`)."""
     trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
     with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
-        finish(job, reports)
+        finish(job, shipments)
 
 
-def finish(job: Job, reports: Sequence[BranchReport]) -> None:
-    """Decide and commit the resumed `job` from its tasks' reports."""
+def finish(job: Job, shipments: Sequence[Shipment]) -> None:
+    """Decide and commit the resumed `job` from its tasks' messages."""
     with job.running():
-        job.commit(job.decide(reports, len(reports), planned=True))
+        commit_shipped(job, shipments)
     job.trace.end(JobOutcome.COMMITTED)
+
+
+def _task(fmt: FormatRequest, minted: MintedJob, iterator: Iterator[pa.RecordBatch]) -> Shipment:
+    """A task: its rows shipped, or written into a branch (the bound checked first)."""
+    bound = fmt.request.writer.driver_write_bytes
+    rows = _rows(minted, iterator)
+    return ship_or_write(minted.plan, rows, bound, lambda: _check_partition(fmt))
 
 
 @redacting_java_errors
@@ -241,11 +249,10 @@ class XasinkBatchWriter(DataSourceArrowWriter):
         self.minted = mint(fmt, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BranchMessage:
-        _check_partition(self.fmt)
-        return BranchMessage(write_task(self.minted.plan, _rows(self.minted, iterator)))
+        return BranchMessage(_task(self.fmt, self.minted, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        conclude(self.minted.plan, self.fmt.request, _reports(messages), self.minted.trace)
+        conclude(self.minted.plan, self.fmt.request, _shipments(messages), self.minted.trace)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         plan = self.minted.plan
@@ -276,13 +283,12 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         return self.__dict__
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BranchMessage:
-        assert self.minted is not None
-        _check_partition(self.fmt)
+        minted = self.minted
+        assert minted is not None
         batch = task_property("streaming.sql.batchId")
         query_id = task_property(QUERY_ID_PROPERTY)
-        report = write_task(self.minted.plan, _rows(self.minted, iterator))
-        minted = self.minted
-        return BranchMessage(report, minted.plan, batch, query_id, minted.trace.clock)
+        shipment = _task(self.fmt, minted, iterator)
+        return BranchMessage(shipment, minted.plan, batch, query_id, minted.trace.clock)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId)
@@ -295,7 +301,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
             assert plan.sink is not None
             try:
-                mark = decided_already(job.ops, job.conn, job.journal, plan.sink)
+                mark = _replayed(job, plan.sink)
             except Exception as exc:  # refused by the sink (SinkConflictError): roll back now
                 with contextlib.suppress(Exception):  # else Spark's abort() does
                     job.cancel(JobOutcome.ABORTED, exc)
@@ -305,7 +311,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
                 # Its branches hold a replay's copy of the rows.
                 job.cancel(JobOutcome.SKIPPED)
                 return
-            finish(job, _reports(messages))
+            finish(job, _shipments(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         plan = self._batch_plan(messages, batchId, naming=False)
@@ -350,11 +356,21 @@ def _trace(messages: Sequence[WriterCommitMessage | None], request: JobRequest) 
     return JobTrace.continued(request, sent[0]) if sent else JobTrace.of(request, spark_worker=True)
 
 
-def _reports(messages: Sequence[WriterCommitMessage | None]) -> list[BranchReport]:
+def _shipments(messages: Sequence[WriterCommitMessage | None]) -> list[Shipment]:
     missing = [i for i, m in enumerate(messages) if not isinstance(m, BranchMessage)]
     if missing:
         raise WriteError(f"Partitions {missing[:20]} sent no report; refusing to commit.")
-    return [m.report for m in messages if isinstance(m, BranchMessage)]
+    return [m.shipment for m in messages if isinstance(m, BranchMessage)]
+
+
+def _replayed(job: Job, sink: SinkBatch) -> SinkMark | None:
+    """`decided_already`, and the sink's mark row made for its first batch (a one-phase
+    commit moves the mark only from a row that exists, as `Job.begin` makes it)."""
+    found = job.journal.sink_mark(job.conn, sink.sink_id)
+    if found is None:
+        sinkmarks.register(job.journal, job.conn, sink.sink_id)
+        return None
+    return replayed(job.ops, job.conn, job.journal, sink, found)
 
 
 __all__ = ["BranchMessage", "XasinkDataSource"]

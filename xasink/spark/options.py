@@ -43,6 +43,7 @@ _OWN = (
     "opvalues",
     "create",
     "bulk",
+    "driverwritebytes",
     "jars",
     "dialect",
     "xadatasource",
@@ -134,6 +135,7 @@ def parse(
         writer=WriterProperties(
             batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
             bulk=_flag(own, "bulk", True),
+            driver_write_bytes=_whole(own, "driverwritebytes", defaults.DRIVER_WRITE_BYTES),
         ),
         commit=CommitProperties(
             retries=_whole(own, "commitretries", defaults.COMMIT_RETRIES),

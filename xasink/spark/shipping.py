@@ -1,0 +1,133 @@
+"""format("xasink")'s small partitions: shipped to `commit()` in the tasks' messages.
+
+A task whose partition fits `driver_write_bytes` writes nothing: it puts its rows in its
+commit message (Arrow IPC), which Spark carries to the driver-side `commit()`, one message
+per partition from the attempt it chose (a losing, failed or killed attempt's never
+arrives). A batch whose every partition was shipped is then written by `commit()` in ONE
+local transaction with the job's bookkeeping (`commit_one_phase` on the job registered by
+`mint`, whose running row the transaction moves to committed, as a decision does): no XA,
+nothing prepared, no task connection. A partition above the bound goes on into its own
+prepared branch, as before; then the shipped rows become one more branch, written by the
+driver before the decision, and the job commits in two phases. Should `commit()` die, Spark
+runs the batch again (a new job); the old one, running, is aborted by recovery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark import TaskContext
+
+from ..driver.decision import select_winners
+from ..driver.job import Job
+from ..driver.one_phase import commit_one_phase
+from ..driver.phase_two import roll_back_others
+from ..driver.request import PhaseOne
+from ..errors import WriteError
+from ..executor.branch import write_rows
+from ..executor.contract import BranchReport, WritePlan
+from ..executor.one_phase import write_one_phase
+from ..runtime.timing import step
+from .tasks import write_task
+
+
+@dataclasses.dataclass(frozen=True)
+class Shipment:
+    """One task's outcome: its report, and its rows when it shipped them."""
+
+    report: BranchReport
+    #: The partition's rows as an Arrow IPC stream; None when a branch holds them (or none).
+    rows: bytes | None = None
+    #: Not the partition's first attempt: an earlier one may have prepared a branch.
+    retried: bool = False
+
+
+def ship_or_write(
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    bound: int,
+    before_branch: Callable[[], None],
+) -> Shipment:
+    """Hold the partition's rows up to `bound` bytes (0: never): all of them fit, ship
+    them; else write them all into one prepared branch (`before_branch` first). A worker
+    holds at most the bound and one batch."""
+    context = TaskContext.get()
+    if context is None:
+        raise WriteError("xasink's partition writer must run inside a Spark task.")
+    held: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches if bound else ():
+        held.append(batch)
+        size += batch.nbytes
+        if size > bound:
+            break
+    else:
+        if bound:
+            partition = plan.partition_base + context.partitionId()
+            rows = sum(b.num_rows for b in held)
+            report = BranchReport(partition, context.taskAttemptId(), "", rows)
+            return Shipment(report, _ipc(held) if rows else None, context.attemptNumber() > 0)
+    before_branch()
+    return Shipment(write_task(plan, itertools.chain(held, batches)))
+
+
+def _ipc(batches: Sequence[pa.RecordBatch]) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+def _batches(shipped: Sequence[Shipment]) -> Iterator[pa.RecordBatch]:
+    """The shipped rows, partition after partition, read back one at a time."""
+    for shipment in shipped:
+        if shipment.rows is not None:
+            yield from pa.ipc.open_stream(shipment.rows)
+
+
+def commit_shipped(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
+    """Decide and commit the resumed, running `job` from its tasks' shipments: in one local
+    transaction when no task prepared a branch, else with the shipped rows as one more
+    branch, written here, in two phases."""
+    assert job.plan is not None
+    reports = [s.report for s in shipments]
+    select_winners(job.plan, reports, len(reports), True)  # one per partition, every one
+    if any(r.xid for r in reports):
+        return _as_branch(job, shipments)
+    job.plan = dataclasses.replace(job.plan, one_phase=True)
+
+    def write(plan: WritePlan) -> BranchReport:  # again after finishing an older job
+        with step("one local transaction"):
+            return write_one_phase(plan, _batches(shipments), registered=True)
+
+    done = commit_one_phase(job, write, registered=True)
+    if any(s.retried for s in shipments):  # an earlier attempt may have prepared a branch
+        assert job.job_id is not None
+        with step("losers"):
+            roll_back_others(job.spec, job.job_id, job.ops, keep=set())
+    return done
+
+
+def _as_branch(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
+    """Mixed: the shipped rows as one branch of the job, as the first shipping partition's
+    attempt (which opened none), and the other shipping partitions as empty."""
+    assert job.plan is not None
+    shipped = [s for s in shipments if s.rows is not None]
+    reports = [s.report for s in shipments if s.rows is None]
+    if shipped:
+        first = shipped[0].report
+        plan = dataclasses.replace(job.plan, task_heartbeat=0.0)
+        with step("shipped rows' branch"):
+            report = write_rows(plan, _batches(shipped), first.partition, first.attempt, 0)
+        reports.append(dataclasses.replace(report, peak_rss_kb=0))
+        reports += [dataclasses.replace(s.report, rows=0) for s in shipped[1:]]
+    phase_one = job.decide(reports, len(reports), planned=True)
+    job.commit(phase_one)
+    return phase_one
+
+
+__all__ = ["Shipment", "commit_shipped", "ship_or_write"]
