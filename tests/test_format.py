@@ -171,9 +171,15 @@ def test_the_password_is_in_no_plan_log_or_error(db, tmp_path):
 
 
 def test_more_partitions_than_num_partitions_is_refused(spark, db):
+    """numPartitions bounds the prepared branches: partitions that ship their rows to
+    commit() hold none, and pass; partitions that write branches are refused."""
     table = new_table(db)
+    xasink_writer(events_df(spark, 100, 4), db, table, numPartitions="2").save()
+    assert_exactly(db, table, range(100))
+    table = new_table(db)
+    options = {"numPartitions": "2", "xasink.driverWriteBytes": "0"}
     with pytest.raises(Exception, match=r"coalesce\(2\)"):
-        xasink_writer(events_df(spark, 100, 4), db, table, numPartitions="2").save()
+        xasink_writer(events_df(spark, 100, 4), db, table, **options).save()
     assert_exactly(db, table, [])
 
 

@@ -67,19 +67,24 @@ def ship_or_write(
     else:
         if bound:
             partition = plan.partition_base + context.partitionId()
-            rows = sum(b.num_rows for b in held)
-            report = BranchReport(partition, context.taskAttemptId(), "", rows)
-            return Shipment(report, _ipc(held) if rows else None, context.attemptNumber() > 0)
+            return ship(held, partition, context.taskAttemptId(), context.attemptNumber() > 0)
     before_branch()
     return Shipment(write_task(plan, itertools.chain(held, batches)))
 
 
-def _ipc(batches: Sequence[pa.RecordBatch]) -> bytes:
+def ship(
+    batches: Sequence[pa.RecordBatch], partition: int, attempt: int, retried: bool = False
+) -> Shipment:
+    """A partition's rows as its message carries them (an Arrow IPC stream)."""
+    rows = sum(b.num_rows for b in batches)
+    report = BranchReport(partition, attempt, "", rows)
+    if not rows:
+        return Shipment(report, None, retried)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
-    return bytes(sink.getvalue())
+    return Shipment(report, bytes(sink.getvalue()), retried)
 
 
 def _batches(shipped: Sequence[Shipment]) -> Iterator[pa.RecordBatch]:
@@ -99,6 +104,7 @@ def commit_shipped(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
     if any(r.xid for r in reports):
         return _as_branch(job, shipments)
     job.plan = dataclasses.replace(job.plan, one_phase=True)
+    job.trace.writer = "driver"
 
     def write(plan: WritePlan) -> BranchReport:  # again after finishing an older job
         with step("one local transaction"):
@@ -130,4 +136,4 @@ def _as_branch(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
     return phase_one
 
 
-__all__ = ["Shipment", "commit_shipped", "ship_or_write"]
+__all__ = ["Shipment", "commit_shipped", "ship", "ship_or_write"]
