@@ -3,12 +3,13 @@
     python -m benchmarks.breakdown format-batch [--databases postgres,mariadb] [--calls 100]
 
 Spark runs a format batch's steps in three Python processes: the planner worker pickles the
-stream writer (which mints the job: preflight, the job's row), a task writes its partition
-into one prepared branch, and the commit worker decides and commits (the sink mark, the
-decision, phase 2, the job's end). Here one process runs the same steps, batch after batch,
-on sessions it keeps, as Spark's reused workers do: the writer pickled (`mint`) and
-unpickled, the task's branch (`write_rows`, as the data source's task calls it), its
-message pickled and unpickled, and the commit of a writer made anew, as Spark makes it. In
+stream writer (which mints the job: preflight, the job's row), a task ships its partition's
+rows in its message (a partition under `xasink.driverWriteBytes`, as this batch's is), and
+the commit worker writes them with the job's bookkeeping in one local transaction (the sink
+mark, the job's row moved to committed, the job's end). Here one process runs the same
+steps, batch after batch, on sessions it keeps, as Spark's reused workers do: the writer
+pickled (`mint`) and unpickled, the task's shipment (`shipping.ship`, as the data source's
+task calls it), its message pickled and unpickled, and the commit of a writer made anew. In
 the same rounds it loads the same rows raw (CSV in one autocommit COPY / LOAD DATA LOCAL on
 a held connection: what the `python_load` floor's task does). What the steps take beyond
 that raw load is xasink's protocol and its own way of loading; the stream workload's batch
@@ -54,8 +55,8 @@ class FormatBatches:
 
     def batch(self) -> dict[str, float]:
         """One batch through the three steps, as Spark's processes run them; ms per step."""
-        from xasink.executor.branch import write_rows
         from xasink.spark.datasource import BranchMessage, XasinkStreamWriter, _rows
+        from xasink.spark.shipping import ship
 
         marks = [time.perf_counter()]
         writer = XasinkStreamWriter(self.fmt, self.schema)
@@ -65,9 +66,9 @@ class FormatBatches:
         marks.append(time.perf_counter())
         minted = task_writer.minted
         batch_id, self.batch_id = self.batch_id, self.batch_id + 1
-        report = write_rows(minted.plan, _rows(minted, iter(self.rows)), 0, batch_id, 0)
+        shipment = ship(list(_rows(minted, iter(self.rows))), 0, batch_id)
         marks.append(time.perf_counter())
-        message = BranchMessage(report, minted.plan, str(batch_id), None, minted.trace.clock)
+        message = BranchMessage(shipment, minted.plan, str(batch_id), None, minted.trace.clock)
         message = pickle.loads(pickle.dumps(message))
         marks.append(time.perf_counter())
         XasinkStreamWriter(self.fmt, self.schema).commit([message], batch_id)
