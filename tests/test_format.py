@@ -49,16 +49,18 @@ def test_append_through_the_format(spark, db):
     assert latest_jobs(db, table) == ["committed"]
 
 
-def test_append_and_overwrite_through_a_task_failure(spark, db):
-    """One task fails mid-partition in its first attempt and is retried: its first branch
-    never prepares and is rolled back; the retry's branch wins."""
+@pytest.mark.parametrize("bound", ["4194304", "0"], ids=["shipped", "branches"])
+def test_append_and_overwrite_through_a_task_failure(spark, db, bound):
+    """One task fails mid-partition in its first attempt and is retried: its first attempt
+    shipped nothing (or its branch never prepares and is rolled back); the retry wins."""
+    options = {"xasink.driverWriteBytes": bound}
     table = new_table(db)
-    xasink_writer(failing_once(events_df(spark, 3000, 3), 1700), db, table).save()
+    xasink_writer(failing_once(events_df(spark, 3000, 3), 1700), db, table, **options).save()
     assert_exactly(db, table, range(3000))
     table = seeded_table(db)
     rows = [(i, "new", i * 2.0) for i in range(50, 550)]
     df = spark.createDataFrame(rows, "id long, name string, v double").repartition(3)
-    xasink_writer(failing_once(df, 300), db, table, "overwrite").save()
+    xasink_writer(failing_once(df, 300), db, table, "overwrite", **options).save()
     assert contents(db, table) == {i: ("new", i * 2.0) for i in range(50, 550)}
     assert_clean(db)
 
@@ -99,9 +101,11 @@ def test_duplicate_keys_in_different_partitions_are_refused_whole(spark, db):
     assert_clean(db)
 
 
-def test_a_failing_partition_leaves_nothing(spark, db):
-    """A NULL into a NOT NULL column fails one task every attempt: Spark aborts the job,
-    abort() rolls back every branch, and the table is unchanged."""
+@pytest.mark.parametrize("bound", ["4194304", "0"], ids=["shipped", "branches"])
+def test_a_failing_partition_leaves_nothing(spark, db, bound):
+    """A NULL into a NOT NULL column fails one task every attempt (or, shipped, commit()'s
+    one transaction): Spark aborts the job, abort() rolls back every branch, and the table
+    is unchanged."""
     table = new_table(db)
     from pyspark.sql import functions as F
 
@@ -109,7 +113,7 @@ def test_a_failing_partition_leaves_nothing(spark, db):
         "id", F.when(F.col("id") == 777, F.lit(None)).otherwise(F.col("id"))
     )
     with pytest.raises(Exception, match=r"(?i)null"):
-        xasink_writer(df, db, table).save()
+        xasink_writer(df, db, table, **{"xasink.driverWriteBytes": bound}).save()
     assert_exactly(db, table, [])
     assert latest_jobs(db, table) == ["aborted"]
 
