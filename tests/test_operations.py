@@ -204,7 +204,8 @@ def test_a_job_waiting_for_its_first_task_keeps_its_start_lease(spark, db):
 def test_a_task_beats_before_its_first_row(spark, db, tmp_path):
     """A format('xasink') task whose first row takes long to come (a slow upstream
     operator in its stage): it beats from its first moment, with the running lease
-    (xasink.leaseSeconds), not from its first row. The write commits every row."""
+    (xasink.leaseSeconds), not from its first row. The write commits every row. (A task
+    that ships its rows to commit() opens nothing and sends no beat: a branch is asked for.)"""
     table, first_row = new_table(db), tmp_path / "first-row"
 
     def slow(batches):
@@ -216,6 +217,7 @@ def test_a_task_beats_before_its_first_row(spark, db, tmp_path):
 
     frame = events_df(spark, 400, 1).mapInArrow(slow, events_df(spark, 1, 1).schema)
     options = {"xasink.leaseSeconds": "3", "xasink.heartbeatInterval": "0.5"}
+    options["xasink.driverWriteBytes"] = "0"
     seen: list[tuple[tuple[str, int, int] | None, bool]] = []
     finished = threading.Event()
 
@@ -265,19 +267,21 @@ def test_branches_beyond_the_prepared_slots_are_refused_before_they_prepare(spar
     PostgreSQL, whose prepared-transaction slots are few, it bounds the branches (numPartitions,
     default 8) and checks that many slots at the start; a task beyond the bound refuses to
     open a branch, and numPartitions above the free slots is refused before any task runs.
-    MySQL/MariaDB have no such slots: no bound unless numPartitions is given."""
+    MySQL/MariaDB have no such slots: no bound unless numPartitions is given. (Partitions
+    that ship their rows to commit() hold no slot: here every partition writes a branch.)"""
     table = new_table(db)
     frame = events_df(spark, 1600, 16)
+    branches = {"xasink.driverWriteBytes": "0"}
     if db.kind != "postgres":
-        xasink_writer(frame, db, table).save()
+        xasink_writer(frame, db, table, **branches).save()
         assert_exactly(db, table, range(1600))
         return
     with pytest.raises(Exception, match=r"numPartitions=8 \(PostgreSQL's default"):
-        xasink_writer(frame, db, table).save()
+        xasink_writer(frame, db, table, **branches).save()
     with pytest.raises(Exception, match="max_prepared_transactions = 100"):
-        xasink_writer(frame, db, table, numPartitions="500").save()
+        xasink_writer(frame, db, table, numPartitions="500", **branches).save()
     assert_exactly(db, table, [])
-    xasink_writer(frame.coalesce(8), db, table).save()
+    xasink_writer(frame.coalesce(8), db, table, **branches).save()
     assert_exactly(db, table, range(1600))
 
 
