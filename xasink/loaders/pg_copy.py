@@ -20,7 +20,7 @@ import logging
 
 import pyarrow as pa
 
-from ..runtime.jdbc import execute, query
+from .._testing import statements
 from ..runtime.jvm import jclass
 from .base import LoadTarget
 from .csv_encoding import CsvEncoder, encodable
@@ -73,15 +73,8 @@ def _changed_types(target: LoadTarget) -> list[str]:
     the branch after taking the ACCESS SHARE lock that COPY would take anyway (held until
     the branch ends: no ALTER TABLE passes it). The lock is its own statement, which takes
     no snapshot, so the read sees every change committed before it was granted, under any
-    isolation level."""
-    execute(target.conn, f"LOCK TABLE {target.table_sql} IN ACCESS SHARE MODE")
-    rows = query(
-        target.conn,
-        "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped",
-        (target.table_sql,),
-    )
-    now = {str(name): str(type_name) for name, type_name in rows}
+    isolation level. Both go in one round trip (`_types_under_lock`)."""
+    now = _types_under_lock(target)
     changed = [
         f"{column} ({planned} -> {now.get(column, 'dropped')})"
         for column, planned in zip(target.columns, target.column_types, strict=True)
@@ -95,3 +88,36 @@ def _changed_types(target: LoadTarget) -> list[str]:
             ", ".join(changed),
         )
     return changed
+
+
+#: The lock, then the read: two statements in one string, which pgjdbc sends as one round
+#: trip (each statement parsed, bound and run in turn before one Sync, so the backend
+#: plans the read only once the lock is granted). A failed lock skips the read and raises.
+_LOCK_THEN_TYPES = (
+    "LOCK TABLE {table} IN ACCESS SHARE MODE; "
+    "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+    "WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped"
+)
+
+
+def _types_under_lock(target: LoadTarget) -> dict[str, str]:
+    """The type name of each of the table's columns, read under its ACCESS SHARE lock in
+    one round trip: this runs for every branch and every small write, whose own time two
+    round trips were a measurable share of."""
+    sql = _LOCK_THEN_TYPES.format(table=target.table_sql)
+    statements.seen(sql, (target.table_sql,))
+    statement = target.conn.prepareStatement(sql)
+    try:
+        statement.setString(1, target.table_sql)
+        found = bool(statement.execute())  # False: the LOCK's own result comes first
+        while not found and int(statement.getUpdateCount()) != -1:
+            found = bool(statement.getMoreResults())
+        if not found:  # not pgjdbc's way: no result is no proof of unchanged types
+            raise RuntimeError(f"reading the column types of {target.table_sql} gave no rows")
+        results = statement.getResultSet()
+        types: dict[str, str] = {}
+        while results.next():
+            types[str(results.getString(1))] = str(results.getString(2))
+        return types
+    finally:
+        statement.close()
