@@ -256,6 +256,7 @@ dead:
 /* The one-phase transaction commits: the rows, the job row born COMMITTED and the mark,
  * all at once. */
 inline land(j) {
+  assert(job[j] != J_ABORTED);                      /* an ABORTED job is final */
   job[j] = J_COMMITTED;
   applied++;
 #ifndef MUTANT_MARK_OUTSIDE
@@ -315,11 +316,16 @@ proctype JS(byte me) {
        :: else -> st = 0
        fi
      }
-  :: st = 2                                          /* the abort failed otherwise */
+  :: st = 2                                          /* the abort failed otherwise: */
+  fi;                                                /* DecisionUnknownError, no read */
+  if
+  :: st == 1 -> answer[me] = A_FAILED; goto dead     /* JobAbortedError */
+  :: st == 2 -> answer[me] = A_NONE; goto dead
+  :: else
   fi;
-  if :: st == 1 -> answer[me] = A_FAILED; goto dead :: else fi;  /* JobAbortedError */
   CRASH;
-  st = job[me];                                      /* the state read (plain) */
+  st = job[me];                                      /* the state read, after the abort
+                                                        changed nothing (no longer running) */
   if
   :: st == J_COMMITTED -> goto shipped
   :: st == J_ABORTED -> answer[me] = A_FAILED; goto dead  /* a recovery's abort came first */

@@ -15,6 +15,7 @@ from ..errors import JobAbortedError, WriteError
 from ..protocol import applying, sessions
 from ..protocol.applying import JobOrderError
 from ..protocol.sessions import open_session
+from ..protocol.states import JobEnded
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
@@ -22,7 +23,7 @@ from ..tables.catalog import table_columns
 from ..tables.retyping import ChangedTypesError
 from ..tables.staging import ApplyPlans, branch_problem, is_data_error, refused
 from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
-from .contract import BranchOutcome, BranchReport, WritePlan
+from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
 log = logging.getLogger("xasink")
 
@@ -81,10 +82,13 @@ def write_one_phase(
         rows, path, problem = _load(parts, conn, loads)
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
-            finished = plan.journal.commit_in_branch(
-                conn, plan.job_id, table, rows, plan.sink, staged, registered
-            )
-            problem = "" if finished else ONE_PHASE_TAKEN
+            try:
+                finished = plan.journal.commit_in_branch(
+                    conn, plan.job_id, table, rows, plan.sink, staged, registered
+                )
+                problem = "" if finished else ONE_PHASE_TAKEN
+            except JobEnded:  # a recovery run aborted the registered job first
+                finished, problem = None, JOB_ENDED
         if problem:
             conn.rollback()
             return report_of(0, 0, "", BranchOutcome(0, path, problem))

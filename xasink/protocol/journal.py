@@ -37,7 +37,7 @@ from .applying import Finished, StagedApply, StagedPlan
 from .records import OPEN_STATES, JournalReader, Winner
 from .schema import DEFAULT_LOCK_WAIT
 from .sinkmarks import SinkBatch, SinkMark
-from .states import Decision, JobState
+from .states import SHIPPED, Decision, JobEnded, JobState
 
 log = logging.getLogger("xasink")
 
@@ -198,7 +198,7 @@ class Journal(JournalReader):
                 stamped = ("decided_at", "finished_at")
                 self._insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
             elif not self._end(conn, job_id, JobState.RUNNING, JobState.COMMITTED, decided=True):
-                raise JobAbortedError(f"Job {job_id} was aborted first: nothing of it was written.")
+                raise JobEnded(job_id)
         except Exception as exc:  # a duplicate key: the job's row is an operator's fence
             if (sql_state(exc) or "").startswith("23"):
                 raise JobAbortedError(
@@ -218,8 +218,8 @@ class Journal(JournalReader):
         execute(
             conn,
             f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
-            "VALUES (?, 0, 0, ?)",
-            (job_id, rows),
+            "VALUES (?, 0, ?, ?)",  # a registered job's: no task's attempt (they have losers)
+            (job_id, SHIPPED if registered else 0, rows),
         )
         if plan is None:
             return Finished()

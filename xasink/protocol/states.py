@@ -48,4 +48,23 @@ class Decision(TextEnum):
     BATCH_TAKEN = "batch taken"
 
 
-__all__ = ["DECIDED_STATES", "FINAL_STATES", "Decision", "JobState", "TextEnum"]
+class JobEnded(Exception):
+    """A registered job's one-phase commit found its row no longer running (a recovery run
+    aborted it first): the transaction is rolled back."""
+
+
+#: The attempt of a shipped batch's one winner row: no task's (a task's attempt is its
+#: Spark task attempt id, 0 or more), so a losing task attempt's prepared branch never
+#: passes for it (recovery commits a committed job's listed branches that are winners).
+SHIPPED = -1
+
+
+__all__ = [
+    "DECIDED_STATES",
+    "FINAL_STATES",
+    "SHIPPED",
+    "Decision",
+    "JobEnded",
+    "JobState",
+    "TextEnum",
+]

@@ -5,13 +5,15 @@ The steps of one job run in different processes here: Spark calls `writer()` (ba
 `streamWriter()` (each micro-batch) in a Python worker on the driver, `write()` in each task,
 and `commit()` / `abort()` in another driver-side worker. So everything a later step needs
 travels in the pickled writer (the job's plan) or in the tasks' messages, and each step opens
-its own journal connection. Tasks send the job's heartbeat, each from its first moment, as no
-driver process lives through the whole job; until the first task runs, the job keeps a long
-start lease (it holds nothing yet). A stream's sink is named by Spark's query id, which the
-tasks read and report, unless `xasink.sinkId` names it.
+its own journal connection. A task whose partition is small ships its rows to commit() in its
+message (xasink.spark.shipping); one that prepares a branch sends the job's heartbeat from
+its first moment (a slow shipping task after one interval), as no driver process lives
+through the whole job; until a task beats, the job keeps a long start lease (it holds
+nothing yet). A stream's sink is named by Spark's query id, which the tasks read and report,
+unless `xasink.sinkId` names it.
 
-Differences from write_xa, each checked: the input's partitions are the branches (Spark does
-not let a data source repartition; `numPartitions` bounds them), so upsert/merge rows of one
+Differences from write_xa, each checked: the input's large partitions are the branches (Spark
+does not let a data source repartition; `numPartitions` bounds them), so upsert/merge rows of one
 key may sit in different branches, which the apply transaction's whole-table key check
 handles; array/map/struct columns need write_xa (their conversion runs as Spark expressions).
 
@@ -118,6 +120,8 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
     # The prepared-slot check's branch count when nothing bounds the branches (MySQL and
     # MariaDB, whose servers have no such slots).
     branches = fmt.max_branches or defaults.BRANCH_HINT
+    if request.writer.driver_write_bytes:  # and a mixed batch's shipped rows: one more
+        branches += 1
     trace = JobTrace.of(request, spark_worker=True)
     # The planner's Python worker serves batch after batch: keep its sessions and checks.
     with trace.ending(), Job.opened(request, reuse=True, checks=CHECKS, trace=trace) as job:
@@ -242,7 +246,8 @@ def end_stream_jobs(fmt: FormatRequest) -> None:
 
 
 class XasinkBatchWriter(DataSourceArrowWriter):
-    """writer() registers the job; tasks prepare branches; commit() decides and commits."""
+    """writer() registers the job; tasks ship their rows or prepare branches; commit()
+    writes and commits (`shipping.commit_shipped`)."""
 
     def __init__(self, fmt: FormatRequest, schema: StructType) -> None:
         self.fmt = fmt

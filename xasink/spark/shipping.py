@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -30,8 +31,11 @@ from ..errors import WriteError
 from ..executor.branch import write_rows
 from ..executor.contract import BranchReport, WritePlan
 from ..executor.one_phase import write_one_phase
+from ..protocol.heartbeat import Heartbeat
 from ..runtime.timing import step
 from .tasks import write_task
+
+log = logging.getLogger("xasink")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,17 +63,32 @@ def ship_or_write(
         raise WriteError("xasink's partition writer must run inside a Spark task.")
     held: list[pa.RecordBatch] = []
     size = 0
-    for batch in batches if bound else ():
-        held.append(batch)
-        size += batch.nbytes
-        if size > bound:
-            break
-    else:
-        if bound:
-            partition = plan.partition_base + context.partitionId()
-            return ship(held, partition, context.taskAttemptId(), context.attemptNumber() > 0)
+    # A task that takes long to read (a slow upstream stage) beats for the job after one
+    # interval; one that is quick opens no connection at all.
+    heartbeat = _slow_task_heartbeat(plan) if bound else None
+    try:
+        for batch in batches if bound else ():
+            held.append(batch)
+            size += batch.nbytes
+            if size > bound:
+                break
+        else:
+            if bound:
+                partition = plan.partition_base + context.partitionId()
+                retried = context.attemptNumber() > 0
+                return ship(held, partition, context.taskAttemptId(), retried)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
     before_branch()
     return Shipment(write_task(plan, itertools.chain(held, batches)))
+
+
+def _slow_task_heartbeat(plan: WritePlan) -> Heartbeat | None:
+    if not plan.task_heartbeat:
+        return None
+    beats = Heartbeat(plan.journal, plan.spec, plan.job_id, plan.task_heartbeat, plan.task_lease)
+    return beats.start()
 
 
 def ship(
@@ -112,10 +131,25 @@ def commit_shipped(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
 
     done = commit_one_phase(job, write, registered=True)
     if any(s.retried for s in shipments):  # an earlier attempt may have prepared a branch
-        assert job.job_id is not None
+        _roll_back_losers(job)
+    return done
+
+
+def _roll_back_losers(job: Job) -> None:
+    """Roll back what losing attempts prepared, now rather than at the next recovery run
+    (none of them is a winner: `states.SHIPPED`). Committed already: a failure here is
+    logged, never raised (it would report committed rows as failed)."""
+    assert job.job_id is not None
+    try:
         with step("losers"):
             roll_back_others(job.spec, job.job_id, job.ops, keep=set())
-    return done
+    except Exception as exc:
+        log.warning(
+            "xasink job %s: committed; rolling back its losing attempts failed (%s): "
+            "`xasink recover` rolls them back",
+            job.job_id,
+            job.spec.redact(exc),
+        )
 
 
 def _as_branch(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
