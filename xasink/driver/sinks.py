@@ -21,6 +21,7 @@ import re
 
 from .. import defaults
 from ..errors import CommitError, ConfigurationError, SinkConflictError
+from ..protocol import sinkmarks
 from ..protocol.branches import BranchOps
 from ..protocol.journal import Journal
 from ..protocol.recovery import resolve_in_doubt
@@ -107,12 +108,15 @@ def conflict_at_decision(
 
 
 def decided_already(
-    ops: BranchOps, conn: JdbcConnection, journal: Journal, sink: SinkBatch
+    ops: BranchOps, conn: JdbcConnection, journal: Journal, sink: SinkBatch, register: bool
 ) -> SinkMark | None:
     """The sink's mark if this batch is a replay of the last decided one, finished now
     (nothing to write); None if it is to be written. Raises SinkConflictError for a batch
-    below the mark or a mark of another query."""
+    below the mark or a mark of another query. `register`: give a sink without a mark row
+    its row now (a one-phase commit moves the mark only from a row that exists)."""
     mark = journal.sink_mark(conn, sink.sink_id)
+    if mark is None and register:
+        sinkmarks.register(journal, conn, sink.sink_id)
     return None if mark is None else replayed(ops, conn, journal, sink, mark)
 
 

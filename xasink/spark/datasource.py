@@ -47,14 +47,13 @@ from ..driver.check_cache import CHECKS
 from ..driver.job import Job
 from ..driver.report import JobOutcome, JobTrace
 from ..driver.request import Begun, JobRequest, Preflight
-from ..driver.sinks import replayed
+from ..driver.sinks import decided_already
 from ..errors import CommitError, ConfigurationError, WriteError
 from ..executor.contract import WritePlan
-from ..protocol import sinkmarks
 from ..protocol.branches import BranchOps
 from ..protocol.connecting import open_journal
 from ..protocol.recovery import resolve_in_doubt
-from ..protocol.sinkmarks import SinkBatch, SinkMark
+from ..protocol.sinkmarks import SinkBatch
 from ..protocol.states import JobState
 from ..runtime.jdbc import redacting_java_errors
 from ..runtime.timing import Stopwatch
@@ -306,7 +305,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
             assert plan.sink is not None
             try:
-                mark = _replayed(job, plan.sink)
+                mark = decided_already(job.ops, job.conn, job.journal, plan.sink, True)
             except Exception as exc:  # refused by the sink (SinkConflictError): roll back now
                 with contextlib.suppress(Exception):  # else Spark's abort() does
                     job.cancel(JobOutcome.ABORTED, exc)
@@ -366,16 +365,6 @@ def _shipments(messages: Sequence[WriterCommitMessage | None]) -> list[Shipment]
     if missing:
         raise WriteError(f"Partitions {missing[:20]} sent no report; refusing to commit.")
     return [m.shipment for m in messages if isinstance(m, BranchMessage)]
-
-
-def _replayed(job: Job, sink: SinkBatch) -> SinkMark | None:
-    """`decided_already`, and the sink's mark row made for its first batch (a one-phase
-    commit moves the mark only from a row that exists, as `Job.begin` makes it)."""
-    found = job.journal.sink_mark(job.conn, sink.sink_id)
-    if found is None:
-        sinkmarks.register(job.journal, job.conn, sink.sink_id)
-        return None
-    return replayed(job.ops, job.conn, job.journal, sink, found)
 
 
 __all__ = ["BranchMessage", "XasinkDataSource"]
