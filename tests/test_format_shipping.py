@@ -121,17 +121,22 @@ import json, pickle, sys
 import pyarrow as pa
 from pyspark.sql.types import LongType, StructField, StructType
 from xasink._testing.faults import Fault, injected
+from xasink.executor.branch import write_rows
 from xasink.spark.datasource import BranchMessage, XasinkStreamWriter
 from xasink.spark.options import parse
 from xasink.spark.shipping import ship
 
 options, batch_id, fault = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 schema = StructType([StructField("id", LongType())])
-faults = [Fault("before_local_commit", fault)] if fault != "none" else []
+faults = [Fault("before_local_commit", fault)] if fault in ("exit", "raise") else []
 with injected(*faults):
     fmt = parse(options, schema.names, overwrite=False, streaming=True)
     task_side = pickle.loads(pickle.dumps(XasinkStreamWriter(fmt, schema)))
     minted = task_side.minted
+    if fault == "loser":  # partition 0's first attempt (task attempt id 0) outgrew the
+        # bound and prepared its branch, then lost: its retry shipped other rows
+        ids = pa.array(range(1000, 1100), pa.int64())
+        write_rows(minted.plan, iter([pa.RecordBatch.from_arrays([ids], names=["id"])]), 0, 0, 0)
     messages = []
     for part in range(3):
         ids = pa.array(range(part * 100, part * 100 + 100), pa.int64())
@@ -183,4 +188,30 @@ def test_a_commit_that_dies_before_its_commit_is_written_once_by_the_replay(db):
     assert states[first] == "aborted"
     assert sorted(states.values()) == ["aborted", "aborted", "committed"]
     assert sink_mark(db, f"ship-{table}")[0] == 0
+    assert_clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_losing_attempts_branch_is_never_taken_for_the_shipped_winner(db):
+    """A losing attempt of partition 0 prepared a branch (it outgrew the bound, then lost
+    to a retry that shipped its rows). The batch commits the shipped rows in one
+    transaction; recovery must roll the loser back, never commit it as the winner: the
+    shipped batch's winner row names no task's attempt."""
+    table = id_table(db)
+    options = {
+        "url": db.jdbc_url,
+        "dbtable": table,
+        "user": db.user,
+        "password": db.password,
+        "xasink.sinkId": f"loser-{table}",
+    }
+    run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "loser")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert db.prepared_transactions() != []  # the loser, left to recovery
+    recovered = cli(db, "--grace", "0")
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    assert_exactly(db, table, range(300))
+    [(_, state, winners)] = jobs_of(db, table)
+    assert (state, winners) == ("committed", [(0, 300)])
     assert_clean(db)
