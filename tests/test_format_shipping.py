@@ -147,6 +147,12 @@ print("job", minted.plan.job_id)
 """
 
 
+def batch_options(db, table: str, sink: str, **more: str) -> dict[str, str]:
+    """format's options for BATCH_SCRIPT: `table` on `db`, a sink named after both."""
+    login = {"url": db.jdbc_url, "user": db.user, "password": db.password}
+    return {**login, "dbtable": table, "xasink.sinkId": f"{sink}-{table}", **more}
+
+
 def id_table(db) -> str:
     table = new_table(db, "ids")
     with db.connect() as conn:
@@ -162,15 +168,8 @@ def test_a_commit_that_dies_before_its_commit_is_written_once_by_the_replay(db):
     stays running until recovery aborts it, and Spark's replay of the batch (a new job)
     writes every row once; a replay after that is skipped."""
     table = id_table(db)
-    options = {
-        "url": db.jdbc_url,
-        "dbtable": table,
-        "user": db.user,
-        "password": db.password,
-        "xasink.sinkId": f"ship-{table}",
-        "xasink.startTimeout": "1",
-        "xasink.leaseSeconds": "1",
-    }
+    short_leases = {"xasink.startTimeout": "1", "xasink.leaseSeconds": "1"}
+    options = batch_options(db, table, "ship", **short_leases)
     died = run_script(BATCH_SCRIPT, json.dumps(options), "0", "exit")
     assert died.returncode == 17, died.stderr[-3000:]
     assert_exactly(db, table, [])
@@ -187,7 +186,7 @@ def test_a_commit_that_dies_before_its_commit_is_written_once_by_the_replay(db):
     states = {job: state for job, state, _ in jobs_of(db, table)}
     assert states[first] == "aborted"
     assert sorted(states.values()) == ["aborted", "aborted", "committed"]
-    assert sink_mark(db, f"ship-{table}")[0] == 0
+    assert sink_mark(db, options["xasink.sinkId"])[0] == 0
     assert_clean(db)
 
 
@@ -199,13 +198,7 @@ def test_a_losing_attempts_branch_is_never_taken_for_the_shipped_winner(db):
     transaction; recovery must roll the loser back, never commit it as the winner: the
     shipped batch's winner row names no task's attempt."""
     table = id_table(db)
-    options = {
-        "url": db.jdbc_url,
-        "dbtable": table,
-        "user": db.user,
-        "password": db.password,
-        "xasink.sinkId": f"loser-{table}",
-    }
+    options = batch_options(db, table, "loser")
     run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "loser")
     assert run.returncode == 0, run.stderr[-3000:]
     assert db.prepared_transactions() != []  # the loser, left to recovery
