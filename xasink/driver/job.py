@@ -28,7 +28,7 @@ from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import DecisionUnknownError, XasinkError
 from ..executor.contract import WritePlan
-from ..protocol import retention, sessions, sinkmarks
+from ..protocol import retention, sessions
 from ..protocol.branches import BranchOps
 from ..protocol.connecting import JOURNAL_ROLE, journal_connection, open_journal
 from ..protocol.heartbeat import Heartbeat
@@ -48,7 +48,7 @@ from .plan import apply_plan_for, bulk_available, load_target
 from .preflight import can_stage_temporarily, preflight, recover_table
 from .report import JobOutcome, JobTrace
 from .request import Begun, JobRequest, PhaseOne, Preflight, Skipped
-from .sinks import replayed
+from .sinks import decided_already
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -206,8 +206,9 @@ class Job:
                 else []
             )
         sink = request.sink
-        mark = self.journal.sink_mark(self.conn, sink.sink_id) if sink else None
-        done = sink and mark and replayed(self.ops, self.conn, self.journal, sink, mark)
+        # A one-phase job's transaction moves the mark only from a row that exists.
+        ops, conn, journal = self.ops, self.conn, self.journal
+        done = sink and decided_already(ops, conn, journal, sink, register=one_phase)
         if done:
             self.trace.decided_by = done.job_id
             self.trace.done("preflight")
@@ -219,8 +220,6 @@ class Job:
             )
             if one_phase:
                 apply = apply and temporary_stage(apply, self.dialect)
-                if sink is not None and mark is None:  # its first batch
-                    sinkmarks.register(self.journal, self.conn, sink.sink_id)
             else:
                 self.journal.begin_job(
                     self.conn,

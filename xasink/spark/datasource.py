@@ -305,7 +305,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
             assert plan.sink is not None
             try:
-                mark = decided_already(job.ops, job.conn, job.journal, plan.sink, True)
+                mark = decided_already(job.ops, job.conn, job.journal, plan.sink, register=True)
             except Exception as exc:  # refused by the sink (SinkConflictError): roll back now
                 with contextlib.suppress(Exception):  # else Spark's abort() does
                     job.cancel(JobOutcome.ABORTED, exc)

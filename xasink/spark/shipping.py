@@ -20,20 +20,18 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark import TaskContext
 
 from ..driver.decision import select_winners
 from ..driver.job import Job
 from ..driver.one_phase import commit_one_phase
 from ..driver.phase_two import roll_back_others
 from ..driver.request import PhaseOne
-from ..errors import WriteError
 from ..executor.branch import write_rows
 from ..executor.contract import BranchReport, WritePlan
 from ..executor.one_phase import write_one_phase
 from ..protocol.heartbeat import Heartbeat
 from ..runtime.timing import step
-from .tasks import write_task
+from .tasks import task_context, write_task
 
 log = logging.getLogger("xasink")
 
@@ -58,25 +56,25 @@ def ship_or_write(
     """Hold the partition's rows up to `bound` bytes (0: never): all of them fit, ship
     them; else write them all into one prepared branch (`before_branch` first). A worker
     holds at most the bound and one batch."""
-    context = TaskContext.get()
-    if context is None:
-        raise WriteError("xasink's partition writer must run inside a Spark task.")
+    if not bound:
+        before_branch()
+        return Shipment(write_task(plan, batches))
+    context = task_context()
     held: list[pa.RecordBatch] = []
     size = 0
     # A task that takes long to read (a slow upstream stage) beats for the job after one
     # interval; one that is quick opens no connection at all.
-    heartbeat = _slow_task_heartbeat(plan) if bound else None
+    heartbeat = _slow_task_heartbeat(plan)
     try:
-        for batch in batches if bound else ():
+        for batch in batches:
             held.append(batch)
             size += batch.nbytes
             if size > bound:
                 break
         else:
-            if bound:
-                partition = plan.partition_base + context.partitionId()
-                retried = context.attemptNumber() > 0
-                return ship(held, partition, context.taskAttemptId(), retried)
+            partition = plan.partition_base + context.partitionId()
+            retried = context.attemptNumber() > 0
+            return ship(held, partition, context.taskAttemptId(), retried)
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -118,10 +116,10 @@ def commit_shipped(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
     transaction when no task prepared a branch, else with the shipped rows as one more
     branch, written here, in two phases."""
     assert job.plan is not None
+    if any(s.report.xid for s in shipments):
+        return _as_branch(job, shipments)  # its decision checks the reports
     reports = [s.report for s in shipments]
     select_winners(job.plan, reports, len(reports), True)  # one per partition, every one
-    if any(r.xid for r in reports):
-        return _as_branch(job, shipments)
     job.plan = dataclasses.replace(job.plan, one_phase=True)
     job.trace.writer = "driver"
 

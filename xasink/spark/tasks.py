@@ -57,11 +57,17 @@ def write_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Itera
     yield pa.RecordBatch.from_pylist([dataclasses.asdict(report)], schema=MESSAGE_SCHEMA)
 
 
-def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
-    """Write this task's rows into one prepared branch (none if it has no rows)."""
+def task_context() -> TaskContext:
+    """This Spark task's context (xasink's partition writers run nowhere else)."""
     context = TaskContext.get()
     if context is None:
         raise WriteError("xasink's partition writer must run inside a Spark task.")
+    return context
+
+
+def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> BranchReport:
+    """Write this task's rows into one prepared branch (none if it has no rows)."""
+    context = task_context()
     keep_fault_handlers()  # this worker's earlier task may have started the JVM
     partition = plan.partition_base + context.partitionId()
     return write_rows(plan, batches, partition, context.taskAttemptId(), context.attemptNumber())
