@@ -28,6 +28,8 @@ sink-1p-prune | -DONE_PHASE -DPRUNE
 sink-1p-format | -DONE_PHASE -DCHECK_AFTER_BEGIN
 sink-1p-operator | -DONE_PHASE -DOPERATOR
 sink-shipped | -DSHIPPED -DCHECK_AFTER_BEGIN
+sink-format-prune | -DCHECK_AFTER_BEGIN -DPRUNE
+sink-shipped-prune | -DSHIPPED -DCHECK_AFTER_BEGIN -DPRUNE
 streams     | 
 streams-noid | -DNO_QUERY_ID
 apply       | -DPROGRESS

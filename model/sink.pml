@@ -501,6 +501,7 @@ proctype O() {
 
 #ifdef PRUNE
 /* `xasink prune`: deletes final jobs' rows; never the mark's job (jobs.prune). */
+byte pruned[NJ];                  /* ghost: the state a pruned row ended in, for the asserts */
 #ifdef MUTANT_PRUNE_MARK
 #define PRUNABLE(j) 1
 #else
@@ -512,7 +513,8 @@ proctype P() {
   :: j < NJ ->
        atomic {
          if
-         :: (job[j] == J_COMMITTED || job[j] == J_ABORTED) && PRUNABLE(j) -> job[j] = J_GONE
+         :: (job[j] == J_COMMITTED || job[j] == J_ABORTED) && PRUNABLE(j) ->
+              pruned[j] = job[j]; job[j] = J_GONE
          :: else
          fi
        }
@@ -588,6 +590,11 @@ init {
   j = 0;
   do
   :: j < NJ ->
+#ifdef PRUNE
+       /* a pruned job is judged by the state its row ended in (a skipped format job's
+          cancelled row, say), so pruning hides no dishonest answer */
+       if :: job[j] == J_GONE && mark_job != j -> job[j] = pruned[j] :: else fi;
+#endif
        /* honest answers: WRITTEN only for the committed job; CONFLICT only when another
           job decided B; SKIPPED only when the batch is in */
        assert(answer[j] != A_WRITTEN || (job[j] == J_COMMITTED && mark_job == j));
