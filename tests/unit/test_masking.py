@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow as pa
 import pytest
 
 from xasink.errors import ConfigurationError
 from xasink.masking import MASK, Redactor, mask_url
+from xasink.spark.shipping import ship
 from xasink.spec import ConnectionSpec, TableRef, properties_tuple
 
 SECRET = "s3cr3t-Pa55word!"
@@ -144,3 +146,12 @@ def test_bad_table_names_are_configuration_errors(given, message):
 
 def test_table_ref_repr_is_its_fields():
     assert repr(TableRef("t", "s")) == "TableRef(name='t', schema='s')"
+
+
+def test_a_shipped_partitions_repr_shows_its_row_count_and_none_of_its_rows():
+    """A message may reach a log line (an error, a debugger): the rows are the user's."""
+    batch = pa.RecordBatch.from_pydict({"card": ["4111-1111-1111-1111"]})
+    shipment = ship([batch], partition=0, attempt=7)
+    assert shipment.rows is not None and b"4111-1111-1111-1111" in shipment.rows
+    shown = repr(shipment)
+    assert "4111" not in shown and "rows=1" in shown

@@ -42,7 +42,8 @@ class Shipment:
 
     report: BranchReport
     #: The partition's rows as an Arrow IPC stream; None when a branch holds them (or none).
-    rows: bytes | None = None
+    #: Left out of repr: rows are the user's data, never a log line's.
+    rows: bytes | None = dataclasses.field(default=None, repr=False)
     #: Not the partition's first attempt: an earlier one may have prepared a branch.
     retried: bool = False
 
