@@ -95,7 +95,8 @@ decisions-no-settle | -DMUTANT_NO_SETTLE | a driver copies its decision to a par
 decisions-settle-applies | -DPER_BRANCH -DMUTANT_SETTLE_APPLIES | an earlier decision is carried whole (applied) before a later one whose prepared branches hold the rows its apply needs, and the later one waits for it
 mdb-withdraw | -DMUTANT_WITHDRAW_UNFENCED | a participant whose first write failed is withdrawn (its link done) without fencing or aborting its row
 mdb-linked-abort | -DLOST_C -DMUTANT_LINKED_ABORT | an operator ending a decided job in the coordinator alone after its branch there was lost aborts it, turning the decision over for the participant
-live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted'
+live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted
+live-silent-ship | -DMUTANT_SILENT_SHIP | quick shipping tasks never beat: a run of them after a branch task beat stays silent past the running lease'
 MUTANT_BASE='-DNO_R2 -DNO_LOSER3'
 
 # model_of NAME: which model a configuration or mutant checks (by its name's prefix)

@@ -20,11 +20,20 @@
  * (xasink.leaseSeconds). So recovery finds a job silent past its lease only once its owner
  * is dead.
  *
+ * A task whose partition fits in xasink.driverWriteBytes ships its rows instead of writing
+ * a branch (xasink/spark/shipping.py). Within its job's first heartbeat interval it may send
+ * no beat (it ends within that interval, or beats after one: no lease is shorter); once the
+ * job is older than an interval it beats at its start, as a branch's task does, even when it
+ * is quick. So the task below stands for both kinds.
+ *
  * Checked: a live owner's job is never aborted (assertion), and under weak fairness
  * <> (the batch is committed, or its owner died and the job is aborted): eventually final.
  * Mutant -DMUTANT_LATE_BEAT (the old code): a task beats only once its first row arrived,
  * and the job starts with the running lease, so a slow upstream stage or first row leaves a
  * live job silent past it: an abort of a live job, and replays aborted forever.
+ * Mutant -DMUTANT_SILENT_SHIP (the first shipping code): a shipping task beats only once it
+ * has read for an interval, so a run of quick ones, after a branch's task set the running
+ * lease, may stay silent past it: a live job aborted.
  */
 
 #define J_NONE      0
@@ -37,11 +46,19 @@ bit beating;          /* a task of the job beats now (its heartbeat thread runs)
 bit first_beat;       /* the job has beaten: its start lease is replaced by the running one */
 bit waiting_row;      /* a task waits for its first row (old code: not beating yet) */
 bit dead;             /* the Spark driver died for good */
+bit silent_run;       /* MUTANT_SILENT_SHIP: a run of quick shipping tasks, no beat, past the
+                         running lease */
 
 #define DIE  if :: !dead -> atomic { dead = 1; beating = 0 }; goto gone :: skip fi
 
-/* One task: beats from its start, reads its first row, writes, PREPAREs, ends. */
+/* One task: beats from its start, reads its first row, writes, PREPAREs (or ships), ends. */
 inline task() {
+#ifdef MUTANT_SILENT_SHIP
+  if
+  :: silent_run = 1; DIE; silent_run = 0                   /* quick shipping tasks, no beat */
+  :: skip
+  fi;
+#endif
   atomic {
 #ifndef MUTANT_LATE_BEAT
     beating = 1; first_beat = 1;                           /* Heartbeat(beat_now=True) */
@@ -79,6 +96,8 @@ gone:
    yet, whatever it waits for). */
 #ifdef MUTANT_LATE_BEAT
 #define PAST_LEASE  (dead || !first_beat || waiting_row)
+#elif defined(MUTANT_SILENT_SHIP)
+#define PAST_LEASE  (dead || (first_beat && silent_run))
 #else
 #define PAST_LEASE  dead
 #endif

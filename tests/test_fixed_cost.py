@@ -136,6 +136,29 @@ def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):
             assert journal.abort(session.connection, job_id)
 
 
+def test_a_flushed_stop_sends_the_beat_that_was_due_first(db):
+    """An instant task of an older job (format's shipping tasks) beats at its start, and
+    its stop waits for that one beat: it must reach the row however quick the task is."""
+    table = new_table(db)
+    with journal_session(db) as (spec, session, journal):
+        journal = journal.ensure(session.connection, spec)
+        jobs = [uuid.uuid4().hex for _ in range(10)]
+        for job_id in jobs:
+            journal.begin_job(session.connection, job_id, table, None, 3.0)
+            Heartbeat(journal, spec, job_id, 5.0, beat_now=True).start().stop(flushed=True)
+        with db.connect() as conn:
+            cursor = conn.cursor()
+            cursor.execute(
+                "SELECT beats FROM xasink_jobs WHERE job_id IN ({})".format(
+                    ", ".join(["%s"] * len(jobs))
+                ),
+                jobs,
+            )
+            assert [int(n) for (n,) in cursor.fetchall()] == [1] * len(jobs)
+        for job_id in jobs:
+            assert journal.abort(session.connection, job_id)
+
+
 #: Branches of a 3-partition append into a keyless table, written by tasks (MariaDB loads
 #: one stream into a table without a key: see the test after these).
 TASK_BRANCHES = {"postgres": 3, "mysql": 1}

@@ -117,8 +117,11 @@ def test_a_merge_of_mixed_partitions_applies_once(spark, db):
 #: the writer pickled (which mints the job), three shipped partitions, then commit(), with
 #: a fault armed before the one transaction's COMMIT.
 BATCH_SCRIPT = """
-import json, pickle, sys
+import json, pickle, sys, time
+from types import SimpleNamespace
 import pyarrow as pa
+import xasink
+from xasink.spark import shipping, tasks
 from pyspark.sql.types import LongType, StructField, StructType
 from xasink._testing.faults import Fault, injected
 from xasink.executor.branch import write_rows
@@ -138,13 +141,52 @@ with injected(*faults):
         ids = pa.array(range(1000, 1100), pa.int64())
         write_rows(minted.plan, iter([pa.RecordBatch.from_arrays([ids], names=["id"])]), 0, 0, 0)
     messages = []
-    for part in range(3):
+    if fault == "quiet":  # the tasks' own steps, one after another: partition 0 outgrows
+        # the bound and prepares a branch (its task beats), then 15 instant partitions ship,
+        # each well within a heartbeat interval of the last, for twice a task's lease
+        lease = float(options["xasink.leaseSeconds"])
+        for part in range(16):
+            time.sleep(0 if part == 0 else 2 * lease / 15 + 0.01)
+            task = SimpleNamespace(
+                partitionId=lambda part=part: part,
+                attemptNumber=lambda: 0,
+                taskAttemptId=lambda part=part: 1000 + part,
+            )
+            shipping.task_context = tasks.task_context = lambda task=task: task
+            ids = pa.array(range(part * 100, part * 100 + (100 if part == 0 else 10)))
+            rows = pa.RecordBatch.from_arrays([ids], names=["id"])
+            shipment = shipping.ship_or_write(minted.plan, iter([rows]), 400, lambda: None)
+            assert (shipment.rows is None) == (part == 0)
+            messages.append(BranchMessage(shipment, minted.plan, str(batch_id), None))
+        login = xasink.Database(options["url"], options["user"], options["password"])
+        print("recovery", xasink.recover(login, grace=0.5), flush=True)
+    for part in range(0 if fault == "quiet" else 3):
         ids = pa.array(range(part * 100, part * 100 + 100), pa.int64())
         shipment = ship([pa.RecordBatch.from_arrays([ids], names=["id"])], part, 1000 + part)
         messages.append(BranchMessage(shipment, minted.plan, str(batch_id), None))
     XasinkStreamWriter(fmt, schema).commit(pickle.loads(pickle.dumps(messages)), batch_id)
 print("job", minted.plan.job_id)
 """
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_run_of_quick_shipping_tasks_keeps_a_mixed_batchs_job_alive(db):
+    """A partition above the bound prepares its branch, its task beating with a task's
+    lease; then instant partitions ship for twice that lease, each within one heartbeat
+    interval of the last. A recovery run right after must find the job alive (the tasks of
+    a job older than an interval beat at their start, and an instant one waits for that
+    beat), and commit() writes every row."""
+    table = id_table(db)
+    leases = {"xasink.leaseSeconds": "1", "xasink.heartbeatInterval": "0.2"}
+    options = batch_options(db, table, "quiet", **leases)
+    run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "quiet")
+    assert run.returncode == 0, run.stderr[-3000:]
+    quick = [i for p in range(1, 16) for i in range(p * 100, p * 100 + 10)]
+    assert_exactly(db, table, [*range(100), *quick])
+    [(_, state, winners)] = jobs_of(db, table)
+    assert state == "committed" and len(winners) == 2
+    assert_clean(db)
 
 
 def batch_options(db, table: str, sink: str, **more: str) -> dict[str, str]:

@@ -40,6 +40,9 @@ class WritePlan:
     task_heartbeat: float = 0.0
     #: The job's lease once its tasks beat (replaces the longer one it started with).
     task_lease: float | None = None
+    #: format("xasink"): when the job was minted (epoch seconds; 0: unknown). A shipping
+    #: task of a job older than one heartbeat interval beats at its start, as a branch's does.
+    minted_at: float = 0.0
     #: A single-branch job committed in one local transaction (`write_one_phase`): a
     #: staged mode's `table` is then a temporary table, created by this statement inside it.
     one_phase: bool = False

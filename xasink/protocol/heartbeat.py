@@ -45,6 +45,8 @@ class Heartbeat:
     ) -> None:
         self.journal, self.spec, self.job_id = journal, spec, job_id
         self.interval, self.lease, self.beat_now = interval, lease, beat_now
+        #: Beats sent (attempted) so far, counted by the heartbeat thread.
+        self.beats = 0
 
     @property
     def network_bound(self) -> float:
@@ -55,10 +57,11 @@ class Heartbeat:
         _BEATER.add(self)
         return self
 
-    def stop(self) -> None:
+    def stop(self, flushed: bool = False) -> None:
         """No beat of this job starts once this returns; one in flight is waited for, at
-        most its network bound (then it is left to fail on its own)."""
-        _BEATER.remove(self)
+        most its network bound (then it is left to fail on its own). `flushed`: a beat due
+        now goes out first (a quick task's one beat), within the same bound."""
+        _BEATER.remove(self, flushed)
 
 
 #: Seconds the heartbeat sessions stay open with no job to beat for, for the next one.
@@ -102,10 +105,15 @@ class _Beater:
                 shutdown.call_at_exit(self.shutdown)
             self._cond.notify_all()
 
-    def remove(self, heartbeat: Heartbeat) -> None:
+    def remove(self, heartbeat: Heartbeat, flushed: bool = False) -> None:
         with self._cond:
-            self._due.pop(heartbeat, None)
             deadline = time.monotonic() + heartbeat.network_bound + 5
+            while flushed and not heartbeat.beats:  # until its due beat has started
+                now = time.monotonic()
+                if self._due.get(heartbeat, deadline) > now or now >= deadline:
+                    break
+                self._cond.wait(deadline - now)
+            self._due.pop(heartbeat, None)
             while self._beating is heartbeat:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -169,6 +177,7 @@ class _Beater:
                 self._beat(heartbeat)
             finally:
                 with self._cond:
+                    heartbeat.beats += 1
                     self._beating = None
                     self._cond.notify_all()
 

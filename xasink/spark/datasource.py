@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -133,6 +134,7 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
         assert isinstance(begun, Begun)  # no sink here: never skipped
         with job.running():  # tasks beat for it from now on
             plan, _ = job.make_plan(pre, schema, fmt.heartbeat_interval, fmt.lease)
+    plan = replace(plan, minted_at=time.time())
     ordered = [*pre.options.written(frame), *pre.options.steering]
     log.info("xasink job %s: writing into %s (format xasink)", plan.job_id, request.target)
     return MintedJob(plan, tuple(frame.index(c) for c in ordered), trace)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -63,9 +64,7 @@ def ship_or_write(
     context = task_context()
     held: list[pa.RecordBatch] = []
     size = 0
-    # A task that takes long to read (a slow upstream stage) beats for the job after one
-    # interval; one that is quick opens no connection at all.
-    heartbeat = _slow_task_heartbeat(plan)
+    heartbeat = _task_heartbeat(plan)
     try:
         for batch in batches:
             held.append(batch)
@@ -78,15 +77,22 @@ def ship_or_write(
             return ship(held, partition, context.taskAttemptId(), retried)
     finally:
         if heartbeat is not None:
-            heartbeat.stop()
+            heartbeat.stop(flushed=heartbeat.beat_now)
     before_branch()
     return Shipment(write_task(plan, itertools.chain(held, batches)))
 
 
-def _slow_task_heartbeat(plan: WritePlan) -> Heartbeat | None:
+def _task_heartbeat(plan: WritePlan) -> Heartbeat | None:
+    """The task's beats for the job. Within the job's first interval a quick task sends
+    none (it opens no connection at all: a micro-batch's tasks) and a slow one beats after
+    an interval; later, every task beats at its start, as a branch's task does, even a
+    quick one: a run of quick tasks must not leave the job silent past its lease."""
     if not plan.task_heartbeat:
         return None
-    beats = Heartbeat(plan.journal, plan.spec, plan.job_id, plan.task_heartbeat, plan.task_lease)
+    late = bool(plan.minted_at) and time.time() - plan.minted_at >= plan.task_heartbeat
+    beats = Heartbeat(
+        plan.journal, plan.spec, plan.job_id, plan.task_heartbeat, plan.task_lease, late
+    )
     return beats.start()
 
 
