@@ -5,6 +5,7 @@ are read with psycopg / pymysql."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -109,54 +110,49 @@ def test_a_column_added_a_moment_ago_is_written_at_once(spark, db, clock, monkey
     assert counts == [(100, 50)]
 
 
-def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):
-    def beats(job_id: str) -> int:
-        with db.connect() as conn:
-            cursor = conn.cursor()
-            cursor.execute(f"SELECT beats FROM xasink_jobs WHERE job_id = '{job_id}'")
-            return int(cursor.fetchone()[0])
+def beats(db, job_id: str) -> int:
+    """The job row's count of heartbeats, read by the test's own driver."""
+    with db.connect() as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT beats FROM xasink_jobs WHERE job_id = '{job_id}'")
+        return int(cursor.fetchone()[0])
 
+
+@contextlib.contextmanager
+def running_jobs(db, count: int):
+    """`count` running jobs' rows in a fresh journal: (spec, journal, job ids); aborted after."""
     table = new_table(db)
     with journal_session(db) as (spec, session, journal):
         journal = journal.ensure(session.connection, spec)
-        jobs = [uuid.uuid4().hex for _ in range(2)]
+        jobs = [uuid.uuid4().hex for _ in range(count)]
         for job_id in jobs:
             journal.begin_job(session.connection, job_id, table, None, 3.0)
+        yield spec, journal, jobs
+        for job_id in jobs:
+            assert journal.abort(session.connection, job_id)
+
+
+def test_one_heartbeat_thread_beats_every_live_job_and_none_after_stop(db):
+    with running_jobs(db, 2) as (spec, journal, jobs):
         hearts = [Heartbeat(journal, spec, job_id, 0.2).start() for job_id in jobs]
         time.sleep(1.0)
         threads = [t for t in threading.enumerate() if t.name == "xasink-heartbeat"]
         assert len(threads) == 1
         for heart in hearts:
             heart.stop()
-        stopped = [beats(job_id) for job_id in jobs]
+        stopped = [beats(db, job_id) for job_id in jobs]
         assert all(n >= 2 for n in stopped), stopped
         time.sleep(0.6)
-        assert [beats(job_id) for job_id in jobs] == stopped
-        for job_id in jobs:
-            assert journal.abort(session.connection, job_id)
+        assert [beats(db, job_id) for job_id in jobs] == stopped
 
 
 def test_a_flushed_stop_sends_the_beat_that_was_due_first(db):
     """An instant task of an older job (format's shipping tasks) beats at its start, and
     its stop waits for that one beat: it must reach the row however quick the task is."""
-    table = new_table(db)
-    with journal_session(db) as (spec, session, journal):
-        journal = journal.ensure(session.connection, spec)
-        jobs = [uuid.uuid4().hex for _ in range(10)]
+    with running_jobs(db, 10) as (spec, journal, jobs):
         for job_id in jobs:
-            journal.begin_job(session.connection, job_id, table, None, 3.0)
             Heartbeat(journal, spec, job_id, 5.0, beat_now=True).start().stop(flushed=True)
-        with db.connect() as conn:
-            cursor = conn.cursor()
-            cursor.execute(
-                "SELECT beats FROM xasink_jobs WHERE job_id IN ({})".format(
-                    ", ".join(["%s"] * len(jobs))
-                ),
-                jobs,
-            )
-            assert [int(n) for (n,) in cursor.fetchall()] == [1] * len(jobs)
-        for job_id in jobs:
-            assert journal.abort(session.connection, job_id)
+        assert [beats(db, job_id) for job_id in jobs] == [1] * len(jobs)
 
 
 #: Branches of a 3-partition append into a keyless table, written by tasks (MariaDB loads
