@@ -22,9 +22,11 @@
  *
  * A task whose partition fits in xasink.driverWriteBytes ships its rows instead of writing
  * a branch (xasink/spark/shipping.py). Within its job's first heartbeat interval it may send
- * no beat (it ends within that interval, or beats after one: no lease is shorter); once the
- * job is older than an interval it beats at its start, as a branch's task does, even when it
- * is quick. So the task below stands for both kinds.
+ * no beat (it ends within that interval, or beats after one); once the job is older than an
+ * interval it beats at its start, as a branch's task does, even when it is quick. So such a
+ * task leaves the job silent for at most two intervals and a gap, and a lease is at least
+ * three intervals (xasink.leaseSeconds is refused below that): the task below stands for
+ * both kinds.
  *
  * Checked: a live owner's job is never aborted (assertion), and under weak fairness
  * <> (the batch is committed, or its owner died and the job is aborted): eventually final.

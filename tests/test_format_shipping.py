@@ -143,10 +143,10 @@ with injected(*faults):
     messages = []
     if fault == "quiet":  # the tasks' own steps, one after another: partition 0 outgrows
         # the bound and prepares a branch (its task beats), then 15 instant partitions ship,
-        # each well within a heartbeat interval of the last, for twice a task's lease
+        # one after another, for twice a task's lease
         lease = float(options["xasink.leaseSeconds"])
         for part in range(16):
-            time.sleep(0 if part == 0 else 2 * lease / 15 + 0.01)
+            time.sleep(0 if part == 0 else 2 * lease / 15 + 0.01)  # > an interval
             task = SimpleNamespace(
                 partitionId=lambda part=part: part,
                 attemptNumber=lambda: 0,
@@ -159,7 +159,8 @@ with injected(*faults):
             assert (shipment.rows is None) == (part == 0)
             messages.append(BranchMessage(shipment, minted.plan, str(batch_id), None))
         login = xasink.Database(options["url"], options["user"], options["password"])
-        print("recovery", xasink.recover(login, grace=0.5), flush=True)
+        job = minted.plan.job_id
+        print("recovery", xasink.recover(login, job=job, grace=0.5), flush=True)
     for part in range(0 if fault == "quiet" else 3):
         ids = pa.array(range(part * 100, part * 100 + 100), pa.int64())
         shipment = ship([pa.RecordBatch.from_arrays([ids], names=["id"])], part, 1000 + part)
@@ -173,12 +174,12 @@ print("job", minted.plan.job_id)
 @pytest.mark.mariadb11_ci
 def test_a_run_of_quick_shipping_tasks_keeps_a_mixed_batchs_job_alive(db):
     """A partition above the bound prepares its branch, its task beating with a task's
-    lease; then instant partitions ship for twice that lease, each within one heartbeat
-    interval of the last. A recovery run right after must find the job alive (the tasks of
-    a job older than an interval beat at their start, and an instant one waits for that
-    beat), and commit() writes every row."""
+    lease; then instant partitions ship, one after another, for twice that lease. A
+    recovery run right after must find the job alive (the tasks of a job older than an
+    interval beat at their start, and an instant one waits for that beat), and commit()
+    writes every row."""
     table = id_table(db)
-    leases = {"xasink.leaseSeconds": "1", "xasink.heartbeatInterval": "0.2"}
+    leases = {"xasink.leaseSeconds": "2", "xasink.heartbeatInterval": "0.2"}
     options = batch_options(db, table, "quiet", **leases)
     run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "quiet")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -210,7 +211,11 @@ def test_a_commit_that_dies_before_its_commit_is_written_once_by_the_replay(db):
     stays running until recovery aborts it, and Spark's replay of the batch (a new job)
     writes every row once; a replay after that is skipped."""
     table = id_table(db)
-    short_leases = {"xasink.startTimeout": "1", "xasink.leaseSeconds": "1"}
+    short_leases = {
+        "xasink.startTimeout": "1",
+        "xasink.leaseSeconds": "1",
+        "xasink.heartbeatInterval": "0.2",
+    }
     options = batch_options(db, table, "ship", **short_leases)
     died = run_script(BATCH_SCRIPT, json.dumps(options), "0", "exit")
     assert died.returncode == 17, died.stderr[-3000:]

@@ -188,6 +188,7 @@ def test_a_job_waiting_for_its_first_task_keeps_its_start_lease(spark, db):
         "password": db.password,
         "xasink.startTimeout": "120",
         "xasink.leaseSeconds": "1",
+        "xasink.heartbeatInterval": "0.2",
     }
     fmt = parse(options, frame.columns, overwrite=False)
     minted = mint(fmt, frame.schema)  # what Spark's writer() call does

@@ -261,3 +261,13 @@ def test_a_heartbeat_interval_of_zero_is_refused(options):
     # 0 would mean "the driver beats", and no driver process lives through a format job.
     options["xasink.heartbeatInterval"] = "0"
     assert parse_error(options).startswith("Option 'heartbeatinterval' takes a number above 0")
+
+
+def test_a_lease_shorter_than_three_heartbeat_intervals_is_refused(options):
+    # Tasks beat once an interval: a shorter lease lets recovery abort a live job.
+    options["xasink.leaseSeconds"] = "20"
+    message = parse_error(options)
+    assert message.startswith("Option 'xasink.leaseSeconds' (20) must be at least 3 heartbeat")
+    assert "xasink.heartbeatInterval = 10" in message
+    options["xasink.heartbeatInterval"] = "5"
+    assert parse(options, ["id", "v"], overwrite=False).lease == 20

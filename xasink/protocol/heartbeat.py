@@ -108,11 +108,10 @@ class _Beater:
     def remove(self, heartbeat: Heartbeat, flushed: bool = False) -> None:
         with self._cond:
             deadline = time.monotonic() + heartbeat.network_bound + 5
-            while flushed and not heartbeat.beats:  # until its due beat has started
-                now = time.monotonic()
-                if self._due.get(heartbeat, deadline) > now or now >= deadline:
-                    break
-                self._cond.wait(deadline - now)
+            if flushed:
+                self._await_first_beat(
+                    heartbeat, min(deadline, time.monotonic() + heartbeat.interval)
+                )
             self._due.pop(heartbeat, None)
             while self._beating is heartbeat:
                 left = deadline - time.monotonic()
@@ -125,6 +124,18 @@ class _Beater:
                     break
                 self._cond.wait(left)
             self._cond.notify_all()
+
+    def _await_first_beat(self, heartbeat: Heartbeat, deadline: float) -> None:
+        """Until `heartbeat`'s due beat has started (its due time moved on), the deadline, or
+        no thread of this process could beat it (exiting, gone, forked). Holds the lock."""
+        while not heartbeat.beats:
+            now = time.monotonic()
+            thread = self._thread
+            if self._exiting or thread is None or not thread.is_alive() or self._pid != os.getpid():
+                return
+            if self._due.get(heartbeat, deadline) > now or now >= deadline:
+                return
+            self._cond.wait(deadline - now)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """End the thread at exit, after its beat in flight, and close its sessions: it must

@@ -152,15 +152,30 @@ def parse(
     branches = _whole(given, "numpartitions", 0) or None
     if branches is None and spec.dialect == "postgres":
         branches = defaults.POSTGRES_BRANCHES
+    interval = _positive(own, "heartbeatinterval", defaults.HEARTBEAT_INTERVAL)
     return FormatRequest(
         request=request,
         max_branches=branches,
-        heartbeat_interval=_positive(own, "heartbeatinterval", defaults.HEARTBEAT_INTERVAL),
+        heartbeat_interval=interval,
         sink_id=sink_id,
         stream_key=_stream_key(given, spec.masked_url) if streaming else None,
-        lease=_number(own, "leaseseconds", defaults.TASK_LEASE),
+        lease=_lease(own, interval),
         start_timeout=_number(own, "starttimeout", defaults.START_TIMEOUT),
     )
+
+
+def _lease(own: Mapping[str, str], interval: float) -> float:
+    """`leaseseconds`, at least a few heartbeat intervals: a live job's tasks beat once an
+    interval (a quick one at its start), and recovery takes a job silent past it for dead."""
+    lease = _number(own, "leaseseconds", defaults.TASK_LEASE)
+    if lease < defaults.LEASE_INTERVALS * interval:
+        raise ConfigurationError(
+            f"Option 'xasink.leaseSeconds' ({lease:g}) must be at least "
+            f"{defaults.LEASE_INTERVALS} heartbeat intervals (xasink.heartbeatInterval = "
+            f"{interval:g}): recovery takes a job silent that long for dead, and its tasks "
+            "beat once an interval. Raise leaseSeconds or lower heartbeatInterval."
+        )
+    return lease
 
 
 def _own_options(given: Mapping[str, str]) -> dict[str, str]:

@@ -89,7 +89,9 @@ def _task_heartbeat(plan: WritePlan) -> Heartbeat | None:
     quick one: a run of quick tasks must not leave the job silent past its lease."""
     if not plan.task_heartbeat:
         return None
-    late = bool(plan.minted_at) and time.time() - plan.minted_at >= plan.task_heartbeat
+    # (the driver's clock against this executor's: one behind it beats too, at a cost only)
+    elapsed = time.time() - plan.minted_at
+    late = bool(plan.minted_at) and not 0 <= elapsed < plan.task_heartbeat
     beats = Heartbeat(
         plan.journal, plan.spec, plan.job_id, plan.task_heartbeat, plan.task_lease, late
     )
