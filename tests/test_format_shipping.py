@@ -161,10 +161,12 @@ with injected(*faults):
         login = xasink.Database(options["url"], options["user"], options["password"])
         job = minted.plan.job_id
         print("recovery", xasink.recover(login, job=job, grace=0.5), flush=True)
-    for part in range(0 if fault == "quiet" else 3):
-        ids = pa.array(range(part * 100, part * 100 + 100), pa.int64())
-        shipment = ship([pa.RecordBatch.from_arrays([ids], names=["id"])], part, 1000 + part)
-        messages.append(BranchMessage(shipment, minted.plan, str(batch_id), None))
+    else:
+        for part in range(3):
+            ids = pa.array(range(part * 100, part * 100 + 100), pa.int64())
+            rows = pa.RecordBatch.from_arrays([ids], names=["id"])
+            shipment = ship([rows], part, 1000 + part)
+            messages.append(BranchMessage(shipment, minted.plan, str(batch_id), None))
     XasinkStreamWriter(fmt, schema).commit(pickle.loads(pickle.dumps(messages)), batch_id)
 print("job", minted.plan.job_id)
 """

@@ -60,7 +60,7 @@ class Heartbeat:
     def stop(self, flushed: bool = False) -> None:
         """No beat of this job starts once this returns; one in flight is waited for, at
         most its network bound (then it is left to fail on its own). `flushed`: a beat due
-        now goes out first (a quick task's one beat), within the same bound."""
+        now goes out first (a quick task's one beat), if it starts within one interval."""
         _BEATER.remove(self, flushed)
 
 
