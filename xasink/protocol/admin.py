@@ -24,9 +24,10 @@ from .branches import BranchOps
 from .connecting import journal_session, open_journal
 from .journal import Journal
 from .listing import lost_winners, table_named
+from .orphans import no_journal, presume_abort
 from .participants import finish as finish_participants
 from .participants import given
-from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
+from .recovery import describe, resolve_in_doubt
 from .retention import sweep
 from .states import FINAL_STATES, JobState
 

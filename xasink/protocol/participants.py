@@ -12,7 +12,7 @@ The coordinator's job row decides for every database:
   nothing is done.
 
 A participant whose coordinator decided nothing is never touched by anyone but the
-coordinator's driver or recovery (`recovery.awaits_coordinator`): a decided branch is never
+coordinator's driver or recovery (`waiting.awaits_coordinator`): a decided branch is never
 rolled back.
 """
 
