@@ -5,7 +5,16 @@ has, every branch of the job is decided for commit.
 
 The stamp orders decisions: staged applies into one table run in stamp order
 (`applying.check_apply_order`), and a transaction's participants receive its decisions in
-that order (`participants.settle_earlier`).
+that order (`participants.settle_earlier`). For that the stamp order must be the commit
+order: a decision stamped first but committed after a later one is invisible to the later
+one's driver, which then copies its own decision to a participant first, and the two
+databases apply the two in opposite orders (review 5, D1). So a decision that has
+participants takes the journal's order lock (its meta row) before it stamps and holds it
+until it commits: among such decisions, one stamped later begins after every earlier one
+is committed and visible. The stamp is the database's clock read after the lock (the
+statement's own time on MySQL, `clock_timestamp()` on PostgreSQL), so a later stamp is
+never smaller unless that clock steps back. A decision without participants meets no other
+database, and does not wait.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from .._testing.faults import Fault, trigger
-from ..runtime.jdbc import JdbcConnection, execute, local_transaction
+from ..runtime.jdbc import JdbcConnection, execute, local_transaction, query
 from . import links, sinkmarks
 from .journal import Journal
 from .sinkmarks import SinkBatch
@@ -41,6 +50,8 @@ def decide_commit(
         sinkmarks.register(journal, conn, sink.sink_id)
     try:
         with local_transaction(conn):
+            if participants:
+                _lock_decision_order(journal, conn)
             changed = execute(
                 conn,
                 f"UPDATE {journal.jobs} SET state = ?, decided_at = {journal.dialect.now_sql} "
@@ -63,6 +74,12 @@ def decide_commit(
     except sinkmarks.BatchTaken:  # rolled back: the job is still running, and undecided
         return Decision.BATCH_TAKEN
     return Decision.DECIDED
+
+
+def _lock_decision_order(journal: Journal, conn: JdbcConnection) -> None:
+    """The journal's one order lock, held until the decision's transaction ends (waits at
+    most the session's lock bound, as every journal lock does)."""
+    query(conn, f"SELECT id FROM {journal.meta} WHERE id = 1 FOR UPDATE")
 
 
 __all__ = ["decide_commit"]
