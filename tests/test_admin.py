@@ -115,8 +115,10 @@ def _marked_jobs(db) -> set[str]:
 
 def _kept_jobs(db) -> set[str]:
     """Jobs prune keeps whatever their age, besides the marked ones: a participant's
-    fence, a coordinator's job with a pending participant, a plan still to drop (other
-    tests of this session leave them in the shared journal)."""
+    fence, a coordinator's job with a pending participant, a plan still to drop, a job with
+    a branch still prepared (other tests of this session leave them in the shared
+    journal)."""
+    busy = {b.job_id for b in parsed_branches(db)}
     with db.connect() as conn:
         cursor = conn.cursor()
         cursor.execute(
@@ -124,7 +126,7 @@ def _kept_jobs(db) -> set[str]:
             "'xasink recover') OR apply_plan IS NOT NULL OR job_id IN (SELECT job_id FROM "
             "xasink_links WHERE role = 'participant' AND state = 'pending')"
         )
-        return {str(row[0]) for row in cursor.fetchall()}
+        return {str(row[0]) for row in cursor.fetchall()} | busy
 
 
 @pytest.mark.ci_one_server
