@@ -93,6 +93,7 @@ mdb-prune-fence | -DPRUNE -DMUTANT_PRUNE_FENCE | the retention in the participan
 decisions-id-order | -DMUTANT_ID_ORDER | recovery carries the pending decisions of a participant in job-id order, none first
 decisions-no-settle | -DMUTANT_NO_SETTLE | a driver copies its decision to a participant without carrying earlier pending ones first
 decisions-settle-applies | -DPER_BRANCH -DMUTANT_SETTLE_APPLIES | an earlier decision is carried whole (applied) before a later one whose prepared branches hold the rows its apply needs, and the later one waits for it
+decisions-no-order-lock | -DMUTANT_NO_ORDER_LOCK | a decision with participants stamps without the order lock: one stamped first commits after a later one, which reaches the participant first
 mdb-withdraw | -DMUTANT_WITHDRAW_UNFENCED | a participant whose first write failed is withdrawn (its link done) without fencing or aborting its row
 mdb-linked-abort | -DLOST_C -DMUTANT_LINKED_ABORT | an operator ending a decided job in the coordinator alone after its branch there was lost aborts it, turning the decision over for the participant
 live-late-beat | -DMUTANT_LATE_BEAT | tasks beat from their first row, no start lease: a live job aborted

@@ -43,6 +43,7 @@ from test_exactly_once import failed_tasks
 from xasink import CommitProperties, WriterProperties, write_xa
 from xasink.errors import CommitError, InputDataError, JobAbortedError
 from xasink.protocol.branches import BranchOps
+from xasink.protocol.deciding import decide_commit
 from xasink.protocol.recovery import resolve_in_doubt
 from xasink.spec import TableRef
 from xasink.tables.staging import ApplyPlan, create_stage_sql, stage_name
@@ -143,7 +144,7 @@ def test_recovery_reads_the_decision_before_listing_branches(db):
 
             def driver_decides() -> None:  # p1 prepares, then the driver records the decision
                 late.prepare()
-                assert journal.decide_commit(conn, job_id, [(0, 10, 5), (1, 11, 5)])
+                assert decide_commit(journal, conn, job_id, [(0, 10, 5), (1, 11, 5)])
 
             with Interleaved(spec, journal, between=driver_decides) as ops:
                 report = resolve_in_doubt(ops, conn, journal, grace=0)

@@ -6,10 +6,21 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
-from xasink._testing.faults import Fault, FaultNeverFired, InjectedFault, armed, injected, trigger
+from xasink._testing.faults import (
+    Fault,
+    FaultNeverFired,
+    InjectedFault,
+    armed,
+    held,
+    injected,
+    release,
+    trigger,
+)
 
 
 def test_a_fault_that_fires_passes():
@@ -55,3 +66,24 @@ def test_no_faults_arm_nothing():
     with injected():
         assert armed() == ()
     assert armed() == ()
+
+
+def test_a_hold_stops_the_first_job_to_reach_it_until_released():
+    """`hold`: the first caller waits at the point while the others go on, until the test
+    releases it (a decision held open while another one decides)."""
+    passed: list[str] = []
+    with injected(Fault("after_decision_stamp", "hold", attempt_number=None)) as (hold,):
+        first = threading.Thread(
+            target=lambda: (trigger(armed(), "after_decision_stamp"), passed.append("first"))
+        )
+        first.start()
+        deadline = time.monotonic() + 30
+        while not held(hold):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        trigger(armed(), "after_decision_stamp")  # a second job goes on at once
+        passed.append("second")
+        assert first.is_alive()
+        release(hold)
+        first.join(30)
+    assert passed == ["second", "first"]

@@ -265,7 +265,7 @@ def test_a_format_commit_failing_before_it_ends_its_job_leaves_the_one_line_to_a
 
     job, minted = fake_job(fakes)
     sent = pickle.dumps(minted)  # the trace as commit() and abort() each receive it
-    monkeypatch.setattr(datasource.Job, "resumed", _unreachable)
+    monkeypatch.setattr(datasource, "resume_job", _unreachable)
     caplog.set_level(logging.INFO, "xasink")
     plan = SimpleNamespace(job_id=JOB)
     with pytest.raises(JournalError):

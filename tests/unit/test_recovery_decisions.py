@@ -12,7 +12,7 @@ from xasink.protocol.branches import Outcome
 from xasink.protocol.recovery import (
     BranchAction,
     RecoveryReport,
-    _Resolver,
+    Resolver,
     resolve_in_doubt,
 )
 from xasink.tables.staging import ApplyPlan, stage_name
@@ -27,7 +27,7 @@ LOST = (
 def run(fakes, journal, ops, job=JOB, *, grace=120.0, dry_run=False, ages=None):
     """Resolve one job; the actions as (partition, attempt, action, detail)."""
     report = RecoveryReport(dry_run=dry_run)
-    resolver = _Resolver(ops, None, journal, grace, dry_run, report)
+    resolver = Resolver(ops, None, journal, grace, dry_run, report)
     if ages is not None:
         resolver._ages = ages
     resolver.resolve(job)

@@ -28,13 +28,16 @@ POINTS = (
     "after_rows",
     "after_prepare",
     "before_decision",
+    "after_decision_stamp",
     "after_decision",
     "before_participants",
     "after_first_commit",
     "before_finish",
     "before_local_commit",
 )
-ACTIONS = ("raise", "exit", "hang", "pause")
+ACTIONS = ("raise", "exit", "hang", "pause", "hold")
+#: How long a held job waits for `release` before it fails (InjectedFault).
+HOLD_SECONDS = 120.0
 
 
 class InjectedFault(RuntimeError):
@@ -66,10 +69,11 @@ _armed: tuple[Fault, ...] = ()
 
 
 @contextmanager
-def injected(*faults: Fault) -> Iterator[None]:
+def injected(*faults: Fault) -> Iterator[tuple[Fault, ...]]:
     """Arm `faults` for the jobs that start inside the block; they travel with each job's
     plan to its tasks. At the block's end, however it ends, every fault must have fired
-    at least once (`FaultNeverFired` otherwise, chained to the block's own error)."""
+    at least once (`FaultNeverFired` otherwise, chained to the block's own error). Yields
+    the armed faults, which `held` and `release` take."""
     global _armed
     folder = tempfile.mkdtemp(prefix="xasink-faults-")
     ledgered = tuple(
@@ -78,7 +82,7 @@ def injected(*faults: Fault) -> Iterator[None]:
     previous, _armed = _armed, ledgered
     try:
         try:
-            yield
+            yield ledgered
         except BaseException as exc:
             _check_fired(ledgered, exc)
             raise
@@ -118,6 +122,10 @@ def trigger(
             fault.attempt_number != attempt_number
         ):
             continue
+        if fault.action == "hold":  # the first job to reach it waits; the others go on
+            if _claimed(fault):
+                _wait_for_release(fault, point)
+            continue
         _record(fault)
         if fault.action == "raise":
             raise InjectedFault(f"injected fault at {point} (partition {partition})")
@@ -125,6 +133,8 @@ def trigger(
             os._exit(17)
         # "hang": announce the point, then wait to be killed from outside. "pause": announce
         # it and stop this process (SIGSTOP) until a test sends SIGCONT: a stalled driver.
+        # "hold" (above): one job, on one thread, waits at the point until the test
+        # releases it while the process goes on: a decision held open, say.
         print(f"XASINK-FAULT {point}", flush=True)
         sys.stdout.flush()
         if fault.action == "pause":
@@ -132,6 +142,37 @@ def trigger(
             return
         while True:
             time.sleep(3600)
+
+
+def held(fault: Fault) -> bool:
+    """Whether a job has reached the `hold` fault (it waits there until `release`)."""
+    return bool(fault.ledger) and os.path.exists(str(fault.ledger))
+
+
+def release(fault: Fault) -> None:
+    """Let the job held at `fault` go on (or the first to reach it, if none has yet)."""
+    if fault.ledger:
+        with open(f"{fault.ledger}.release", "a"):
+            pass
+
+
+def _claimed(fault: Fault) -> bool:
+    """Record the firing; True only for the first job (of any process) that reaches it."""
+    if not fault.ledger:
+        return True
+    try:
+        os.close(os.open(fault.ledger, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _wait_for_release(fault: Fault, point: str) -> None:
+    deadline = time.monotonic() + HOLD_SECONDS
+    while not os.path.exists(f"{fault.ledger}.release"):
+        if time.monotonic() > deadline:
+            raise InjectedFault(f"held at {point} for {HOLD_SECONDS:.0f}s, never released")
+        time.sleep(0.02)
 
 
 def _record(fault: Fault) -> None:

@@ -19,6 +19,7 @@ from ..errors import (
 )
 from ..executor.contract import JOB_ENDED, WritePlan
 from ..protocol.connecting import journal_connection
+from ..protocol.deciding import decide_commit
 from ..protocol.journal import Journal
 from ..protocol.states import Decision, JobState
 from ..runtime.jdbc import JdbcConnection
@@ -105,7 +106,9 @@ def decide(
     never with a plain read, which could miss a commit that lands later."""
     keys = [(w.partition, w.attempt, rows_of[w.partition]) for w in winners]
     try:
-        outcome = plan.journal.decide_commit(conn, plan.job_id, keys, plan.sink, participants or {})
+        outcome = decide_commit(
+            plan.journal, conn, plan.job_id, keys, plan.sink, participants or {}, plan.faults
+        )
     except Exception as exc:
         reason = plan.spec.redact(exc)
         state = fence(plan.spec, plan.journal, plan.job_id)

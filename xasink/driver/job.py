@@ -3,7 +3,7 @@
 
 `write_xa` runs every step in one process. The data source runs them in three (Spark's
 `writer()`, the tasks, then `commit()` or `abort()`), so a later step resumes the job from
-its pickled plan (`Job.resumed`). Either way, two rules live here and nowhere else:
+its pickled plan (`opening.resume_job`). Either way, two rules live here and nowhere else:
 
 * abort unless decided: any failure before the commit decision is recorded aborts the job
   and rolls back its branches; after it (or when its outcome is unknown), the job is left
@@ -28,9 +28,7 @@ from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import DecisionUnknownError, XasinkError
 from ..executor.contract import WritePlan
-from ..protocol import retention, sessions
 from ..protocol.branches import BranchOps
-from ..protocol.connecting import JOURNAL_ROLE, journal_connection, open_journal
 from ..protocol.heartbeat import Heartbeat
 from ..protocol.journal import Journal
 from ..protocol.recovery import resolve_in_doubt
@@ -38,7 +36,6 @@ from ..protocol.states import FINAL_STATES, JobState
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
-from ..tables.applier import STAGED_APPLY
 from ..tables.columns import TableColumn
 from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .check_cache import UNCACHED, CheckCache
@@ -57,8 +54,9 @@ log = logging.getLogger("xasink")
 
 
 class Job:
-    """A job's steps on one journal connection. Open it with `Job.opened` (a new job) or
-    `Job.resumed` (a job minted by another process), then call its steps in order."""
+    """A job's steps on one journal connection. Open it with `opening.open_job` (a new job)
+    or `opening.resume_job` (a job minted by another process), then call its steps in
+    order."""
 
     def __init__(
         self,
@@ -66,6 +64,9 @@ class Job:
         session: XaSession,
         journal: Journal,
         trace: JobTrace | None = None,
+        *,
+        reuse: bool = False,
+        checks: CheckCache = UNCACHED,
     ) -> None:
         self.request = request
         self.trace = trace if trace is not None else JobTrace.of(request)
@@ -82,69 +83,11 @@ class Job:
         #: The commit decision is recorded: from now on nothing rolls the job back.
         self.decided = False
         self._ops: BranchOps | None = None
-        self._reuse = False
-        self._checks: CheckCache = UNCACHED
-        self._closing = contextlib.ExitStack()
-
-    # -- opening ----------------------------------------------------------------------
-
-    @classmethod
-    @contextlib.contextmanager
-    def opened(
-        cls,
-        request: JobRequest,
-        reuse: bool = False,
-        checks: CheckCache = UNCACHED,
-        trace: JobTrace | None = None,
-    ) -> Iterator[Job]:
-        """A new job's journal connection. With `reuse` (write_xa), sessions are kept for
-        the next call of this process; preflight checks that passed are kept in `checks`.
-        Both are forgotten on any failure."""
-        spec, lock_wait = request.spec, request.commit.lock_wait_timeout
-        session, journal = open_journal(
-            spec, request.journal_schema, lock_wait, reuse=reuse, staged=STAGED_APPLY
-        )
-        job = cls(request, session, journal, trace)
-        job._reuse, job._checks = reuse, checks
-        with contextlib.ExitStack() as stack:
-            if reuse:
-                stack.enter_context(sessions.kept_on_success(spec, JOURNAL_ROLE, session))
-            else:
-                stack.enter_context(session)
-            stack.enter_context(checks.forgotten_on_failure(spec))
-            stack.enter_context(job._closing)
-            yield job
-            if job.trace.state in FINAL_STATES:  # after its end, a due round of its
-                retention.tend(job.journal, job.session, job.spec)  # journal's retention
-
-    @classmethod
-    @contextlib.contextmanager
-    def resumed(
-        cls,
-        plan: WritePlan,
-        request: JobRequest,
-        trace: JobTrace | None = None,
-        reuse: bool = False,
-    ) -> Iterator[Job]:
-        """The job of `plan`, in another process than the one that minted it. With `reuse`
-        (a Spark worker that commits batch after batch), sessions are kept for the next
-        job of this process, as `opened` keeps them."""
-        trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
-        trace.job_id, trace.state, trace.sink = plan.job_id, JobState.RUNNING, plan.sink
-        journal = plan.journal
-        session = journal_connection(request.spec, journal.lock_wait, reuse=reuse)
-        job = cls(request, session, journal, trace)
-        job.job_id, job.apply, job.current, job.plan = plan.job_id, plan.apply, plan.apply, plan
-        job._reuse = reuse
-        with contextlib.ExitStack() as stack:
-            if reuse:
-                stack.enter_context(sessions.kept_on_success(request.spec, JOURNAL_ROLE, session))
-            else:
-                stack.enter_context(session)
-            stack.enter_context(job._closing)
-            yield job
-            if job.trace.state in FINAL_STATES:  # after its end, a due round of its
-                retention.tend(job.journal, job.session, job.spec)  # journal's retention
+        #: Sessions kept for the next job of this process, and the preflight checks that
+        #: passed (`opening`: both forgotten on any failure).
+        self._reuse, self._checks = reuse, checks
+        #: What the job opens as it goes (its branch operations), closed with its session.
+        self.closing = contextlib.ExitStack()
 
     @property
     def ops(self) -> BranchOps:
@@ -153,7 +96,7 @@ class Job:
             ops = BranchOps(
                 self.spec, self.journal, retries=self.request.commit.retries, reuse=self._reuse
             )
-            self._ops = self._closing.enter_context(ops)
+            self._ops = self.closing.enter_context(ops)
         return self._ops
 
     @property

@@ -1,7 +1,7 @@
 """A single-branch job, committed in one phase: the driver's side.
 
 The branch's one local transaction holds the rows and the job's whole bookkeeping
-(`executor.one_phase.write_one_phase`, `Journal.commit_in_branch`), so there is no decision to
+(`executor.one_phase.write_one_phase`, `single_branch.commit_in_branch`), so there is no decision to
 record and nothing to recover: a failure before its COMMIT leaves nothing, not even the
 job's row. What is left to the driver: finish an older decided staged job on the table
 first, say why a batch was refused, and settle a COMMIT whose reply was lost with a fence
@@ -22,6 +22,7 @@ from ..executor.one_phase import ONE_PHASE_TAKEN, InterruptedAfterCommit, LocalC
 from ..protocol.applying import JobOrderError
 from ..protocol.connecting import journal_connection
 from ..protocol.recovery import resolve_in_doubt
+from ..protocol.single_branch import fence_one_phase
 from ..protocol.states import JobState
 from ..xid import BranchId
 from .decision import select_winners
@@ -110,7 +111,7 @@ def settle(job: Job, reason: str, registered: bool = False) -> None:
             state = (
                 job.journal.fence_decision(conn, job.job_id)
                 if registered
-                else job.journal.fence_one_phase(conn, job.job_id, plan.target)
+                else fence_one_phase(job.journal, conn, job.job_id, plan.target)
             )
     except Exception as exc:
         log.error("xasink job %s: settling the commit failed: %s", job.job_id, job.spec.redact(exc))

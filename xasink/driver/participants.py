@@ -29,6 +29,7 @@ from ..protocol import links
 from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.journal import Journal
 from ..protocol.participants import FENCED_BY, Participant, copy_decision, settle_earlier
+from ..protocol.single_branch import fence_one_phase
 from ..protocol.states import JobState
 from ..spec import Database
 from .job import Job
@@ -144,7 +145,7 @@ def _withdraw(coordinator: Job, member: Job, job_id: str) -> None:
     with `--participant` ends it, as for a driver that died here."""
     journal, conn = member.journal, member.conn
     try:
-        state = journal.fence_one_phase(conn, job_id, "", FENCED_BY, WITHDRAWN)
+        state = fence_one_phase(journal, conn, job_id, "", FENCED_BY, WITHDRAWN)
         if state == JobState.RUNNING:
             journal.abort(conn, job_id)
             state = journal.state(conn, job_id)

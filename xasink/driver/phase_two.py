@@ -18,8 +18,9 @@ from ..protocol.applying import Finished, JobOrderError
 from ..protocol.branches import BranchOps, commit_group
 from ..protocol.connecting import journal_connection
 from ..protocol.journal import Journal
-from ..protocol.recovery import blocked_detail, resolve_in_doubt
+from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import JobState
+from ..protocol.waiting import blocked_detail
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..spec import ConnectionSpec

@@ -294,7 +294,7 @@ class JobTrace:
     def continued(cls, request: JobRequest, clock: Stopwatch) -> JobTrace:
         """A format("xasink") stream job's trace in commit()/abort(), from the stopwatch
         its tasks carried (the phases so far); the job's id, state and sink come from its
-        plan (`Job.resumed`)."""
+        plan (`opening.resume_job`)."""
         trace = cls.of(request, clock, spark_worker=True)
         trace.running = max((PHASES.index(p) + 1 for p in clock.seconds), default=0)
         return trace

@@ -3,7 +3,7 @@
 Spark runs a micro-batch again after a crash, with the same batch id, and only ever the
 batch after the last one in its commit log. The journal keeps one row per sink: the highest
 decided batch id (its mark), the job that decided it and the streaming query that wrote it,
-moved in the decision's own transaction (`Journal.decide_commit`). So for a batch B:
+moved in the decision's own transaction (`deciding.decide_commit`). So for a batch B:
 
 - B above the mark is new: it is written;
 - B at the mark is a replay (the driver died between the sink's commit and Spark's commit

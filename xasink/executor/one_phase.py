@@ -1,5 +1,5 @@
 """A small job in one local transaction, committed in one phase (no XA): the driver loads
-its rows, and a transaction's other small writes, then `Journal.commit_in_branch` adds the
+its rows, and a transaction's other small writes, then `single_branch.commit_in_branch` adds the
 job's whole bookkeeping and the staged apply, and one COMMIT makes all of it durable."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..errors import JobAbortedError, WriteError
 from ..protocol import applying, sessions
 from ..protocol.applying import JobOrderError
 from ..protocol.sessions import open_session
+from ..protocol.single_branch import commit_in_branch
 from ..protocol.states import JobEnded
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
@@ -56,7 +57,7 @@ def write_one_phase(
 ) -> BranchReport:
     """A single-branch job in one local transaction, committed in one phase: the rows, and
     with them the job's row born committed, a streaming batch's sink mark, a staged mode's
-    apply from a temporary staging table (`Journal.commit_in_branch`). Nothing is prepared
+    apply from a temporary staging table (`single_branch.commit_in_branch`). Nothing is prepared
     and nothing survives a crash before the commit: there is nothing to decide or recover.
     `more`: a transaction's other small writes, loaded into the same transaction, and
     applied with this one's (parents first). A `registered` job (format("xasink")'s, whose
@@ -83,8 +84,8 @@ def write_one_phase(
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
             try:
-                finished = plan.journal.commit_in_branch(
-                    conn, plan.job_id, table, rows, plan.sink, staged, registered
+                finished = commit_in_branch(
+                    plan.journal, conn, plan.job_id, table, rows, plan.sink, staged, registered
                 )
                 problem = "" if finished else ONE_PHASE_TAKEN
             except JobEnded:  # a recovery run aborted the registered job first

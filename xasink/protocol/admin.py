@@ -24,10 +24,12 @@ from .branches import BranchOps
 from .connecting import journal_session, open_journal
 from .journal import Journal
 from .listing import lost_winners, table_named
+from .orphans import no_journal, presume_abort
 from .participants import finish as finish_participants
 from .participants import given
-from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
+from .recovery import describe, resolve_in_doubt
 from .retention import Swept, sweep
+from .single_branch import fence_one_phase
 from .states import FINAL_STATES, JobState
 
 
@@ -111,7 +113,7 @@ def settle_one_phase(
 ) -> tuple[JobState, RecoveryReport]:
     """A single-branch job whose one-phase COMMIT had an unknown outcome (its driver raised
     DecisionUnknownError): its row exists only if that COMMIT landed. The fence
-    (`Journal.fence_one_phase`) inserts the row as aborted, waiting on a COMMIT still in
+    (`single_branch.fence_one_phase`) inserts the row as aborted, waiting on a COMMIT still in
     flight: a duplicate means it landed (COMMITTED, nothing changed), else the job is
     aborted for good and nothing of it is in `table`. It prepared nothing, so there is no
     branch to resolve. A job that has a row already is reported as it stands if it ended
@@ -119,7 +121,7 @@ def settle_one_phase(
     what = _resolution("unknown (one-phase commit)", JobState.ABORTED, reason)
     table = table_named(conn, journal, table)
     try:
-        state = journal.fence_one_phase(conn, job_id, table, _operator(ops), what)
+        state = fence_one_phase(journal, conn, job_id, table, _operator(ops), what)
     except Exception as exc:
         raise ConfigurationError(
             f"Job {job_id} could not be settled ({ops.spec.redact(exc)}): a transaction of "

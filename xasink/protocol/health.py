@@ -28,8 +28,9 @@ from .branches import BranchOps
 from .connecting import journal_session
 from .journal import Journal
 from .records import OPEN_STATES, JobRecord
-from .recovery import awaits_coordinator, describe
+from .recovery import describe
 from .states import FINAL_STATES, JobState, TextEnum
+from .waiting import awaits_coordinator
 
 
 class JournalStatus(TextEnum):
@@ -233,7 +234,7 @@ def _sinks(conn: JdbcConnection, journal: Journal) -> dict[str, int]:
 
 
 def _lease(record: JobRecord, grace: float) -> float:
-    """How long the job's owner may stay silent: recovery's rule (`_Resolver._alive`)."""
+    """How long the job's owner may stay silent: recovery's rule (`Resolver._alive`)."""
     return max(grace, record.lease)
 
 

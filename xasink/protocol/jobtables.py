@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..runtime.jdbc import JdbcConnection, execute_many, query
 from ..spec import TableRef
-
-if TYPE_CHECKING:
-    from .schema import JournalLayout
-
-#: How a job row's apply plan starts when it holds a transaction's several writes (the
-#: staged apply writes it so): such a row may change any table, its plan says which.
-SEVERAL_WRITES = '{"writes": '
+from .journal_tables import SEVERAL_WRITES, JournalTables
 
 
-def record(layout: JournalLayout, conn: JdbcConnection, job_id: str, tables: Iterable[str]) -> None:
+def record(layout: JournalTables, conn: JdbcConnection, job_id: str, tables: Iterable[str]) -> None:
     """List `tables` for a job of several (those not listed yet); one table alone is the
     job row's own and is not listed. Runs in the caller's transaction, the one that
     records the job's plan."""
@@ -41,7 +35,7 @@ def record(layout: JournalLayout, conn: JdbcConnection, job_id: str, tables: Ite
     )
 
 
-def listed(layout: JournalLayout, conn: JdbcConnection, jobs: list[str]) -> dict[str, list[str]]:
+def listed(layout: JournalTables, conn: JdbcConnection, jobs: list[str]) -> dict[str, list[str]]:
     """The tables listed for each of `jobs` (by key), in name order."""
     found: dict[str, list[str]] = {}
     if not jobs or not layout.layered:
@@ -57,7 +51,7 @@ def listed(layout: JournalLayout, conn: JdbcConnection, jobs: list[str]) -> dict
     return found
 
 
-def record_plans(layout: JournalLayout, conn: JdbcConnection) -> None:
+def record_plans(layout: JournalTables, conn: JdbcConnection) -> None:
     """List the tables of each transaction an earlier layout recorded only in its plan
     (running, deciding, or its staging tables still to drop): the upgrade's one read of
     every plan."""

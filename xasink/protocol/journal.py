@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import JobAbortedError
 from ..runtime.jdbc import (
     JdbcConnection,
     execute,
     execute_many,
     local_transaction,
     network_timeout_lifted,
-    sql_state,
 )
 from ..spec import ConnectionSpec
 from . import applying, jobtables, links, sinkmarks
@@ -37,7 +35,7 @@ from .applying import Finished, StagedApply, StagedPlan
 from .records import OPEN_STATES, JournalReader, Winner
 from .schema import DEFAULT_LOCK_WAIT
 from .sinkmarks import SinkBatch, SinkMark
-from .states import SHIPPED, Decision, JobEnded, JobState
+from .states import JobState
 
 log = logging.getLogger("xasink")
 
@@ -87,10 +85,10 @@ class Journal(JournalReader):
         values |= {"sink_id": stream_sink} if sink is None else {}
         tables = [str(t) for t in plan.targets] if plan else []
         with local_transaction(conn) if len(tables) > 1 else contextlib.nullcontext():
-            self._insert_job(conn, job_id, table, JobState.RUNNING, values)
+            self.insert_job(conn, job_id, table, JobState.RUNNING, values)
             jobtables.record(self, conn, job_id, tables)
 
-    def _insert_job(
+    def insert_job(
         self,
         conn: JdbcConnection,
         job_id: str,
@@ -127,131 +125,6 @@ class Journal(JournalReader):
             (None if lease is None else int(lease + 0.999), job_id, *OPEN_STATES),
         )
 
-    def decide_commit(
-        self,
-        conn: JdbcConnection,
-        job_id: str,
-        winners: Iterable[tuple[int, int, int]],
-        sink: SinkBatch | None = None,
-        participants: Mapping[str, Sequence[tuple[int, int, int]]] = {},
-    ) -> Decision:
-        """Durably record the commit decision. Returns DECIDED, JOB_ENDED (the job is no
-        longer running) or BATCH_TAKEN (the sink's mark already reached this batch, belongs
-        to another query, or was reset meanwhile: nothing was recorded).
-
-        `winners` are (partition, attempt, rows); `participants`, the winners of a
-        transaction's other databases (into their link rows, `links`). A streaming job's
-        decision also moves its sink's mark to its batch, in the same local transaction, if
-        the mark is below it and not another query's: one batch is decided once."""
-        if sink is not None:
-            sinkmarks.register(self, conn, sink.sink_id)
-        try:
-            with local_transaction(conn):
-                changed = execute(
-                    conn,
-                    f"UPDATE {self.jobs} SET state = ?, decided_at = {self.dialect.now_sql} "
-                    "WHERE job_id = ? AND state = ?",
-                    (JobState.COMMITTING, job_id, JobState.RUNNING),
-                )
-                if changed != 1:
-                    return Decision.JOB_ENDED
-                if sink is not None:
-                    sinkmarks.advance(self, conn, job_id, sink)
-                self._batch(
-                    conn,
-                    f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
-                    "VALUES (?, ?, ?, ?)",
-                    job_id,
-                    winners,
-                )
-                links.record_winners(self, conn, job_id, participants)
-        except sinkmarks.BatchTaken:  # rolled back: the job is still running, and undecided
-            return Decision.BATCH_TAKEN
-        return Decision.DECIDED
-
-    def commit_in_branch(
-        self,
-        conn: JdbcConnection,
-        job_id: str,
-        table: str,
-        rows: int,
-        sink: SinkBatch | None = None,
-        plan: StagedPlan | None = None,
-        registered: bool = False,
-    ) -> Finished | None:
-        """A single-branch job's whole bookkeeping, inside its branch's own local
-        transaction (the caller commits it, or rolls it back unless finished): the job row,
-        born committed (a `registered` one, minted running by format("xasink"), moved to
-        committed if still running, as a decision moves it); for a streaming batch the
-        sink's conditional mark move, which serialises writers racing for the batch on the
-        mark's row lock; for a staged mode the apply from the branch's staging table. One
-        commit makes all of it durable at once; a crash before it leaves nothing new.
-
-        Returns what it finished, or None: the mark had reached the batch, belongs to
-        another query or was reset. Raises JobOrderError while an older decided staged job
-        on the table is unfinished, and the target's own refusal of staged rows."""
-        if plan is not None:  # applies into one table, one at a time (see `finish`)
-            applying.lock_apply(self, conn, plan)
-        try:
-            if not registered:
-                values = {"lease_seconds": 0, **sinkmarks.job_columns(sink)}
-                stamped = ("decided_at", "finished_at")
-                self._insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
-            elif not self._end(conn, job_id, JobState.RUNNING, JobState.COMMITTED, decided=True):
-                raise JobEnded(job_id)
-        except Exception as exc:  # a duplicate key: the job's row is an operator's fence
-            if (sql_state(exc) or "").startswith("23"):
-                raise JobAbortedError(
-                    f"Job {job_id} was settled as aborted (`xasink resolve {job_id} --abandon "
-                    "--table`) before it could commit: nothing of it was written. Run the "
-                    "write again."
-                ) from None
-            raise
-        if plan is not None:  # before the mark: a decision takes its job row, then the mark
-            jobtables.record(self, conn, job_id, map(str, plan.targets))
-            applying.lock_apply_order(self, conn, job_id, plan, self.staged)
-        if sink is not None:
-            try:
-                sinkmarks.advance(self, conn, job_id, sink)
-            except sinkmarks.BatchTaken:
-                return None
-        execute(
-            conn,
-            f"INSERT INTO {self.winners} (job_id, partition_id, attempt, row_count) "
-            "VALUES (?, 0, ?, ?)",  # a registered job's: no task's attempt (they have losers)
-            (job_id, SHIPPED if registered else 0, rows),
-        )
-        if plan is None:
-            return Finished()
-        staged = applying.need(self.staged)
-        staged.check(conn, self.dialect, plan)
-        with network_timeout_lifted(conn):  # may run long on a live server
-            return Finished(staged.apply(conn, self.dialect, plan)[1])
-
-    def fence_one_phase(
-        self,
-        conn: JdbcConnection,
-        job_id: str,
-        table: str,
-        resolved_by: str | None = None,
-        resolution: str | None = None,
-    ) -> str | None:
-        """After a single-branch job's commit failed ambiguously: settle it for good.
-
-        Inserting the job's row as aborted waits on the key lock of a commit still in
-        flight; a duplicate key means the commit landed (the state read then says so),
-        success means it never will. Returns ABORTED when this call settled it so. An
-        operator's fence (`xasink resolve --table`) records who did it in the same row."""
-        try:
-            by = {"resolved_by": resolved_by, "resolution": resolution}
-            self._insert_job(conn, job_id, table, JobState.ABORTED, by, ("finished_at",))
-        except Exception:
-            state = self.state(conn, job_id)
-            if state is None:
-                raise
-            return state
-        return JobState.ABORTED
-
     def fence_decision(self, conn: JdbcConnection, job_id: str) -> str | None:
         """After the decision's commit failed ambiguously: settle it for good.
 
@@ -265,9 +138,9 @@ class Journal(JournalReader):
 
     def abort(self, conn: JdbcConnection, job_id: str, beats: int | None = None) -> bool:
         """Mark a running job aborted; with `beats`, only if no heartbeat came since."""
-        return self._end(conn, job_id, JobState.RUNNING, JobState.ABORTED, beats)
+        return self.end(conn, job_id, JobState.RUNNING, JobState.ABORTED, beats)
 
-    def _end(
+    def end(
         self,
         conn: JdbcConnection,
         job_id: str,
@@ -310,7 +183,7 @@ class Journal(JournalReader):
                 if plan is not None:
                     applying.lock_apply(self, conn, plan)
                     held.append(plan)
-                changed = self._end(conn, job_id, JobState.COMMITTING, JobState.COMMITTED)
+                changed = self.end(conn, job_id, JobState.COMMITTING, JobState.COMMITTED)
                 if changed:
                     if plan is not None:
                         staged = applying.need(self.staged)
@@ -320,7 +193,7 @@ class Journal(JournalReader):
                             stale = staged.apply(conn, self.dialect, plan)[1]
                     # Exact keys only: a late, still-prepared loser's marker row stays
                     # untouched (a range delete would wait on its lock).
-                    self._batch(
+                    self.batch(
                         conn,
                         f"DELETE FROM {self.markers} WHERE job_id = ? AND partition_id = ? "
                         "AND attempt = ?",
@@ -356,7 +229,7 @@ class Journal(JournalReader):
         if links.linked(self, conn, job_id):
             return False
         with local_transaction(conn):
-            ended = self._end(conn, job_id, JobState.COMMITTING, JobState.ABORTED, staged_only=True)
+            ended = self.end(conn, job_id, JobState.COMMITTING, JobState.ABORTED, staged_only=True)
             if ended:
                 sinkmarks.restore(self, conn, job_id)
         return ended
@@ -389,7 +262,7 @@ class Journal(JournalReader):
         applying.need(self.staged).drop(conn, self.dialect, plan, restore_seconds=self.lock_wait)
         execute(conn, f"UPDATE {self.jobs} SET apply_plan = NULL WHERE job_id = ?", (job_id,))
 
-    def _batch(
+    def batch(
         self, conn: JdbcConnection, sql: str, job_id: str, branches: Iterable[tuple[int, ...]]
     ) -> None:  # `sql` once per (job, partition, attempt, ...), as one JDBC batch
         execute_many(conn, sql, [(job_id, *numbers) for numbers in branches])

@@ -1,20 +1,27 @@
-"""What the journal's tables hold: each one's columns, key and secondary indexes.
+"""The journal's tables: their names in a schema, and what each one holds (its columns,
+key and secondary indexes).
 
 Every statement a write makes reaches the rows it asks for through one of these indexes,
 never by reading the history of finished jobs (`retention` bounds that history, but a
 write must not depend on it): the open jobs through their state, a transaction's tables
 through `xasink_job_tables`, a leftover staging table through the index of the rows that
 still have a plan.
+
+Finding, checking, creating and upgrading a journal is `schema`'s (`JournalLayout`, built on
+`JournalTables`); the modules that write one kind of row (`jobtables`, `links`, ...) need
+only the names here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from ..defaults import LOCK_WAIT as DEFAULT_LOCK_WAIT
+from ..dialects import Dialect, get_dialect
 from ..dialects.base import TableIndex
 
-if TYPE_CHECKING:
-    from .schema import JournalLayout
+META_TABLE = "xasink_meta"
 
 WINNERS_TABLE = "xasink_winners"
 MARKERS_TABLE = "xasink_markers"
@@ -25,9 +32,86 @@ LINKS_TABLE = "xasink_links"
 #: Every table a job of several tables changes (a transaction's), where an index finds it.
 JOB_TABLES_TABLE = "xasink_job_tables"
 JOBS_TABLE = "xasink_jobs"
+#: The journal's table layout that this release creates (`schema`): every table, the links
+#: and a job's tables included, and the indexes that keep a write's statements off the
+#: history.
+SCHEMA_VERSION = 3
+#: How a job row's apply plan starts when it holds a transaction's several writes (the
+#: staged apply writes it so): such a row may change any table, its plan says which.
+SEVERAL_WRITES = '{"writes": '
 
 
-def definitions(journal: JournalLayout) -> list[tuple[str, str, str, tuple[TableIndex, ...]]]:
+@dataclass(frozen=True)
+class JournalTables:
+    """Where the bookkeeping tables live, and their tag; picklable for the executors."""
+
+    dialect_name: str
+    schema: str | None
+    tag: str
+    lock_wait: float = DEFAULT_LOCK_WAIT
+    #: Its layout as found: an earlier one (its upgrade deferred) is read and written as
+    #: that release did (`layered`).
+    version: int = SCHEMA_VERSION
+
+    @property
+    def layered(self) -> bool:
+        """Whether the journal has this layout's tables (a transaction's tables listed in
+        `job_tables`, the links, the retention); an earlier layout is used as it is until
+        its upgrade can run (`JournalLayout.upgrade`)."""
+        return self.version >= SCHEMA_VERSION
+
+    @property
+    def dialect(self) -> Dialect:
+        return get_dialect(self.dialect_name)
+
+    def _table(self, name: str) -> str:
+        d = self.dialect
+        return f"{d.quote(self.schema)}.{d.quote(name)}" if self.schema else d.quote(name)
+
+    @property
+    def meta(self) -> str:
+        return self._table(META_TABLE)
+
+    @property
+    def jobs(self) -> str:
+        return self._table(JOBS_TABLE)
+
+    @property
+    def winners(self) -> str:
+        return self._table(WINNERS_TABLE)
+
+    @property
+    def markers(self) -> str:
+        return self._table(MARKERS_TABLE)
+
+    @property
+    def sinks(self) -> str:
+        return self._table(SINKS_TABLE)
+
+    @property
+    def links(self) -> str:
+        return self._table(LINKS_TABLE)
+
+    @property
+    def job_tables(self) -> str:
+        return self._table(JOB_TABLES_TABLE)
+
+    def changes(self, alias: str, tables: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        """A condition on the job row `alias`, and its parameters: it changes one of
+        `tables`: its own table, or one of a transaction's (`job_tables`, reached by its
+        key; in an earlier layout, any transaction's plan counts)."""
+        marks = ", ".join("?" for _ in tables)
+        if not self.layered:
+            sql = f"({alias}.target_table IN ({marks}) OR {alias}.apply_plan LIKE ?)"
+            return sql, (*tables, f"{SEVERAL_WRITES}%")
+        return (
+            f"({alias}.target_table IN ({marks}) OR EXISTS (SELECT 1 FROM {self.job_tables} "
+            f"x WHERE x.job_id = {alias}.job_id AND x.target_table IN ({marks})))",
+            (*tables, *tables),
+        )
+
+
+def definitions(journal: JournalTables) -> list[tuple[str, str, str, tuple[TableIndex, ...]]]:
     """(table, name, columns, indexes) of every table but meta, the jobs table last."""
     d = journal.dialect
     ts, sink_id = d.timestamp_type, d.ascii_id_type(200)
@@ -104,7 +188,11 @@ __all__ = [
     "JOB_TABLES_TABLE",
     "LINKS_TABLE",
     "MARKERS_TABLE",
+    "META_TABLE",
+    "SCHEMA_VERSION",
+    "SEVERAL_WRITES",
     "SINKS_TABLE",
     "WINNERS_TABLE",
+    "JournalTables",
     "definitions",
 ]

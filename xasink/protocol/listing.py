@@ -18,8 +18,8 @@ from . import jobtables, links
 from .branches import BranchOps, Outcome
 from .journal import Journal
 from .records import Winner
-from .recovery import awaits_coordinator
 from .states import FINAL_STATES, JobState
+from .waiting import awaits_coordinator
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ The coordinator's job row decides for every database:
   nothing is done.
 
 A participant whose coordinator decided nothing is never touched by anyone but the
-coordinator's driver or recovery (`recovery.awaits_coordinator`): a decided branch is never
+coordinator's driver or recovery (`waiting.awaits_coordinator`): a decided branch is never
 rolled back.
 """
 
@@ -33,9 +33,11 @@ from .actions import BranchAction, RecoveryAction, RecoveryReport
 from .applying import StagedApply
 from .branches import BranchOps
 from .connecting import open_journal
+from .deciding import decide_commit
 from .journal import Journal
 from .links import Link
 from .recovery import resolve_in_doubt
+from .single_branch import fence_one_phase
 from .states import FINAL_STATES, Decision, JobState
 
 log = logging.getLogger("xasink")
@@ -60,7 +62,7 @@ def copy_decision(
 ) -> str | None:
     """Record the coordinator's commit decision in a participant's journal; returns the
     participant's job state afterwards (`committing`, or later when it was copied before)."""
-    if journal.decide_commit(conn, job_id, winners) == Decision.DECIDED:
+    if decide_commit(journal, conn, job_id, winners) == Decision.DECIDED:
         return JobState.COMMITTING
     return journal.state(conn, job_id)
 
@@ -299,7 +301,7 @@ def _finish_one(
         _add(report, link, what, f"as its coordinator decided ({decided})")
         return False
     if found is None and not commit:  # a fence: a driver registering it later fails on it
-        found = journal.fence_one_phase(conn, job_id, "", FENCED_BY, _FENCED)
+        found = fence_one_phase(journal, conn, job_id, "", FENCED_BY, _FENCED)
         if found == JobState.ABORTED:
             _add(report, link, RecoveryAction.ABORTED, _FENCED)
     if found == JobState.RUNNING:

@@ -41,6 +41,7 @@ from .branches import BranchOps, Outcome
 from .journal import Journal
 from .records import JobRecord
 from .states import DECIDED_STATES, JobState
+from .waiting import LOST_DETAIL, awaits_coordinator, blocked_detail
 
 log = logging.getLogger("xasink")
 
@@ -50,7 +51,7 @@ _LOOKS = 3
 
 
 @dataclass
-class _Resolver:
+class Resolver:
     ops: BranchOps
     conn: JdbcConnection
     journal: Journal
@@ -93,7 +94,7 @@ class _Resolver:
             self._add(branch, RecoveryAction.FAILED, f"{why}; {self._redact(exc)}")
             return
         if outcome is Outcome.LOST:
-            self._add(branch, RecoveryAction.LOST, _LOST_DETAIL)
+            self._add(branch, RecoveryAction.LOST, LOST_DETAIL)
         else:
             self._add(branch, RecoveryAction.of(outcome), why)
 
@@ -174,7 +175,7 @@ class _Resolver:
             branch = BranchId(self.journal.tag, record.job_id, partition, attempt)
             outcome = self.ops.settled(branch)
             if outcome is Outcome.LOST:
-                self._add(branch, RecoveryAction.LOST, _LOST_DETAIL)
+                self._add(branch, RecoveryAction.LOST, LOST_DETAIL)
             else:
                 self._add(branch, RecoveryAction.of(outcome), "marker row or committed job found")
         mine = [a for a in self.report.actions if a.job_id == record.job_id]
@@ -289,51 +290,6 @@ class _Resolver:
             self.journal.release_stage(self.conn, job_id, plan)
 
 
-def awaits_coordinator(coordinator: links.Link) -> str:
-    """Why a participant's undecided job is left, and what finishes it."""
-    schema = f" --journal-schema {coordinator.schema}" if coordinator.schema else ""
-    return (
-        f"a transaction over several databases, decided by the journal at "
-        f"{coordinator.where}: never aborted from here. Finish it with `xasink recover "
-        f"--url {coordinator.address}{schema} --participant <this database's URL>`"
-    )
-
-
-_LOST_DETAIL = (
-    "decided for commit, but rolled back without committing (no marker, job not committed): "
-    "its rows are NOT in the table"
-)
-
-
-def blocked_detail(
-    ops: BranchOps, conn: JdbcConnection, journal: Journal, job_id: str, reason: str
-) -> str:
-    """Name what a lock wait is probably stuck behind: prepared transactions still open."""
-    try:
-        others: dict[str, int] = {}
-        foreign = 0
-        for xid in ops.session.recover():
-            branch = BranchId.parse(xid)
-            if branch is None or branch.journal != journal.tag:
-                foreign += 1
-            elif branch.job_id != job_id:
-                others[branch.job_id] = others.get(branch.job_id, 0) + 1
-    except Exception:
-        return f"{reason}; gave up waiting for a lock"
-    held = [
-        f"xasink job {job} ({n} prepared branch(es), {journal.state(conn, job) or 'no row'})"
-        for job, n in sorted(others.items())
-    ]
-    if foreign:
-        held.append(f"{foreign} prepared transaction(s) of other applications or journals")
-    blockers = "; ".join(held) if held else "no prepared transaction: a long local transaction"
-    return (
-        f"gave up after {journal.lock_wait:.0f}s waiting for a lock ({reason}). Probably held "
-        f"by: {blockers}. Resolve those (`xasink recover`; other applications' with their "
-        "own tools), then run `xasink recover` to finish this job"
-    )
-
-
 def resolve_in_doubt(
     ops: BranchOps,
     conn: JdbcConnection,
@@ -346,7 +302,7 @@ def resolve_in_doubt(
 ) -> RecoveryReport:
     """Resolve this journal's in-doubt branches (of `table`'s or `job`'s only, when given)."""
     report = RecoveryReport(dry_run=dry_run, journal=describe(journal))
-    resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
+    resolver = Resolver(ops, conn, journal, grace, dry_run, report)
     committing = journal.jobs_in_state(conn, JobState.COMMITTING)  # oldest decision first
     candidates = {branch.job_id for branch, _ in ops.prepared()}
     candidates.update(r.job_id for r in committing)
@@ -382,36 +338,6 @@ def _changes(journal: Journal, conn: JdbcConnection, record: JobRecord | None, t
     except JournalError:
         return False
     return plan is not None and table in map(str, plan.targets)
-
-
-def presume_abort(
-    ops: BranchOps, tag: str, *, grace: float, dry_run: bool, conn: JdbcConnection, journal: Journal
-) -> RecoveryReport:
-    """No journal exists: roll back the prepared branches carrying `tag`, as the operator
-    asked, once prepared longer than the grace (when the server says when)."""
-    report = RecoveryReport(dry_run=dry_run, journal=f"no journal; presumed abort for tag {tag}")
-    resolver = _Resolver(ops, conn, journal, grace, dry_run, report)
-    for job_id in sorted({b.job_id for b, _ in ops.prepared()}):
-        resolver.without_row(job_id, ops.prepared_of(job_id))
-    return report
-
-
-def no_journal(ops: BranchOps, journal: Journal, dry_run: bool) -> RecoveryReport:
-    """No journal here: touch nothing, and say what xasink-shaped branches are left."""
-    report = RecoveryReport(dry_run=dry_run, journal=f"no journal in {describe(journal)}")
-    for branch in ops.xasink_branches():
-        report.actions.append(
-            BranchAction(
-                branch.job_id,
-                branch.partition,
-                branch.attempt,
-                RecoveryAction.LEFT,
-                f"tag {branch.journal}: no journal here to decide by (wrong --journal-schema "
-                "or database?). Nothing was touched; --presume-abort TAG rolls back a tag's "
-                "branches when its journal is truly gone",
-            )
-        )
-    return report
 
 
 def describe(journal: Journal) -> str:

@@ -15,39 +15,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ..defaults import LOCK_WAIT as DEFAULT_LOCK_WAIT
-from ..dialects import Dialect, get_dialect
 from ..dialects.base import TableIndex
 from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, execute, network_timeout_lifted, query
 from ..spec import ConnectionSpec
 from ..xid import FORMAT_ID
 from . import jobtables
-from .jobtables import SEVERAL_WRITES
 from .journal_tables import (
     JOB_TABLES_TABLE,
-    JOBS_TABLE,
     LINKS_TABLE,
-    MARKERS_TABLE,
-    SINKS_TABLE,
-    WINNERS_TABLE,
+    META_TABLE,
+    SCHEMA_VERSION,
+    JournalTables,
     definitions,
 )
 
-META_TABLE = "xasink_meta"
-
-#: The journal's table layout; stored in `xasink_meta`, checked on every use. This release
-#: creates `SCHEMA_VERSION`: every table, the links and a job's tables included, and the
-#: indexes that keep a write's statements off the history. It reads the layouts of earlier
-#: releases, 1 and `LINKED_VERSION` (1 and the links table, which joined a journal the first
-#: time it took part in a transaction over several databases), and `ensure` upgrades them
-#: in place; a release that knows only those then refuses the journal rather than write
-#: jobs whose tables it does not record.
-SCHEMA_VERSION = 3
+#: The journal's table layout is stored in `xasink_meta` and checked on every use. This
+#: release creates `SCHEMA_VERSION` and reads the layouts of earlier releases, 1 and
+#: `LINKED_VERSION` (1 and the links table, which joined a journal the first time it took
+#: part in a transaction over several databases), and `ensure` upgrades them in place; a
+#: release that knows only those then refuses the journal rather than write jobs whose
+#: tables it does not record.
 LINKED_VERSION = 2
 EARLIER_VERSIONS = (1, LINKED_VERSION)
 #: Seconds the upgrade's DDL waits for a lock before it is left for a later call.
@@ -69,73 +62,9 @@ L = TypeVar("L", bound="JournalLayout")
 
 
 @dataclass(frozen=True)
-class JournalLayout:
-    """Where the bookkeeping tables live, and their tag; picklable for the executors."""
-
-    dialect_name: str
-    schema: str | None
-    tag: str
-    lock_wait: float = DEFAULT_LOCK_WAIT
-    #: Its layout as found: an earlier one (its upgrade deferred) is read and written as
-    #: that release did (`layered`).
-    version: int = SCHEMA_VERSION
-
-    @property
-    def layered(self) -> bool:
-        """Whether the journal has this layout's tables (a transaction's tables listed in
-        `job_tables`, the links, the retention); an earlier layout is used as it is until
-        its upgrade can run (`upgrade`)."""
-        return self.version >= SCHEMA_VERSION
-
-    @property
-    def dialect(self) -> Dialect:
-        return get_dialect(self.dialect_name)
-
-    def _table(self, name: str) -> str:
-        d = self.dialect
-        return f"{d.quote(self.schema)}.{d.quote(name)}" if self.schema else d.quote(name)
-
-    @property
-    def meta(self) -> str:
-        return self._table(META_TABLE)
-
-    @property
-    def jobs(self) -> str:
-        return self._table(JOBS_TABLE)
-
-    @property
-    def winners(self) -> str:
-        return self._table(WINNERS_TABLE)
-
-    @property
-    def markers(self) -> str:
-        return self._table(MARKERS_TABLE)
-
-    @property
-    def sinks(self) -> str:
-        return self._table(SINKS_TABLE)
-
-    @property
-    def links(self) -> str:
-        return self._table(LINKS_TABLE)
-
-    @property
-    def job_tables(self) -> str:
-        return self._table(JOB_TABLES_TABLE)
-
-    def changes(self, alias: str, tables: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-        """A condition on the job row `alias`, and its parameters: it changes one of
-        `tables`: its own table, or one of a transaction's (`job_tables`, reached by its
-        key; in an earlier layout, any transaction's plan counts)."""
-        marks = ", ".join("?" for _ in tables)
-        if not self.layered:
-            sql = f"({alias}.target_table IN ({marks}) OR {alias}.apply_plan LIKE ?)"
-            return sql, (*tables, f"{SEVERAL_WRITES}%")
-        return (
-            f"({alias}.target_table IN ({marks}) OR EXISTS (SELECT 1 FROM {self.job_tables} "
-            f"x WHERE x.job_id = {alias}.job_id AND x.target_table IN ({marks})))",
-            (*tables, *tables),
-        )
+class JournalLayout(JournalTables):
+    """A journal's tables (`JournalTables`), and how they are found, checked, created and
+    upgraded; picklable for the executors."""
 
     # -- finding it ------------------------------------------------------------------
     @classmethod

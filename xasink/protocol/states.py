@@ -38,7 +38,7 @@ DECIDED_STATES = (JobState.COMMITTING, JobState.COMMITTED, JobState.ABANDONED)
 
 
 class Decision(TextEnum):
-    """What `Journal.decide_commit` did."""
+    """What `deciding.decide_commit` did."""
 
     DECIDED = "decided"
     #: The job is no longer running (a recovery run aborted it): nothing was recorded.

@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from .. import defaults
 from ..driver.check_cache import CHECKS
 from ..driver.job import Job
+from ..driver.opening import open_job, resume_job
 from ..driver.report import JobOutcome, JobTrace
 from ..driver.request import Begun, JobRequest, Preflight
 from ..driver.sinks import decided_already
@@ -124,7 +125,7 @@ def mint(fmt: FormatRequest, schema: StructType) -> MintedJob:
         branches += 1
     trace = JobTrace.of(request, spark_worker=True)
     # The planner's Python worker serves batch after batch: keep its sessions and checks.
-    with trace.ending(), Job.opened(request, reuse=True, checks=CHECKS, trace=trace) as job:
+    with trace.ending(), open_job(request, reuse=True, checks=CHECKS, trace=trace) as job:
         pre = job.preflight(schema, branches)
         _check_conversions(request, pre, schema)
         # Until its first task beats, the job waits for Spark (upstream stages, a queue for
@@ -189,7 +190,7 @@ def conclude(
 ) -> None:
     """Decide and commit a job from its tasks' messages (`shipping.commit_shipped`)."""
     trace = trace if trace is not None else JobTrace.of(request, spark_worker=True)
-    with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
+    with trace.ending(aborted_next=True), resume_job(plan, request, trace, reuse=True) as job:
         finish(job, shipments)
 
 
@@ -218,7 +219,7 @@ def cancel(
     """Spark gave up on the job (or on its commit): abort it unless its decision is
     recorded, in which case it is finished instead (a decided job is never rolled back).
     Returns the job's state at the end; a job this ends is logged as `outcome`."""
-    with Job.resumed(plan, request, trace) as job:
+    with resume_job(plan, request, trace) as job:
         return job.cancel(outcome, error)
 
 
@@ -304,7 +305,7 @@ class XasinkStreamWriter(DataSourceStreamArrowWriter):
         request, trace = self.fmt.request, _trace(messages, self.fmt.request)
         # One journal session for the whole commit, kept for the next batch's: this
         # worker commits batch after batch.
-        with trace.ending(aborted_next=True), Job.resumed(plan, request, trace, reuse=True) as job:
+        with trace.ending(aborted_next=True), resume_job(plan, request, trace, reuse=True) as job:
             assert plan.sink is not None
             try:
                 mark = decided_already(job.ops, job.conn, job.journal, plan.sink, register=True)

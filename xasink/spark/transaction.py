@@ -25,6 +25,7 @@ from .. import defaults
 from ..driver.check_cache import CHECKS
 from ..driver.decision import select_winners
 from ..driver.job import Job
+from ..driver.opening import open_job
 from ..driver.participants import Member, elsewhere, enlist, same_database, settle_left
 from ..driver.plan import one_stream
 from ..driver.report import JobTrace
@@ -161,7 +162,7 @@ class Transaction:
         if s.spec == self._settings.spec and s.journal_schema == self._settings.journal_schema:
             job, pre = self._joined(df, request, branches, on_driver)
         elif self._skipped is not None and self._job is not None:  # decided before
-            replayed = self._stack.enter_context(Job.opened(request))
+            replayed = self._stack.enter_context(open_job(request))
             self._recovered += settle_left(self._job, replayed)
             return
         else:
@@ -217,7 +218,7 @@ class Transaction:
             self._trace = JobTrace.of(request, self._clock)
             self._trace.writer = "driver" if on_driver else "tasks"
             job = self._stack.enter_context(
-                Job.opened(request, reuse=True, checks=CHECKS, trace=self._trace)
+                open_job(request, reuse=True, checks=CHECKS, trace=self._trace)
             )
             self._job = job
             pre = job.preflight(df.schema, needed)
@@ -264,7 +265,7 @@ class Transaction:
         if self._held is not None:
             self._promote(coordinator)
         member = self._members.get(request.spec)
-        job = member.job if member else self._stack.enter_context(Job.opened(request))
+        job = member.job if member else self._stack.enter_context(open_job(request))
         if member is None:
             same_database(coordinator, job, [m.job for m in self._members.values()])
         job.request = request

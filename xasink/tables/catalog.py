@@ -15,6 +15,7 @@ from ..runtime.jdbc import JdbcConnection, execute, java_message
 from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
 from .modes import ModeOptions
+from .order_precision import order_refusal
 from .types import column_ddl_type, compatibility_problem
 
 log = logging.getLogger("xasink")
@@ -93,7 +94,8 @@ def check_fit(
     """The target column of each written DataFrame column, in DataFrame order.
 
     Names every column that is missing, of an incompatible type, NOT NULL without a
-    default yet not written, and the missing unique key an upsert or merge needs."""
+    default yet not written, a stored `order` column that cannot hold the order values
+    exactly (see order_precision), and the missing unique key an upsert or merge needs."""
     fields = [schema[c] for c in options.written(schema.names)]
     names = match_columns(dialect, table, [f.name for f in fields], [c.name for c in columns])
     by_key = column_by_key(dialect, columns)
@@ -114,6 +116,11 @@ def check_fit(
             f"The DataFrame does not fit table {table}: {'; '.join(problems)}. Change the "
             "DataFrame (select, cast, rename) or the table, then run the write again."
         )
+    if options.order and options.order_stored:
+        at = [f.name for f in fields].index(options.order)
+        refusal = order_refusal(dialect.name, str(table), fields[at].dataType, targets[at])
+        if refusal:
+            raise SchemaMismatchError(refusal)
     if options.routed:
         spelled = dict(zip((f.name for f in fields), names, strict=True))
         key = [spelled[k] for k in options.key]

@@ -95,10 +95,10 @@ def check_types(
 def keeps_values(dialect_name: str, old: str, new: str) -> bool:
     """Whether column type `new` stores every value of `old` unchanged (same spelling,
     or a known widening; anything unsure is no)."""
-    old, new = _normal(dialect_name, old), _normal(dialect_name, new)
+    old, new = normal_type(dialect_name, old), normal_type(dialect_name, new)
     if old == new:
         return True
-    (base_a, args_a, rest_a), (base_b, args_b, rest_b) = _parts(old), _parts(new)
+    (base_a, args_a, rest_a), (base_b, args_b, rest_b) = type_parts(old), type_parts(new)
     chain = _INTEGERS.get(dialect_name, ())
     if base_a in chain and base_b in chain:
         unsigned_a, unsigned_b = "unsigned" in rest_a, "unsigned" in rest_b
@@ -124,14 +124,14 @@ def keeps_values(dialect_name: str, old: str, new: str) -> bool:
     return False
 
 
-def _normal(dialect_name: str, sql_type: str) -> str:
+def normal_type(dialect_name: str, sql_type: str) -> str:
     text = " ".join(sql_type.lower().split())
     if dialect_name == "mysql":  # display widths of integers do not limit values
         text = re.sub(r"^(tinyint|smallint|mediumint|int|bigint)\(\d+\)", r"\1", text)
     return text
 
 
-def _parts(sql_type: str) -> tuple[str, list[int], str]:
+def type_parts(sql_type: str) -> tuple[str, list[int], str]:
     """("numeric", [10, 2], "") from "numeric(10,2)"; ("int", [], "unsigned") from "int
     unsigned"; ("timestamp", [3], "with time zone") from "timestamp(3) with time zone"."""
     cut = min([i for i in (sql_type.find(m) for m in _ATTRIBUTES) if i >= 0] or [len(sql_type)])

@@ -151,7 +151,7 @@ class ApplyPlans:
 
     def to_json(self) -> str:
         """One write keeps the single plan's text, which every xasink release reads;
-        several start with `xasink.protocol.jobtables.SEVERAL_WRITES`."""
+        several start with `xasink.protocol.journal_tables.SEVERAL_WRITES`."""
         if len(self.writes) == 1:
             return self.writes[0].to_json()
         return json.dumps({"writes": [asdict(p) for p in self.writes]}, sort_keys=True)
