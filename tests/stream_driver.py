@@ -62,8 +62,10 @@ def merge_changes(events: Any) -> Any:
 def expected_merge(start: dict[int, tuple[Any, Any]], batches: list[range], per_batch: int) -> dict:
     """The merged table after the events of each batch in turn, each once: within a batch
     the highest `seq` per key; across batches a change applies only over a stored row of
-    lower (or no) `seq`. A deleted key keeps none, so a late change of it comes back."""
+    lower (or no) `seq`. A deleted key keeps the order of its delete, so a late change of it
+    stays out (a stored row speaks for its key, a deletion only for a key the table lacks)."""
     state = {key: (*row, None) for key, row in start.items()}
+    deleted: dict[int, int] = {}  # key -> the highest seq of its deletes since it was gone
     for ids in batches:
         latest: dict[int, int] = {}
         for i in ids:
@@ -71,13 +73,17 @@ def expected_merge(start: dict[int, tuple[Any, Any]], batches: list[range], per_
             if key not in latest or seq_of(i) > seq_of(latest[key]):
                 latest[key] = i
         for key, i in latest.items():
-            stored = state.get(key)
-            if stored is not None and stored[2] is not None and stored[2] >= seq_of(i):
+            stored, seq = state.get(key), seq_of(i)
+            if stored is not None and stored[2] is not None and stored[2] >= seq:
                 continue  # stale: the stored row is newer
+            if stored is None and key in deleted and deleted[key] >= seq:
+                continue  # stale: the key was deleted later
             if i % 7 == 0:
                 state.pop(key, None)
+                deleted[key] = max(seq, deleted.get(key, seq))
             else:
                 state[key] = (f"b{i // per_batch}", float(i), seq_of(i))
+                deleted.pop(key, None)
     return {key: (name, v) for key, (name, v, _) in state.items()}
 
 

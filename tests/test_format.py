@@ -88,6 +88,29 @@ def test_overwrite_and_upsert_through_the_format(spark, db):
     assert_clean(db)
 
 
+@pytest.mark.parametrize("bound", ["4194304", "0"], ids=["shipped", "branches"])
+def test_a_merge_through_the_format_keeps_its_deletes_order(spark, db, bound):
+    """Deleted at seq 20, changed late at seq 15: the rows stay deleted; at 25 they come
+    back (docs/modes.md), whether the batch's rows ship to commit() or prepare branches."""
+    table = seeded_table(db, order="seq")
+    merge = {"xasink.mode": "merge", "key": "id", "op": "op", "order": "seq"}
+    merge["xasink.driverWriteBytes"] = bound
+    schema = "id long, name string, v double, seq long, op string"
+
+    def changes(rows: list[tuple[object, ...]]) -> None:
+        df = spark.createDataFrame(rows, schema).repartition(2)
+        xasink_writer(df, db, table, **merge).save()
+
+    changes([(i, "", 0.0, 20, "d") for i in range(10)])
+    changes([(i, "late", 1.0, 15, "u") for i in range(10)])
+    expected = {i: row for i, row in old_contents().items() if i >= 10}
+    assert contents(db, table) == expected
+    changes([(i, "back", 2.0, 25, "u") for i in range(5)])
+    assert contents(db, table) == expected | {i: ("back", 2.0) for i in range(5)}
+    assert set(latest_jobs(db, table)) == {"committed"}
+    assert_clean(db)
+
+
 def test_duplicate_keys_in_different_partitions_are_refused_whole(spark, db):
     """Spark does not route keys to partitions for a data source: the apply transaction's
     check over the whole staging table must catch a key written by two partitions."""

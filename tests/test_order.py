@@ -9,19 +9,23 @@ local transaction (a small frame, most micro-batches) and in two phases (tasks' 
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
 from support import (
     connection_args,
+    job_states,
     json_files,
+    own_journal_schema,
     run_sql,
     stage_tables,
     start_foreach_stream,
     xasink_prepared,
 )
 
-from xasink import WriterProperties, foreach_batch, write_xa
+from xasink import PreflightError, WriterProperties, foreach_batch, write_xa
+from xasink.spec import TableRef
 
 KEYS = 50
 #: The two ways a write commits: one local transaction, or two phases through tasks.
@@ -57,40 +61,156 @@ def _changes(spark, changes: list[tuple[int, str, int, str]]):
     return spark.createDataFrame(changes, CHANGES).repartition(2)
 
 
+def _frame(spark, rows: list[tuple[object, ...]], schema: str, path: str):
+    """`rows` as `path` writes them: cached, so that Spark knows its size and the driver
+    writes it in one local transaction; or in two partitions, written by tasks."""
+    df = spark.createDataFrame(rows, schema)
+    if path != "one-phase":
+        return df.repartition(2)
+    df = df.cache()
+    df.count()
+    return df
+
+
+#: Who writes each path's frames (`WriteResult.writer`).
+WRITERS = {"one-phase": "driver", "two-phase": "tasks"}
+
+
 @pytest.mark.mysql_ci
 @pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("path", PATHS)
 def test_a_late_change_never_replaces_or_deletes_a_newer_row(spark, db, path):
     table = _table(db)
     login, how = connection_args(db), PATHS[path]
-    upsert = {"mode": "upsert", "key": "id", "order": "updated_at"}
-    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at"}
-    first = spark.createDataFrame([(k, "new", 10) for k in range(KEYS)], ROWS)
-    done = write_xa(first, table=table, **upsert, **how, **login)
-    assert done.stale == 0
+    upsert = {"mode": "upsert", "key": "id", "order": "updated_at", **how, **login}
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **how, **login}
+
+    def stale(rows: list[tuple[object, ...]], **mode: object) -> int:
+        schema = CHANGES if mode["mode"] == "merge" else ROWS
+        done = write_xa(_frame(spark, rows, schema, path), table=table, **mode)
+        assert done.writer == WRITERS[path]
+        return done.stale
+
+    assert stale([(k, "new", 10) for k in range(KEYS)], **upsert) == 0
     # The order column is data: stored, not left NULL.
     assert _rows(db, table) == {k: ("new", 10) for k in range(KEYS)}
     # Older changes (5 < 10): updates of half the keys, deletes of the other half. None
     # applies, and each one is counted.
     late = [(k, "late", 5, "u" if k < KEYS // 2 else "d") for k in range(KEYS)]
-    done = write_xa(_changes(spark, late), table=table, **merge, **how, **login)
-    assert done.stale == KEYS
+    assert stale(late, **merge) == KEYS
     assert _rows(db, table) == {k: ("new", 10) for k in range(KEYS)}
     # A late upsert of one key, and a replay of the stored version (same order): skipped.
-    again = spark.createDataFrame([(0, "late", 9), (1, "replay", 10)], ROWS)
-    assert write_xa(again, table=table, **upsert, **how, **login).stale == 2
+    assert stale([(0, "late", 9), (1, "replay", 10)], **upsert) == 2
     # Newer changes apply, deletes included, next to older ones in the same write.
     mixed = [(k, "newer", 20, "u") for k in range(10)]
     mixed += [(k, "gone", 20, "d") for k in range(10, 20)]
     mixed += [(k, "late", 1, "u") for k in range(20, 30)] + [(99, "fresh", 20, "c")]
-    done = write_xa(_changes(spark, mixed), table=table, **merge, **how, **login)
-    assert done.stale == 10
+    assert stale(mixed, **merge) == 10
     expected = {k: ("newer", 20) for k in range(10)}
     expected |= {k: ("new", 10) for k in range(20, KEYS)} | {99: ("fresh", 20)}
     assert _rows(db, table) == expected
-    # A deleted key keeps no order: an older change of it is inserted (docs/modes.md).
-    done = write_xa(_changes(spark, [(10, "back", 15, "u")]), table=table, **merge, **how, **login)
-    assert done.stale == 0 and _rows(db, table)[10] == ("back", 15)
+    # A deleted key keeps its order: an older change of it stays deleted, a newer one
+    # inserts it again.
+    assert stale([(10, "back", 15, "u"), (11, "back", 21, "u")], **merge) == 1
+    assert _rows(db, table) == expected | {11: ("back", 21)}
+    _clean(db)
+
+
+def _tombstones_table(db, table: str) -> str | None:
+    """The table keeping the order of `table`'s deleted keys, as the journal's list names
+    it (None: not listed, or no list)."""
+    listed = (
+        "SELECT to_regclass('xasink_tombstones') IS NOT NULL"
+        if db.kind == "postgres"
+        else "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = 'xasink_tombstones'"
+    )
+    if not run_sql(db, listed, admin=False)[0][0]:
+        return None
+    sql = f"SELECT tomb_table FROM xasink_tombstones WHERE target_name = '{table}'"
+    named = run_sql(db, sql, admin=False)
+    return str(named[0][0]) if named else None
+
+
+def _tombstones(db, table: str) -> dict[int, int]:
+    """The deleted keys of `table` whose order xasink keeps: id -> order ({}: none)."""
+    tombs = _tombstones_table(db, table)
+    rows = run_sql(db, f"SELECT id, xasink_order FROM {tombs}", admin=False) if tombs else []
+    return {int(i): int(o) for i, o in rows}
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+@pytest.mark.parametrize("path", PATHS)
+def test_a_late_change_never_brings_a_newer_delete_back(spark, db, path):
+    """Rows at order 10, deleted at 20, then late changes of the same keys at 15 (inserts
+    and updates, as a stream delivering late or a replayed backfill sends them): the rows
+    stay deleted and each change counts as stale. Changes at 25 bring them back."""
+    table = _table(db)
+    login, how = connection_args(db), PATHS[path]
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **how, **login}
+
+    def changes(rows: list[tuple[int, str, int, str]]) -> int:
+        done = write_xa(_frame(spark, rows, CHANGES, path), table=table, **merge)
+        assert done.writer == WRITERS[path]
+        return done.stale
+
+    assert changes([(k, "new", 10, "c") for k in range(KEYS)]) == 0
+    assert _rows(db, table) == {k: ("new", 10) for k in range(KEYS)}
+    assert changes([(k, "", 20, "d") for k in range(KEYS)]) == 0 and _rows(db, table) == {}
+    assert changes([(k, "late", 15, "u" if k % 2 else "c") for k in range(KEYS)]) == KEYS
+    assert _rows(db, table) == {}
+    # A replay of the deletes (the same order) and older deletes: stale, the order stays.
+    assert changes([(k, "", 20 if k % 2 else 12, "d") for k in range(KEYS)]) == KEYS
+    assert _tombstones(db, table) == {k: 20 for k in range(KEYS)}
+    assert changes([(k, "back", 25, "u") for k in range(KEYS)]) == 0
+    assert _rows(db, table) == {k: ("back", 25) for k in range(KEYS)}
+    assert _tombstones(db, table) == {}
+    _clean(db)
+
+
+def test_a_delete_of_an_absent_key_keeps_its_order(spark, db):
+    """A delete of a key the table does not hold is still the newest change of that key: an
+    older insert stays out; a newer delete raises the kept order, an older one never lowers
+    it. The table is one xasink creates, as a first write finds none."""
+    table = f"ord_{uuid.uuid4().hex[:10]}"
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at"}
+    merge |= connection_args(db)
+    done = write_xa(_changes(spark, [(7, "", 30, "d"), (8, "x", 5, "c")]), table=table, **merge)
+    assert done.created
+    assert done.stale == 0 and _rows(db, table) == {8: ("x", 5)}
+    done = write_xa(_changes(spark, [(7, "", 25, "d"), (8, "", 30, "d")]), table=table, **merge)
+    assert done.stale == 1 and _rows(db, table) == {}
+    assert _tombstones(db, table) == {7: 30, 8: 30}
+    done = write_xa(_changes(spark, [(7, "", 40, "d")]), table=table, **merge)
+    assert done.stale == 0 and _tombstones(db, table) == {7: 40, 8: 30}
+    old = [(7, "old", 39, "c"), (8, "old", 30, "u"), (9, "new", 1, "c")]
+    done = write_xa(_changes(spark, old), table=table, **merge)
+    assert done.stale == 2 and _rows(db, table) == {9: ("new", 1)}
+    done = write_xa(_changes(spark, [(7, "new", 41, "c")]), table=table, **merge)
+    assert done.stale == 0 and _rows(db, table) == {7: ("new", 41), 9: ("new", 1)}
+    assert _tombstones(db, table) == {8: 30}
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_an_upsert_with_order_never_brings_a_newer_delete_back(spark, db):
+    """An upsert with `order` after a merge's deletes: the deletes' order decides, in two
+    phases (tasks' branches) as in one transaction."""
+    table = _table(db)
+    login = connection_args(db)
+    upsert = {"mode": "upsert", "key": "id", "order": "updated_at", **login}
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+    write_xa(_changes(spark, [(k, "", 20, "d") for k in range(10)]), table=table, **merge)
+    rows = spark.createDataFrame([(k, "late", 15) for k in range(20)], ROWS).repartition(2)
+    done = write_xa(rows, table=table, **upsert, **PATHS["two-phase"])
+    assert done.stale == 10 and _rows(db, table) == {k: ("late", 15) for k in range(10, 20)}
+    rows = spark.createDataFrame([(k, "newer", 25) for k in range(5)], ROWS)
+    done = write_xa(rows, table=table, **upsert)
+    expected = {k: ("newer", 25) for k in range(5)} | {k: ("late", 15) for k in range(10, 20)}
+    assert done.stale == 0 and _rows(db, table) == expected
+    assert _tombstones(db, table) == {k: 20 for k in range(5, 10)}
     _clean(db)
 
 
@@ -127,6 +247,8 @@ def test_a_late_batch_of_a_stream_never_undoes_a_newer_one(spark, db, tmp_path):
             changes([(k, "b0", 100 + k, "u") for k in range(20)]),
             changes(late),  # older than batch 0's, for every key
             changes([(k, "b2", 200, "d") for k in range(5)]),
+            # older than batch 2's deletes (stays deleted), but for key 4, newer
+            changes([(k, "b3", 150, "u") for k in range(4)] + [(4, "b3", 201, "u")]),
         ],
     )
     write = foreach_batch(
@@ -140,6 +262,69 @@ def test_a_late_batch_of_a_stream_never_undoes_a_newer_one(spark, db, tmp_path):
     )
     query = start_foreach_stream(spark, tmp_path / "in", tmp_path / "cp", write, schema=CHANGES)
     query.awaitTermination(300)
-    expected = {k: ("b0", 100 + k) for k in range(5, 20)} | {20: ("b1", 1)}
+    expected = {k: ("b0", 100 + k) for k in range(5, 20)} | {20: ("b1", 1), 4: ("b3", 201)}
     assert _rows(db, table) == expected
+    _clean(db)
+
+
+def test_a_login_that_cannot_keep_the_order_of_deletes_is_refused_before_writing(spark, postgres):
+    """The table keeping deleted keys' order is made next to the journal before anything is
+    written. A login that may not create it, or may not write the one another login made,
+    is refused with what to grant; nothing is written."""
+    db, schemas = postgres, own_journal_schema(postgres)
+    schema, name = next(schemas), f"p_{uuid.uuid4().hex[:8]}"
+    try:
+        table = f"{schema}.{name}"
+        ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+        run_sql(db, ddl, admin=False)
+        login = connection_args(db, journal_schema=schema)
+        merge = {"mode": "merge", "key": "id", "op": "op", **login}
+        write_xa(_changes(spark, [(1, "a", 10, "c")]), table=table, **merge)  # no order
+        jobs = run_sql(db, f"SELECT COUNT(*) FROM {schema}.xasink_jobs")
+        # One local transaction: its staging table is temporary, the journal's schema
+        # need not take it.
+        deletes = _frame(spark, [(1, "", 20, "d")], CHANGES, "one-phase")
+        run_sql(db, f"REVOKE CREATE ON SCHEMA {schema} FROM {db.user}")
+        with pytest.raises(
+            PreflightError, match=f'GRANT CREATE ON SCHEMA "{schema}" TO "{db.user}"'
+        ):
+            write_xa(deletes, table=table, **merge, order="updated_at")
+        run_sql(db, f"GRANT CREATE ON SCHEMA {schema} TO {db.user}")
+        from xasink.tables.tombstones import tomb_table  # its name, to make it as another login
+
+        tomb = f"{schema}.{tomb_table(TableRef(name, schema), schema).name}"
+        run_sql(  # made by another login, which grants this one nothing
+            db,
+            f"CREATE TABLE {tomb} (id BIGINT NOT NULL PRIMARY KEY, xasink_order BIGINT NOT "
+            "NULL, xasink_deleted_at TIMESTAMPTZ NOT NULL)",
+        )
+        with pytest.raises(PreflightError, match="GRANT SELECT, INSERT, UPDATE, DELETE ON"):
+            write_xa(deletes, table=table, **merge, order="updated_at")
+        assert _rows(db, table) == {1: ("a", 10)}
+        assert run_sql(db, f"SELECT COUNT(*) FROM {schema}.xasink_jobs") == jobs
+        run_sql(db, f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tomb} TO {db.user}")
+        assert write_xa(deletes, table=table, **merge, order="updated_at").stale == 0
+        assert _rows(db, table) == {} and run_sql(db, f"SELECT id, xasink_order FROM {tomb}") == [
+            (1, 20)
+        ]
+        _clean(db)
+    finally:
+        next(schemas, None)
+
+
+def test_a_table_of_tombstones_dropped_by_hand_never_strands_a_decided_job(spark, db, caplog):
+    """Dropped while writers remember it (their preflight checks are kept a while): the
+    next apply goes ahead without it, and says so; its deletes then keep no order."""
+    table = _table(db)
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at"}
+    merge |= connection_args(db)
+    write_xa(_changes(spark, [(1, "", 20, "d")]), table=table, **merge)
+    run_sql(db, f"DROP TABLE {_tombstones_table(db, table)}", admin=False)
+    caplog.set_level(logging.WARNING, logger="xasink")
+    done = write_xa(_changes(spark, [(1, "late", 15, "c")]), table=table, **merge)
+    assert (done.outcome, done.stale) == ("committed", 0)
+    assert _rows(db, table) == {1: ("late", 15)}
+    assert set(job_states(db).values()) <= {"committed", "aborted"}
+    warned = [r.getMessage() for r in caplog.records if "keeps the order" in r.getMessage()]
+    assert len(warned) == 1 and "is gone" in warned[0], warned
     _clean(db)

@@ -192,6 +192,7 @@ def test_apply_plan_json_is_stable_and_round_trips():
         "ordered": True,
         "stage": {"name": f"xasink_stage_{JOB}", "schema": "app"},
         "target": {"name": "events", "schema": "app"},
+        "tombs": None,
         "types": [],
     }
     assert list(json.loads(text)) == sorted(json.loads(text))

@@ -18,7 +18,7 @@ from ..operations import recover
 from ..protocol.admin import abandon, operate, prune
 from ..protocol.health import check_health
 from ..protocol.listing import list_jobs
-from ..protocol.retention import retention_days, set_retention
+from ..protocol.retention import Swept, retention_days, set_retention
 from ..rendering import check_json, check_prometheus, check_text, duration
 from ..spec import Database
 from ..tables.applier import STAGED_APPLY
@@ -177,12 +177,15 @@ def _prune(args: argparse.Namespace) -> int:
             return EXIT_OK
         keep_all = args.older_than is None and before == 0  # a retention of 0 keeps all
         days = before if args.older_than is None else args.older_than
-        count = 0 if keep_all else prune(conn, journal, days, dry_run=args.dry_run)
+        swept = Swept(0, False) if keep_all else prune(conn, journal, days, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
-    text = f"{verb} the journal rows of {count} job(s) finished over {days:g} days ago"
+    text = f"{verb} the journal rows of {swept.jobs} job(s) finished over {days:g} days ago"
+    if swept.tombstones:
+        text += f", and the order of {swept.tombstones} deleted key(s)"
     if keep_all:
         text = "the journal's retention is 0 (keep everything): give --older-than DAYS"
-    print(_said(args, text, dry_run=args.dry_run, jobs=count), file=args.out)
+    figures = {"jobs": swept.jobs, "tombstones": swept.tombstones}
+    print(_said(args, text, dry_run=args.dry_run, **figures), file=args.out)
     return EXIT_OK
 
 

@@ -136,7 +136,8 @@ def parser() -> argparse.ArgumentParser:
         "This deletes them all at once, older than --older-than days (default: the "
         "retention). Rows still needed stay whatever the age: a job a sink's mark names, a "
         "transaction's whose other database is not finished, a participant's fence, and a "
-        "job that ended within its lease or the default grace.",
+        "job that ended within its lease or the default grace. The tombstones of keys "
+        "deleted longer ago (the order a merge's delete keeps) go too.",
     )
     when = prune.add_mutually_exclusive_group()
     when.add_argument("--older-than", type=float, metavar="DAYS")

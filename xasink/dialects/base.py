@@ -67,6 +67,8 @@ class Dialect:
     #: A single-branch staged job can stage in a temporary table inside its transaction
     #: (else it takes the two-phase path).
     temporary_tables: ClassVar[bool] = False
+    #: A query of the schema a table named without one lives in (None: unknown).
+    current_schema_sql: ClassVar[str | None] = None
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:
@@ -232,6 +234,10 @@ class Dialect:
     def unlock_apply(self, conn: JdbcConnection, key: str) -> None:
         """Release `lock_apply`'s lock if it outlives the transaction."""
 
+    def try_lock_apply(self, conn: JdbcConnection, key: str) -> bool:
+        """`lock_apply`'s lock without waiting: False when another session holds it."""
+        return True
+
     def lock_session(self, conn: JdbcConnection, name: str, seconds: int) -> bool:
         """Take the session's lock `name` (held through commits, until `unlock_session`);
         False: another session held it for `seconds`. Without such locks: True at once."""
@@ -239,6 +245,24 @@ class Dialect:
 
     def unlock_session(self, conn: JdbcConnection, name: str) -> None:
         """Release `lock_session`'s lock."""
+
+    @contextlib.contextmanager
+    def session_locked(self, conn: JdbcConnection, name: str, seconds: int) -> Iterator[bool]:
+        """`lock_session` for the block, which learns whether it got the lock (False: another
+        session held it for `seconds`); released after it, never hiding how the block ended
+        (a broken session drops its locks anyway)."""
+        try:
+            got = self.lock_session(conn, name, seconds)
+        except Exception as exc:
+            if not self.is_lock_timeout(exc):
+                raise
+            got = False
+        try:
+            yield got
+        finally:
+            if got:
+                with contextlib.suppress(Exception):
+                    self.unlock_session(conn, name)
 
     def upsert_clause(
         self, key: Sequence[str], others: Sequence[str], newer: str | None = None, target: str = ""
@@ -270,6 +294,18 @@ class Dialect:
     def limit_sql(self, rows: int) -> str:
         """The clause that ends a query to keep its first `rows` rows."""
         raise ConfigurationError(f"The {self.name} dialect has no LIMIT clause.")
+
+    def delete_some_sql(self, table: str, where: str, rows: int) -> str:
+        """A DELETE of at most `rows` of the rows of `table` where `where` holds."""
+        raise ConfigurationError(f"The {self.name} dialect has no bounded DELETE.")
+
+    def grantee(self, user: str | None) -> str:
+        """`user` as a GRANT names it."""
+        return self.quote(user) if user else "<the writing user>"
+
+    def create_grant(self, schema: str, user: str | None) -> str:
+        """The GRANT that lets `user` create tables in `schema`."""
+        return f"GRANT CREATE ON SCHEMA {self.quote(schema)} TO {self.grantee(user)}"
 
     def age_sql(self, column: str) -> str | None:
         """Seconds since the timestamp `column`, on the database's clock; None: unknown."""

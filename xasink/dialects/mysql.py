@@ -92,6 +92,7 @@ class MySQLDialect(Dialect):
     drop_temporary: ClassVar[str] = "DROP TEMPORARY TABLE"
     temporary_tables: ClassVar[bool] = True
     now_sql: ClassVar[str] = "UTC_TIMESTAMP(6)"
+    current_schema_sql: ClassVar[str | None] = "SELECT DATABASE()"
 
     def column_key(self, column: str) -> str:
         return column.lower()
@@ -248,13 +249,18 @@ class MySQLDialect(Dialect):
     def lock_apply(self, conn: JdbcConnection, key: str, seconds: int) -> None:
         # A named lock of the session (kept through COMMIT; released by unlock_apply or
         # when the session ends). MySQL allows 64 characters.
-        name = f"xasink-apply-{advisory_key(key):x}"
-        got = query(conn, "SELECT GET_LOCK(?, ?)", (name, max(1, seconds)))
-        if not got or got[0][0] is None or int(got[0][0]) != 1:
+        if not self._get_apply_lock(conn, key, max(1, seconds)):
             raise JournalError(
                 f"Another job has been applying into the same table for {seconds}s "
                 "(xasink's apply lock); try again once it has finished."
             )
+
+    def try_lock_apply(self, conn: JdbcConnection, key: str) -> bool:
+        return self._get_apply_lock(conn, key, 0)
+
+    def _get_apply_lock(self, conn: JdbcConnection, key: str, seconds: int) -> bool:
+        got = query(conn, "SELECT GET_LOCK(?, ?)", (f"xasink-apply-{advisory_key(key):x}", seconds))
+        return bool(got) and got[0][0] is not None and int(got[0][0]) == 1
 
     def unlock_apply(self, conn: JdbcConnection, key: str) -> None:
         query(conn, "SELECT RELEASE_LOCK(?)", (f"xasink-apply-{advisory_key(key):x}",))
@@ -287,6 +293,15 @@ class MySQLDialect(Dialect):
 
     def limit_sql(self, rows: int) -> str:
         return f"LIMIT {int(rows)}"
+
+    def delete_some_sql(self, table: str, where: str, rows: int) -> str:
+        return f"DELETE FROM {table} WHERE {where} LIMIT {int(rows)}"
+
+    def grantee(self, user: str | None) -> str:
+        return "'" + user.replace("'", "''") + "'" if user else "<the writing user>"
+
+    def create_grant(self, schema: str, user: str | None) -> str:
+        return f"GRANT CREATE ON {self.quote(schema)}.* TO {self.grantee(user)}"
 
     def age_sql(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, {column}, UTC_TIMESTAMP(6)) / 1000000.0"

@@ -29,6 +29,7 @@ class PostgresDialect(Dialect):
     reuse_after_prepare: ClassVar[bool] = True
     temporary_schema: ClassVar[str | None] = "pg_temp"
     temporary_tables: ClassVar[bool] = True
+    current_schema_sql: ClassVar[str | None] = "SELECT current_schema()"
 
     def datasource_url(self, spec: ConnectionSpec, datasource_class: str) -> str:
         props = {
@@ -99,6 +100,12 @@ class PostgresDialect(Dialect):
     def limit_sql(self, rows: int) -> str:
         return f"LIMIT {int(rows)}"
 
+    def delete_some_sql(self, table: str, where: str, rows: int) -> str:
+        return (
+            f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
+            f"WHERE {where} LIMIT {int(rows)}))"
+        )
+
     def age_sql(self, column: str) -> str:
         return f"EXTRACT(EPOCH FROM (clock_timestamp() - {column}))"
 
@@ -144,6 +151,9 @@ class PostgresDialect(Dialect):
         # A transaction-level advisory lock: lock_timeout bounds the wait. Advisory locks
         # are scoped to the current database by the server.
         query(conn, "SELECT pg_advisory_xact_lock(?)", (advisory_key(key),))
+
+    def try_lock_apply(self, conn: JdbcConnection, key: str) -> bool:
+        return bool(query(conn, "SELECT pg_try_advisory_xact_lock(?)", (advisory_key(key),))[0][0])
 
     def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
         rows = query(

@@ -16,6 +16,7 @@ from ..tables.catalog import table_columns
 from ..tables.columns import TableColumn, describe_table, unique_keys
 from ..tables.modes import ModeOptions
 from ..tables.staging import ApplyPlan, create_stage_sql, stage_name
+from ..tables.tombstones import keeps_deletes, tomb_table
 from ..tables.types import column_ddl_type
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ def apply_plan_for(
         op_fold=options.op_fold,
         op_skip=options.op_skip,
         types=tuple(c.sql_type for c in targets),
+        tombs=tomb_table(target, journal.schema) if keeps_deletes(options) else None,
     )
 
 

@@ -17,6 +17,8 @@ from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import check_fit, ensure_table
+from ..tables.tombstone_tables import ensure_tombstones
+from ..tables.tombstones import keeps_deletes
 from ..xid import FORMAT_ID
 from .check_cache import UNCACHED, CheckCache
 from .request import JobRequest, Preflight
@@ -70,6 +72,12 @@ def preflight(
         if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
+    with step("tombstones DDL checks"):  # the order of deleted keys (tables.tombstones)
+        kept = ("tombstones", table, journal.schema, options.key, options.order)
+        if keeps_deletes(options) and not checks.get(spec, kept):
+            args = (options, schema.names, targets, spec.user, journal.lock_wait, spec.redact)
+            ensure_tombstones(conn, dialect, table, journal.schema, *args)
+            checks.put(spec, kept, True)
     return Preflight(journal, targets, created, table, options)
 
 

@@ -28,7 +28,7 @@ from .orphans import no_journal, presume_abort
 from .participants import finish as finish_participants
 from .participants import given
 from .recovery import describe, resolve_in_doubt
-from .retention import sweep
+from .retention import Swept, sweep
 from .single_branch import fence_one_phase
 from .states import FINAL_STATES, JobState
 
@@ -147,11 +147,13 @@ def _resolution(before: str, final: JobState, reason: str) -> str:
     )[:2000]
 
 
-def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
-    """Delete the journal rows of jobs that ended more than `older_than_days` ago, as the
-    journal's retention does by itself, all at once (`retention.sweep`); returns how many
-    jobs. Rows that are still evidence stay, whatever the age asked for."""
-    return sweep(journal, conn, older_than_days, dry_run=dry_run).jobs
+def prune(
+    conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool
+) -> Swept:
+    """Delete the journal rows of jobs that ended more than `older_than_days` ago, and the
+    tombstones of keys deleted longer ago, as the journal's retention does by itself, all
+    at once (`retention.sweep`). Rows that are still evidence stay, whatever the age."""
+    return sweep(journal, conn, older_than_days, dry_run=dry_run, staged=journal.staged)
 
 
 # -- the commands' sessions ----------------------------------------------------------

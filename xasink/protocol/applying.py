@@ -74,6 +74,25 @@ class StagedApply(Protocol[Plan]):
         """The target refused the rows themselves: applying again cannot help."""
         ...
 
+    def tombstones(
+        self, conn: JdbcConnection, dialect: Dialect, schema: str | None
+    ) -> list[tuple[TableRef, TableRef]]:
+        """(table, target) for each table next to the journal in `schema` that keeps the
+        order of a target's deleted keys, which the journal's retention bounds."""
+        ...
+
+    def count_tombstones(
+        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float
+    ) -> int:
+        """How many of the deleted keys it keeps were deleted longer than `seconds` ago."""
+        ...
+
+    def forget_tombstones(
+        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float, rows: int
+    ) -> int:
+        """Forget at most `rows` of those, in the caller's transaction; how many went."""
+        ...
+
 
 @dataclass(frozen=True)
 class Finished:
@@ -191,7 +210,12 @@ def _apply_keys(plan: StagedPlan) -> list[str]:
     spellings, or two journals, writing one table take one lock. PostgreSQL's advisory
     locks are per database; MySQL's named locks are server-wide, and the schema there is
     the database."""
-    return sorted({f"apply:{t.schema or ''}\x00{t.name}" for t in plan.targets})
+    return sorted({apply_key(t) for t in plan.targets})
+
+
+def apply_key(table: TableRef) -> str:
+    """The name of a table's apply lock (`_apply_keys`)."""
+    return f"apply:{table.schema or ''}\x00{table.name}"
 
 
 def lock_apply_order(

@@ -21,6 +21,10 @@ everything. What stays whatever its age, because something may still read it:
 * in a participant, the fence a recovery from the coordinator wrote (an aborted row of a
   job the participant never registered): a driver that stalled before registering it here
   would register it once the fence is gone, and leave a job nobody may end.
+
+The same rounds forget the order of deleted keys (`xasink.tables.tombstones`, through the
+staged apply the journal was opened with) kept longer than the retention: past it, a
+change older than such a delete inserts the row again.
 """
 
 from __future__ import annotations
@@ -29,12 +33,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ..defaults import GRACE, RETENTION_DAYS
 from ..errors import ConfigurationError
 from ..runtime.jdbc import JdbcConnection, Param, execute, local_transaction, query
-from ..spec import ConnectionSpec
+from ..spec import ConnectionSpec, TableRef
 from ..xid import FORMAT_ID, BranchId
+from .applying import StagedApply, apply_key
+from .journal import Journal
 from .links import PARTICIPANT, PENDING
 from .participants import FENCED_BY
 from .schema import LINKED_VERSION, JournalLayout
@@ -55,14 +62,19 @@ BACKLOG_INTERVAL = 5.0
 ROUND_LOCK_WAIT = 2
 #: The shortest retention a journal may have, in days (besides 0, everything).
 MINIMUM_DAYS = 1.0
+#: Deleted keys' tombstones forgotten in one local transaction, and at most in one round.
+TOMBSTONES_CHUNK = 5000
+TOMBSTONES_ROUND = 50_000
 
 
 @dataclass(frozen=True)
 class Swept:
-    """What one sweep deleted, and whether it stopped at its limit (more may be due)."""
+    """What one sweep deleted (jobs, and deleted keys' tombstones), and whether it stopped
+    at its limit or skipped a table being applied to (more may be due)."""
 
     jobs: int
     more: bool
+    tombstones: int = 0
 
 
 def retention_days(journal: JournalLayout, conn: JdbcConnection) -> float:
@@ -99,13 +111,29 @@ def sweep(
     older_than_days: float,
     limit: int | None = None,
     dry_run: bool = False,
+    staged: StagedApply[Any] | None = None,
 ) -> Swept:
     """Delete the rows of up to `limit` jobs (all, when None) that ended more than
-    `older_than_days` ago and that nothing reads any more (see the module), oldest first;
-    `dry_run` counts them. Each read finds its candidates through the index of a state's
-    jobs by age, so it reads what it deletes, not the history. A job with a branch still
-    prepared (a late losing attempt) stays for recovery, and while any branch is prepared
-    no marker row is deleted (see `forget`)."""
+    `older_than_days` ago and that nothing reads any more (see the module), oldest first,
+    then (with `staged`) the tombstones of keys deleted longer ago; `dry_run` counts them."""
+    jobs = _sweep_jobs(journal, conn, older_than_days, limit, dry_run)
+    seconds = max(older_than_days * 86400.0, GRACE)
+    bound = None if limit is None else TOMBSTONES_ROUND
+    tombstones, more = _sweep_tombstones(journal, conn, staged, seconds, bound, dry_run)
+    return Swept(jobs.jobs, jobs.more or more, tombstones)
+
+
+def _sweep_jobs(
+    journal: JournalLayout,
+    conn: JdbcConnection,
+    older_than_days: float,
+    limit: int | None,
+    dry_run: bool,
+) -> Swept:
+    """The jobs' part of `sweep`. Each read finds its candidates through the index of a
+    state's jobs by age, so it reads what it deletes, not the history. A job with a branch
+    still prepared (a late losing attempt) stays for recovery, and while any branch is
+    prepared no marker row is deleted (see `forget`)."""
     if older_than_days < 0:
         raise ConfigurationError("--older-than takes a number of days, 0 or more.")
     d = journal.dialect
@@ -151,6 +179,58 @@ def sweep(
         else:
             return Swept(total, True)
     return Swept(total, False)
+
+
+def _sweep_tombstones(
+    journal: JournalLayout,
+    conn: JdbcConnection,
+    staged: StagedApply[Any] | None,
+    seconds: float,
+    limit: int | None,
+    dry_run: bool,
+) -> tuple[int, bool]:
+    """Forget up to `limit` (all, when None) tombstones of keys deleted more than `seconds`
+    ago, a chunk per local transaction: (how many, whether more may be due)."""
+    if staged is None:
+        return 0, False
+    d, total, more = journal.dialect, 0, False
+    for tombs, target in staged.tombstones(conn, d, journal.schema):
+        if dry_run:
+            total += staged.count_tombstones(conn, d, tombs, seconds)
+            continue
+        while limit is None or total < limit:
+            want = TOMBSTONES_CHUNK if limit is None else min(TOMBSTONES_CHUNK, limit - total)
+            gone = _forget_tombstones(journal, conn, staged, tombs, target, seconds, want)
+            more |= gone is None
+            total += gone or 0
+            if gone is None or gone < want:
+                break
+        else:
+            return total, True
+    return total, more
+
+
+def _forget_tombstones(
+    journal: JournalLayout,
+    conn: JdbcConnection,
+    staged: StagedApply[Any],
+    tombs: TableRef,
+    target: TableRef,
+    seconds: float,
+    rows: int,
+) -> int | None:
+    """One chunk, under the target's apply lock, tried without waiting (None: an apply
+    holds it; the next round tries again): an apply counts its stale changes, then runs
+    its statements, and sees all of a chunk gone or none of it, so that what it counts is
+    what it skips."""
+    d, key = journal.dialect, apply_key(target)
+    try:
+        with local_transaction(conn):
+            if not d.try_lock_apply(conn, key):
+                return None
+            return staged.forget_tombstones(conn, d, tombs, seconds, rows)
+    finally:
+        d.unlock_apply(conn, key)  # where the lock is the session's (MySQL)
 
 
 def forget(
@@ -202,8 +282,9 @@ def tend(journal: JournalLayout, session: XaSession, spec: ConnectionSpec) -> Sw
         days = retention_days(journal, conn)
         if days == 0:
             return None
+        staged = journal.staged if isinstance(journal, Journal) else None
         with d.waits_bounded(conn, ROUND_LOCK_WAIT, journal.lock_wait):
-            swept = sweep(journal, conn, days, limit=ROUND)
+            swept = sweep(journal, conn, days, limit=ROUND, staged=staged)
     except Exception as exc:
         log.warning(
             "xasink: the journal's retention round failed (retried later): %s", spec.redact(exc)
@@ -212,8 +293,13 @@ def tend(journal: JournalLayout, session: XaSession, spec: ConnectionSpec) -> Sw
     if swept.more:
         with _due_lock:
             _due[key] = time.monotonic() + BACKLOG_INTERVAL
-    if swept.jobs:
-        log.info("xasink: retention deleted %d finished job(s) from %s", swept.jobs, journal.jobs)
+    if swept.jobs or swept.tombstones:
+        log.info(
+            "xasink: retention deleted %d finished job(s) and %d deleted key(s)' order from %s",
+            swept.jobs,
+            swept.tombstones,
+            journal.jobs,
+        )
     return swept
 
 

@@ -5,11 +5,13 @@ which the journal runs them (`xasink.tables.staging` says why a job stages)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 from ..dialects import Dialect
 from ..runtime.jdbc import JdbcConnection, Param, execute, query
 from ..spec import TableRef
+from . import tombstones
 from .modes import APPEND, MERGE, ORDER_COLUMN, OVERWRITE, UPSERT
 from .self_reference import SelfReference, self_references, tree_order, unlinked
 from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
@@ -26,15 +28,17 @@ def apply_statements(
 ) -> list[Statement]:
     """The statements, in order, that make the target reflect the staged rows."""
     steps = _apply_steps(dialect, plan, refs)
-    return steps.unlinks + steps.deletes + steps.inserts
+    return steps.unlinks + steps.deletes + steps.tombs + steps.inserts
 
 
 class Steps(NamedTuple):
     """One write's apply: UPDATEs that unlink the rows its deletes delete from each other
-    (`self_reference`; their counts are not changes), its DELETEs, its INSERTs."""
+    (`self_reference`; their counts are not changes), its DELETEs, its INSERTs, and
+    between them the statements that keep its deleted keys' order (`tombstones`)."""
 
     unlinks: list[Statement]
     deletes: list[Statement]
+    tombs: list[Statement]
     inserts: list[Statement]
 
 
@@ -44,7 +48,8 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     target stores the order column, a change (an update, a delete) applies only over a
     stored row that is older (or has no order), in the same one statement. `refs`, the
     target's self-references a server checks row by row, order the inserts and unlink
-    the deleted rows first."""
+    the deleted rows first. Where the plan keeps tombstones (`tombstones`), a change no
+    newer than its key's delete applies neither."""
     q = dialect.quote
     target, stage = dialect.qualified(plan.target), dialect.qualified(plan.stage)
     columns = ", ".join(q(c) for c in plan.columns)
@@ -53,24 +58,29 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     if plan.mode in (APPEND, OVERWRITE):
         rows = (insert + f"{stage} s{tree}{order}" if tree else insert + stage, ())
         if plan.mode == APPEND:
-            return Steps([], [], [rows])
+            return Steps([], [], [], [rows])
         unlinks: list[Statement] = [
             (f"UPDATE {target} SET {s} WHERE {w}", ()) for s, w in unlinked(dialect, refs)
         ]
-        return Steps(unlinks, [(f"DELETE FROM {target}", ())], [rows])
+        return Steps(unlinks, [(f"DELETE FROM {target}", ())], [], [rows])
     source = _latest(dialect, plan)
     others = [c for c in plan.columns if c not in plan.key]
     upsert = dialect.upsert_clause(plan.key, others, plan.order_column, target)
     if plan.order_column is not None:  # the stored row is named in the upsert's condition
         insert = f"INSERT INTO {dialect.upsert_target(target)} ({columns}) SELECT {columns} FROM "
+    kept = plan.tombs is not None
+    tombs = tombstones.tomb_steps(dialect, plan, source) if kept else []
+    unburied = tombstones.unburied(dialect, plan) if kept else ""
     if plan.mode == UPSERT:
-        return Steps([], [], [(f"{insert}{source}{tree}{order} {upsert}", ())])
+        where = f" WHERE {unburied}" if kept else ""
+        return Steps([], [], tombs, [(f"{insert}{source}{tree}{where}{order} {upsert}", ())])
+    unburied = f" AND {unburied}" if kept else ""
     deletes = plan.delete_values
     marks = ", ".join("?" for _ in deletes)
     keys = ", ".join(q(k) for k in plan.key)
     op = plan.op_sql(dialect, "s.")
     inserts: list[Statement] = [
-        (f"{insert}{source}{tree} WHERE {op} NOT IN ({marks}){order} {upsert}", deletes)
+        (f"{insert}{source}{tree} WHERE {op} NOT IN ({marks}){unburied}{order} {upsert}", deletes)
     ]
     if plan.order_column is None:
         chosen = f"({keys}) IN (SELECT {keys} FROM {source} WHERE {op} IN ({marks}))"
@@ -78,7 +88,7 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
             (f"UPDATE {target} SET {s} WHERE {w} AND {chosen}", deletes)
             for s, w in unlinked(dialect, refs)
         ]
-        return Steps(unlinks, [(f"DELETE FROM {target} WHERE {chosen}", deletes)], inserts)
+        return Steps(unlinks, [(f"DELETE FROM {target} WHERE {chosen}", deletes)], [], inserts)
     stored = q(STORED)
     same = " AND ".join(f"s.{q(k)} = {stored}.{q(k)}" for k in plan.key)
     where = f"{op} IN ({marks}) AND {_older(dialect, f'{stored}.', plan.order_column)}"
@@ -86,9 +96,10 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
         (dialect.update_joined(target, stored, source, same, f"{w} AND {where}", s), deletes)
         for s, w in unlinked(dialect, refs, f"{stored}.")
     ]
-    return Steps(
-        unlinks, [(dialect.delete_joined(target, stored, source, same, where), deletes)], inserts
-    )
+    deleted: list[Statement] = [
+        (dialect.delete_joined(target, stored, source, same, where), deletes)
+    ]
+    return Steps(unlinks, deleted, tombs, inserts)
 
 
 def _older(dialect: Dialect, stored: str, order: str) -> str:
@@ -103,6 +114,9 @@ def stale_statement(dialect: Dialect, plan: ApplyPlan) -> Statement | None:
     newer (a late change, a replay): run in the apply's transaction before it."""
     if plan.order_column is None or plan.mode not in (UPSERT, MERGE):
         return None
+    if plan.tombs is not None:
+        older = _older(dialect, "o.", plan.order_column)
+        return tombstones.stale_statement(dialect, plan, _latest(dialect, plan), older)
     q = dialect.quote
     same = " AND ".join(f"s.{q(k)} = o.{q(k)}" for k in plan.key)
     return (
@@ -131,17 +145,22 @@ def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tupl
     changes skipped as no newer than their stored rows). Parents come before their
     children (`parents_first`): every write's deletes run children first, then every
     write's inserts parents first, so that a foreign key between two tables of one
-    transaction holds at each statement, on every server."""
-    counts = [s for plan in plans.writes if (s := stale_statement(dialect, plan))]
+    transaction holds at each statement, on every server. Each write's tombstones are
+    kept after every write's deletes, before the inserts (`tombstones.tomb_steps`)."""
+    writes = [
+        p if tombstones.present(conn, dialect, p) else replace(p, tombs=None) for p in plans.writes
+    ]
+    counts = [s for plan in writes if (s := stale_statement(dialect, plan))]
     stale = sum(int(query(conn, sql, params)[0][0]) for sql, params in counts)
-    ordered = parents_first(conn, dialect, plans.writes) if len(plans.writes) > 1 else plans.writes
+    ordered = parents_first(conn, dialect, writes) if len(writes) > 1 else writes
     steps = [_apply_steps(dialect, p, self_references(conn, dialect, p)) for p in ordered]
     for step in reversed(steps):  # children first
         for sql, params in step.unlinks:
             execute(conn, sql, params)
-    changed = [s for step in reversed(steps) for s in step.deletes]
-    changed += [s for step in steps for s in step.inserts]
-    return sum(execute(conn, sql, params) for sql, params in changed), stale
+    changed = sum(execute(conn, *s) for step in reversed(steps) for s in step.deletes)
+    for sql, params in (s for step in steps for s in step.tombs):
+        execute(conn, sql, params)
+    return changed + sum(execute(conn, *s) for step in steps for s in step.inserts), stale
 
 
 def parents_first(
@@ -190,6 +209,7 @@ class StagedApplier:
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> None:
         for write in ApplyPlans.of(plan).writes:
+            tombstones.check_tombs(dialect, write)
             check_stage(conn, dialect, write)
 
     def apply(
@@ -210,6 +230,21 @@ class StagedApplier:
 
     def is_data_error(self, exc: BaseException) -> bool:
         return is_data_error(exc)
+
+    def tombstones(
+        self, conn: JdbcConnection, dialect: Dialect, schema: str | None
+    ) -> list[tuple[TableRef, TableRef]]:
+        return tombstones.listed(conn, dialect, schema)
+
+    def count_tombstones(
+        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float
+    ) -> int:
+        return tombstones.count_old(conn, dialect, tombs, seconds)
+
+    def forget_tombstones(
+        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float, rows: int
+    ) -> int:
+        return tombstones.forget(conn, dialect, tombs, seconds, rows)
 
     def __reduce__(self) -> str:
         return "STAGED_APPLY"  # one instance, also where a journal is unpickled

@@ -56,6 +56,9 @@ class ApplyPlan:
     #: The target's `order` column (its spelling), when it stores one: a staged change
     #: applies only over an older stored row (`applier`). None: the target keeps no order.
     order_column: str | None = None
+    #: The table keeping the order of the target's deleted keys (`tombstones`), when the
+    #: target stores the order column; None in plans written before it was kept.
+    tombs: TableRef | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -87,6 +90,7 @@ class ApplyPlan:
             op_skip=tuple(str(v) for v in raw["op_skip"]),
             types=tuple(str(t) for t in raw.get("types", ())),
             order_column=raw.get("order_column"),
+            tombs=TableRef(**raw["tombs"]) if raw.get("tombs") else None,
         )
 
     @property

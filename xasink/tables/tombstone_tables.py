@@ -1,0 +1,194 @@
+"""A table's tombstones (`tombstones`) made ready before anything is written: created next to
+the journal if missing (DDL: never inside a branch, nor inside the apply's transaction,
+where MySQL would commit it), checked to hold the target's key and order exactly, and
+written once by no-op statements, so that a login that may not write it is refused in
+preflight rather than after a decision it could not apply."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+from ..dialects import Dialect
+from ..dialects.base import TableIndex
+from ..errors import PreflightError
+from ..masking import Redactor
+from ..runtime.jdbc import JdbcConnection, execute, java_message, query
+from ..spec import TableRef
+from .columns import TableColumn
+from .modes import ModeOptions
+from .retyping import keeps_values
+from .tombstones import DELETED_AT, ORDER, REGISTRY, tomb_table
+
+#: The session lock one first writer at a time creates tables of tombstones under.
+_CREATION_LOCK = "tombstones creation"
+
+
+def ensure_tombstones(
+    conn: JdbcConnection,
+    dialect: Dialect,
+    target: TableRef,
+    schema: str | None,
+    options: ModeOptions,
+    frame_columns: Sequence[str],
+    targets: Sequence[TableColumn],
+    user: str | None,
+    lock_wait: float,
+    redact: Redactor,
+) -> None:
+    """Make `target`'s table of tombstones ready (see the module), next to the journal in
+    `schema`; `targets` are the columns written, in the order `options.written` gives them.
+    Raises PreflightError saying what to grant or do."""
+    spelled = dict(zip(options.written(frame_columns), targets, strict=True))
+    key = [spelled[k] for k in options.key]
+    order = spelled[options.order or ""]
+    tombs = tomb_table(target, schema)
+    registry = TableRef(REGISTRY, schema)
+
+    def creating() -> str:  # what to do, should it fail
+        where = schema or _current_schema(conn, dialect)
+        return _create_fix(dialect, where, user, registry)
+
+    with _refused(target, tombs, redact, "creating it failed", creating):
+        columns = _described(conn, dialect, tombs)
+        if not columns or not _registered(conn, dialect, registry, tombs):
+            seconds = max(1, int(lock_wait))
+            # One first writer at a time: PostgreSQL's CREATE TABLE IF NOT EXISTS fails (a
+            # duplicate key in its catalog) when another session creates the table at once.
+            with dialect.session_locked(conn, _CREATION_LOCK, seconds) as got:
+                if not got:
+                    raise PreflightError(
+                        f"Another writer has been creating {tombs} for {seconds}s (xasink's "
+                        "creation lock); nothing was written. Try again once it has finished."
+                    )
+                _create(conn, dialect, tombs, registry, target, key, order)
+            columns = _described(conn, dialect, tombs)
+    _check_shape(dialect, target, tombs, key, order, columns)
+    grantee, table = dialect.grantee(user), dialect.qualified(tombs)
+    grant = f"grant it: GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {grantee}"
+    with _refused(target, tombs, redact, "this login may not write it", lambda: grant):
+        _probe(conn, dialect, tombs)
+
+
+def _current_schema(conn: JdbcConnection, dialect: Dialect) -> str:
+    if dialect.current_schema_sql is None:
+        return "<the journal's schema>"
+    return str(query(conn, dialect.current_schema_sql)[0][0])
+
+
+def _create_fix(dialect: Dialect, schema: str, user: str | None, registry: TableRef) -> str:
+    return (
+        f"let this login create tables there ({dialect.create_grant(schema, user)}), or have "
+        "a login that may run one such write first, then grant this one SELECT, INSERT, "
+        f"UPDATE, DELETE on the two tables it makes (that one and {registry})"
+    )
+
+
+@contextlib.contextmanager
+def _refused(
+    target: TableRef,
+    tombs: TableRef,
+    redact: Redactor,
+    what: str,
+    fix: Callable[[], str],
+) -> Iterator[None]:
+    """A failure inside, as the PreflightError that says what to do."""
+    try:
+        yield
+    except PreflightError:
+        raise
+    except Exception as exc:
+        raise PreflightError(
+            f"xasink keeps the order of the deleted keys of {target} in {tombs}, next to the "
+            f"journal, and {what}: {redact(java_message(exc))}. Nothing was written. To "
+            f"write into {target} with `order`, {fix()}."
+        ) from None
+
+
+def _described(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> dict[str, str]:
+    """The table's columns (as `column_key` names them) and their types; {}: no table."""
+    sql, params = dialect.describe_columns_sql(table)
+    rows = query(conn, sql, params) if sql else []
+    return {dialect.column_key(str(r[0])): str(r[1]).lower() for r in rows}
+
+
+def _registered(
+    conn: JdbcConnection, dialect: Dialect, registry: TableRef, tombs: TableRef
+) -> bool:
+    if dialect.table_identity(conn, registry) is None:
+        return False
+    sql = f"SELECT 1 FROM {dialect.qualified(registry)} WHERE tomb_table = ?"
+    return bool(query(conn, sql, (tombs.name,)))
+
+
+def _create(
+    conn: JdbcConnection,
+    dialect: Dialect,
+    tombs: TableRef,
+    registry: TableRef,
+    target: TableRef,
+    key: Sequence[TableColumn],
+    order: TableColumn,
+) -> None:
+    """Whatever is missing (CREATE, even with IF NOT EXISTS, needs the privilege to create
+    there): the list, the table, its row in the list."""
+    q = dialect.quote
+    if dialect.table_identity(conn, registry) is None:
+        listing = (
+            f"tomb_table {dialect.ascii_id_type(64)} NOT NULL PRIMARY KEY, target_schema "
+            f"{dialect.text_type}, target_name {dialect.text_type} NOT NULL, created_at "
+            f"{dialect.timestamp_type} NOT NULL"
+        )
+        for sql in dialect.create_table_sql(dialect.qualified(registry), REGISTRY, listing):
+            execute(conn, sql)
+    if dialect.table_identity(conn, tombs) is None:
+        columns = ", ".join(f"{q(c.name)} {c.sql_type} NOT NULL" for c in key)
+        columns += (
+            f", {q(ORDER)} {order.sql_type} NOT NULL, {q(DELETED_AT)} {dialect.timestamp_type} "
+            f"NOT NULL, PRIMARY KEY ({', '.join(q(c.name) for c in key)})"
+        )
+        # The retention's sweep finds the old ones by when they were deleted.
+        index = TableIndex("at", (DELETED_AT,))
+        for sql in dialect.create_table_sql(dialect.qualified(tombs), tombs.name, columns, [index]):
+            execute(conn, sql)
+    execute(
+        conn,
+        f"INSERT INTO {dialect.qualified(registry)} (tomb_table, target_schema, target_name, "
+        f"created_at) VALUES (?, ?, ?, {dialect.now_sql}) "
+        + dialect.upsert_clause(["tomb_table"], []),
+        (tombs.name, target.schema, target.name),
+    )
+
+
+def _check_shape(
+    dialect: Dialect,
+    target: TableRef,
+    tombs: TableRef,
+    key: Sequence[TableColumn],
+    order: TableColumn,
+    columns: dict[str, str],
+) -> None:
+    """The tombstones hold every value of the target's key and order columns unchanged."""
+    wanted = {dialect.column_key(c.name): c.sql_type for c in key}
+    wanted[dialect.column_key(ORDER)] = order.sql_type
+    fits = set(columns) == {*wanted, dialect.column_key(DELETED_AT)} and all(
+        keeps_values(dialect.name, sql_type, columns[name]) for name, sql_type in wanted.items()
+    )
+    if fits:
+        return
+    now = ", ".join(f"{n} {t}" for n, t in columns.items())
+    needed = ", ".join(f"{n} {t}" for n, t in wanted.items())
+    raise PreflightError(
+        f"{tombs} keeps the order of the deleted keys of {target} as ({now}), which cannot "
+        f"hold {target}'s key and order as they are now ({needed}). Nothing was written. "
+        f"Alter its columns to those types, or drop it (the deletes it keeps then keep no "
+        "order) and write again: it is made afresh."
+    )
+
+
+def _probe(conn: JdbcConnection, dialect: Dialect, tombs: TableRef) -> None:
+    """Every statement the apply runs on the table, on no row: a privilege it lacks fails."""
+    table, order = dialect.qualified(tombs), dialect.quote(ORDER)
+    execute(conn, f"INSERT INTO {table} SELECT * FROM {table} WHERE 1 = 0")
+    execute(conn, f"UPDATE {table} SET {order} = {order} WHERE 1 = 0")
+    execute(conn, f"DELETE FROM {table} WHERE 1 = 0")

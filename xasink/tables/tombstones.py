@@ -1,0 +1,203 @@
+"""The order of deleted keys: where a table stores the `order` column (the one case where
+the newest change of a key wins across writes), a merge's delete of a key leaves a
+tombstone (key, order, when), also when the table did not hold the key, since the delete is
+still that key's newest known change. A later change of the key whose order is no higher
+is stale, as a change no newer than a stored row is: it is not applied and counts in
+`stale`. A newer change inserts the row again and the tombstone goes; a newer delete raises
+its order, an older one never lowers it.
+
+Each such table has a table of tombstones of its own next to the journal, named from the
+target's identity (`tomb_table`) and typed like the target's key and order columns, so the
+apply compares them exactly, in its own statements and transaction (`applier`). It is made
+before any branch opens (`tombstone_tables`: DDL cannot run inside an XA branch, nor
+inside the apply's transaction on MySQL), and listed in `xasink_tombstones` with its target,
+so that the journal's retention deletes the tombstones older than the retention (`forget`):
+past it, a change older than a forgotten delete inserts the row again.
+
+A stored row speaks for its key: a tombstone only speaks for a key the table does not hold
+(a row another writer put back outranks it), so each change is stale when the stored row is
+as new or newer, or when there is none and the tombstone is as new or newer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+
+from ..dialects import Dialect
+from ..errors import JournalError
+from ..runtime.jdbc import JdbcConnection, Param, execute, query
+from ..spec import TableRef
+from .modes import MERGE, ORDER_COLUMN, UPSERT, ModeOptions
+from .staging import ApplyPlan
+
+log = logging.getLogger("xasink")
+
+#: The list of tables of tombstones next to a journal, with their targets.
+REGISTRY = "xasink_tombstones"
+_PREFIX = "xasink_tomb_"
+#: A tombstone's order (typed as the target's order column) and when its delete applied.
+ORDER, DELETED_AT = ORDER_COLUMN, "xasink_deleted_at"
+#: The readable part of a name: the digest makes it unique, this tells a person whose.
+_READABLE = 24
+
+Statement = tuple[str, tuple[Param, ...]]
+
+
+def keeps_deletes(options: ModeOptions) -> bool:
+    """Whether a write keeps (and honours) the order of deleted keys: an upsert or merge with
+    `order` into a table that stores the order column."""
+    return options.mode in (UPSERT, MERGE) and options.order is not None and options.order_stored
+
+
+def tomb_table(target: TableRef, schema: str | None) -> TableRef:
+    """The table keeping the order of `target`'s deleted keys, next to the journal in
+    `schema`: a safe part of the target's name, then a digest of its identity (schema and
+    name, exactly as the server resolves them). At most 53 characters: both servers allow
+    63, and its index adds 7."""
+    readable = re.sub(r"[^a-z0-9]+", "_", target.name.lower())[:_READABLE].strip("_")
+    digest = hashlib.sha256(f"{target.schema or ''}\x00{target.name}".encode()).hexdigest()
+    name = f"{_PREFIX}{readable}_{digest[:16]}" if readable else f"{_PREFIX}{digest[:16]}"
+    return TableRef(name, schema)
+
+
+def check_tombs(dialect: Dialect, plan: ApplyPlan) -> None:
+    """Refuse a plan whose tombstones are not its target's own next to its staging table (a
+    journal row xasink did not write: recovery may run with more privileges than writers)."""
+    tombs, stage = plan.tombs, plan.stage
+    if tombs is None or tombs == tomb_table(plan.target, stage.schema):
+        return
+    temporary = dialect.temporary_schema is not None and stage.schema == dialect.temporary_schema
+    if not (temporary and tombs.name == tomb_table(plan.target, None).name):
+        raise JournalError(
+            f"A job's apply plan names {tombs} for the deleted keys of {plan.target}, which "
+            "is not the table xasink keeps for them: refusing to act on it. Check who can "
+            "write the journal's tables."
+        )
+
+
+def _same(dialect: Dialect, plan: ApplyPlan, a: str, b: str) -> str:
+    return " AND ".join(f"{a}.{dialect.quote(k)} = {b}.{dialect.quote(k)}" for k in plan.key)
+
+
+def _tombs(dialect: Dialect, plan: ApplyPlan) -> str:
+    assert plan.tombs is not None
+    return dialect.qualified(plan.tombs)
+
+
+def stale_statement(dialect: Dialect, plan: ApplyPlan, latest: str, older: str) -> Statement:
+    """The count of the staged changes (`latest`, one per key, named `s`) that will not
+    apply: the stored row (`o`) is not `older`, or there is none and the tombstone is as
+    new or newer."""
+    q = dialect.quote
+    first, order = q(plan.key[0]), q(plan.order_column or "")
+    return (
+        f"SELECT COUNT(*) FROM {latest} LEFT JOIN {dialect.qualified(plan.target)} o ON "
+        f"{_same(dialect, plan, 's', 'o')} LEFT JOIN {_tombs(dialect, plan)} t ON "
+        f"{_same(dialect, plan, 's', 't')} WHERE NOT {older} OR (o.{first} IS NULL AND "
+        f"t.{q(ORDER)} >= s.{order})",
+        (),
+    )
+
+
+def unburied(dialect: Dialect, plan: ApplyPlan) -> str:
+    """What an insert of staged change `s` needs, once `tomb_steps` ran: no tombstone of its
+    key is left (those left are as new or newer, of keys the table does not hold)."""
+    same = _same(dialect, plan, "s", "t")
+    return f"NOT EXISTS (SELECT 1 FROM {_tombs(dialect, plan)} t WHERE {same})"
+
+
+def tomb_steps(dialect: Dialect, plan: ApplyPlan, source: str) -> list[Statement]:
+    """The apply's statements on the tombstones, after its DELETEs and before its INSERTs
+    (`source`: the staged changes, one per key, named `s`). Each delete whose key the table
+    does not hold now (it held none, or an older row the DELETE removed) leaves its order,
+    raising a lower one, never lowering a higher one. The tombstone of a key an insert or
+    update changes goes when that change is newer, or when the table holds the key."""
+    q, tombs = dialect.quote, _tombs(dialect, plan)
+    keys = ", ".join(q(k) for k in plan.key)
+    held = (
+        f"EXISTS (SELECT 1 FROM {dialect.qualified(plan.target)} x "
+        f"WHERE {_same(dialect, plan, 's', 'x')})"
+    )
+    order = f"s.{q(plan.order_column or '')}"
+    newer = f"(t.{q(ORDER)} < {order} OR {held})"
+    if plan.mode != MERGE:
+        return [
+            (dialect.delete_joined(tombs, "t", source, _same(dialect, plan, "s", "t"), newer), ())
+        ]
+    deletes = plan.delete_values
+    marks = ", ".join("?" for _ in deletes)
+    op = plan.op_sql(dialect, "s.")
+    selected = ", ".join(f"s.{q(k)}" for k in plan.key)
+    upsert = dialect.upsert_clause(plan.key, [DELETED_AT, ORDER], ORDER, tombs)
+    leave = (
+        f"INSERT INTO {dialect.upsert_target(tombs)} ({keys}, {q(ORDER)}, {q(DELETED_AT)}) "
+        f"SELECT {selected}, {order}, {dialect.now_sql} FROM {source} "
+        f"WHERE {op} IN ({marks}) AND NOT {held} {upsert}"
+    )
+    where = f"{op} NOT IN ({marks}) AND {newer}"
+    forget = dialect.delete_joined(tombs, "t", source, _same(dialect, plan, "s", "t"), where)
+    return [(leave, deletes), (forget, deletes)]
+
+
+def present(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> bool:
+    """Whether the plan's tombstones can be kept: a plan without them keeps none, and one
+    whose table is gone (dropped by hand since the write began) applies without them,
+    saying so, rather than fail after its decision."""
+    if plan.tombs is None:
+        return False
+    if dialect.table_identity(conn, plan.tombs) is not None:
+        return True
+    log.warning(
+        "xasink: %s, which keeps the order of the deleted keys of %s, is gone: this job's "
+        "changes apply without it, and its deletes keep no order (the next write makes it "
+        "again)",
+        plan.tombs,
+        plan.target,
+    )
+    return False
+
+
+# -- the journal's retention ---------------------------------------------------------------
+def listed(
+    conn: JdbcConnection, dialect: Dialect, schema: str | None
+) -> list[tuple[TableRef, TableRef]]:
+    """(tombstones, target) for every table of tombstones next to the journal in `schema`
+    that exists and is the one xasink makes for its target (any other row is skipped)."""
+    registry = TableRef(REGISTRY, schema)
+    if dialect.table_identity(conn, registry) is None:
+        return []
+    rows = query(
+        conn,
+        f"SELECT tomb_table, target_schema, target_name FROM {dialect.qualified(registry)} "
+        "ORDER BY tomb_table",
+    )
+    found = []
+    for name, target_schema, target_name in rows:
+        target = TableRef(str(target_name), None if target_schema is None else str(target_schema))
+        tombs = tomb_table(target, schema)
+        if tombs.name != str(name):
+            log.warning("xasink: %s lists %s, which xasink did not make: skipped", registry, name)
+        elif dialect.table_identity(conn, tombs) is not None:
+            found.append((tombs, target))
+    return found
+
+
+def _old(dialect: Dialect, seconds: float) -> str:
+    return f"{dialect.quote(DELETED_AT)} < {dialect.ago_sql(seconds)}"
+
+
+def count_old(conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float) -> int:
+    """How many of the tombstones are older than `seconds`."""
+    sql = f"SELECT COUNT(*) FROM {dialect.qualified(tombs)} WHERE {_old(dialect, seconds)}"
+    return int(query(conn, sql)[0][0])
+
+
+def forget(
+    conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float, rows: int
+) -> int:
+    """Delete at most `rows` tombstones older than `seconds`; how many went."""
+    return execute(
+        conn, dialect.delete_some_sql(dialect.qualified(tombs), _old(dialect, seconds), rows)
+    )
