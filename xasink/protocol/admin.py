@@ -27,7 +27,7 @@ from .listing import lost_winners, table_named
 from .participants import finish as finish_participants
 from .participants import given
 from .recovery import describe, no_journal, presume_abort, resolve_in_doubt
-from .retention import sweep
+from .retention import MINIMUM_DAYS, sweep
 from .states import FINAL_STATES, JobState
 
 
@@ -145,10 +145,29 @@ def _resolution(before: str, final: JobState, reason: str) -> str:
     )[:2000]
 
 
-def prune(conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool) -> int:
+def prune(
+    conn: JdbcConnection,
+    journal: Journal,
+    older_than_days: float,
+    *,
+    dry_run: bool,
+    force: bool = False,
+) -> int:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago, as the
     journal's retention does by itself, all at once (`retention.sweep`); returns how many
-    jobs. Rows that are still evidence stay, whatever the age asked for."""
+    jobs. Rows that are still evidence stay, whatever the age asked for. Below the
+    retention's floor of a day, only with `force`: a one-phase job whose commit's outcome
+    was unknown is told committed by its row alone (`set_retention` says why)."""
+    if 0 <= older_than_days < MINIMUM_DAYS and not force:
+        raise ConfigurationError(
+            f"--older-than {older_than_days:g} is below {MINIMUM_DAYS:g} day, the floor of a "
+            "journal's retention, for one reason: when a write raised DecisionUnknownError, "
+            "its job's row is what `xasink resolve JOB --abandon --table T` tells a "
+            "committed job by; once the row is deleted, that command reports the job aborted, "
+            "and running the write again writes its rows twice. Nothing was deleted. Give "
+            f"--older-than {MINIMUM_DAYS:g} or more, or add --force once every such job is "
+            "settled."
+        )
     return sweep(journal, conn, older_than_days, dry_run=dry_run).jobs
 
 
