@@ -136,10 +136,20 @@ with injected(*faults):
     fmt = parse(options, schema.names, overwrite=False, streaming=True)
     task_side = pickle.loads(pickle.dumps(XasinkStreamWriter(fmt, schema)))
     minted = task_side.minted
-    if fault == "loser":  # partition 0's first attempt (task attempt id 0) outgrew the
-        # bound and prepared its branch, then lost: its retry shipped other rows
-        ids = pa.array(range(1000, 1100), pa.int64())
+    def lose():  # partition 0's first attempt (task attempt id 0) outgrew the bound and
+        # prepared its branch, then lost to a copy that shipped (keyed: the same keys)
+        first = 0 if fault == "keyed loser" else 1000
+        ids = pa.array(range(first, first + 100), pa.int64())
         write_rows(minted.plan, iter([pa.RecordBatch.from_arrays([ids], names=["id"])]), 0, 0, 0)
+    if fault == "keyed loser":
+        lose()
+    if fault == "late loser":  # it prepares once commit() has rolled back what was prepared,
+        # as an attempt still running then would
+        one_phase = shipping.commit_one_phase
+        def late(*args, **kwargs):
+            lose()
+            return one_phase(*args, **kwargs)
+        shipping.commit_one_phase = late
     messages = []
     if fault == "quiet":  # the tasks' own steps, one after another: partition 0 outgrows
         # the bound and prepares a branch (its task beats), then 15 instant partitions ship,
@@ -192,17 +202,40 @@ def test_a_run_of_quick_shipping_tasks_keeps_a_mixed_batchs_job_alive(db):
     assert_clean(db)
 
 
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_losing_attempts_branch_is_rolled_back_before_the_shipped_batch_commits(db, mode):
+    """A speculative copy of partition 0 outgrew the bound and prepared a branch holding
+    the keys of partition 0's rows (append: in the table; upsert: in the job's staging
+    table), then lost to the first attempt, which shipped them (no retry). Every branch of
+    an all-shipped batch is a loser, so commit() rolls them back before its one
+    transaction, which would otherwise wait on their locks: the batch commits once, with
+    nothing left prepared or staged and no recovery run."""
+    table = id_table(db, key=True)
+    staged = {"xasink.mode": "upsert", "key": "id"} if mode == "upsert" else {}
+    options = batch_options(db, table, "keyed", **{"xasink.lockWaitTimeout": "3"}, **staged)
+    run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "keyed loser")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert db.prepared_transactions() == []
+    assert_exactly(db, table, range(300))
+    [(_, state, winners)] = jobs_of(db, table)
+    assert (state, winners) == ("committed", [(0, 300)])
+    assert_clean(db)
+
+
 def batch_options(db, table: str, sink: str, **more: str) -> dict[str, str]:
     """format's options for BATCH_SCRIPT: `table` on `db`, a sink named after both."""
     login = {"url": db.jdbc_url, "user": db.user, "password": db.password}
     return {**login, "dbtable": table, "xasink.sinkId": f"{sink}-{table}", **more}
 
 
-def id_table(db) -> str:
+def id_table(db, key: bool = False) -> str:
     table = new_table(db, "ids")
     with db.connect() as conn:
         conn.cursor().execute(f"DROP TABLE {table}")
-        conn.cursor().execute(f"CREATE TABLE {table} (id BIGINT NOT NULL)")
+        primary = " PRIMARY KEY" if key else ""
+        conn.cursor().execute(f"CREATE TABLE {table} (id BIGINT NOT NULL{primary})")
     return table
 
 
@@ -243,12 +276,13 @@ def test_a_commit_that_dies_before_its_commit_is_written_once_by_the_replay(db):
 @pytest.mark.mariadb11_ci
 def test_a_losing_attempts_branch_is_never_taken_for_the_shipped_winner(db):
     """A losing attempt of partition 0 prepared a branch (it outgrew the bound, then lost
-    to a retry that shipped its rows). The batch commits the shipped rows in one
-    transaction; recovery must roll the loser back, never commit it as the winner: the
-    shipped batch's winner row names no task's attempt."""
+    to a copy that shipped its rows) late, once commit() had rolled back what was
+    prepared. The batch commits the shipped rows in one transaction; recovery must roll
+    the loser back, never commit it as the winner: the shipped batch's winner row names no
+    task's attempt."""
     table = id_table(db)
     options = batch_options(db, table, "loser")
-    run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "loser")
+    run = run_script(BATCH_SCRIPT, json.dumps(options), "0", "late loser")
     assert run.returncode == 0, run.stderr[-3000:]
     assert db.prepared_transactions() != []  # the loser, left to recovery
     recovered = cli(db, "--grace", "0")

@@ -222,3 +222,39 @@ def test_the_retention_sweeps_the_order_of_deleted_keys(spark, db, journal_schem
     rows = run_sql(db, f"SELECT id, v, updated_at FROM {table} ORDER BY id")
     assert [tuple(r) for r in rows] == [(0, "late", 15), (1, "late", 15), (9, "x", 1)]
     assert_clean(db)
+
+
+def test_prune_below_a_day_keeps_the_row_that_tells_a_lost_commit_apart(spark, db, journal_schema):
+    """A small write's job commits in one local transaction, and its row is all that tells
+    it committed: had the COMMIT's reply been lost, `xasink resolve JOB --abandon --table
+    T` settles it by that row. An hour later, `prune --older-than 0` is refused with the
+    reason (the retention's own floor of a day), so the resolve reports it committed and
+    changes nothing, where before it fenced the job and said nothing of it was in T (a
+    rerun would have written its rows twice). `--force` goes below the floor."""
+    schema = journal_schema
+    table = _table(db, schema)
+    small = _row(spark, 1)
+    small.cache().count()  # Spark knows its size: the driver writes it, in one transaction
+    job = write_xa(small, table=table, **connection_args(db, journal_schema=schema)).job_id
+    hour = "INTERVAL '1 hour'" if db.kind == "postgres" else "INTERVAL 1 HOUR"
+    run_sql(
+        db,  # ended an hour ago: past the grace and its lease (none: one phase), within a day
+        f"UPDATE {schema}.xasink_jobs SET created_at = created_at - {hour}, finished_at = "
+        f"finished_at - {hour} WHERE job_id = '{job}'",
+    )
+    assert run_sql(db, f"SELECT lease_seconds FROM {schema}.xasink_jobs") == [(0,)]
+    pruned = xasink_cli(db, "prune", "--journal-schema", schema, "--older-than", "0")
+    settle = ("resolve", job, "--journal-schema", schema, "--abandon", "--table", table, "--yes")
+    settled = xasink_cli(db, *settle)
+    assert f"job={job} state=committed" in settled.stdout, (
+        f"prune said: {pruned.stdout}{pruned.stderr}; resolve said: {settled.stdout}"
+    )
+    assert _jobs(db, schema) == {job: "committed"}
+    assert run_sql(db, f"SELECT id FROM {table}") == [(1,)]
+    assert pruned.returncode == 2 and "--force" in pruned.stderr, pruned.stdout + pruned.stderr
+    assert "resolve" in pruned.stderr and "DecisionUnknownError" in pruned.stderr
+    dry = xasink_cli(db, "prune", "--journal-schema", schema, "--older-than", "0.5", "--dry-run")
+    assert dry.returncode == 2 and "--force" in dry.stderr, dry.stdout + dry.stderr
+    forced = xasink_cli(db, "prune", "--journal-schema", schema, "--older-than", "0", "--force")
+    assert forced.stdout.startswith("deleted the journal rows of 1 job(s)"), forced.stderr
+    assert _jobs(db, schema) == {}

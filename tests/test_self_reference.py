@@ -15,9 +15,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from support import connection_args, stage_tables
+from support import connection_args, run_sql, stage_tables
 
-from xasink import InputDataError, WriterProperties, transaction, write_xa
+from xasink import InputDataError, PreflightError, WriterProperties, transaction, write_xa
 
 #: The protocol's own code, the same on both servers: make test runs each case on one of
 #: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
@@ -204,3 +204,128 @@ def test_a_transactions_second_small_write_overwrites_a_chart(spark, db):
     assert tx.result is not None and tx.result.outcome == "committed"
     assert _contents(db, chart) == sorted(new) == _contents(db, first)
     _clean(db)
+
+
+#: A chart whose `boss` is NOT NULL: the root is its own boss, and 3 reports to 2, 2 to 1.
+NOT_NULL_CHART = [(1, 1, "p1"), (2, 1, "p2"), (3, 2, "p3")]
+#: What each deleting mode writes into it: a new chart children first, or the deletion of
+#: 2 and 3 (a parent and its child) with a new person under the root.
+DELETING = {
+    "overwrite": ([(13, 12, "p13"), (12, 11, "p12"), (11, 11, "p11")], SCHEMA, {}),
+    "merge": (
+        [(3, 2, "", "D"), (2, 1, "", "D"), (4, 1, "p4", "I")],
+        SCHEMA + ", op string",
+        {"key": "id", "op": "op"},
+    ),
+}
+
+
+def _not_null_table(server) -> str:
+    name = f"nn_{uuid.uuid4().hex[:10]}"
+    run_sql(
+        server,
+        f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, boss BIGINT NOT NULL, name VARCHAR(32), "
+        f"FOREIGN KEY (boss) REFERENCES {name} (id))",
+        *(f"INSERT INTO {name} VALUES ({i}, {b}, '{n}')" for i, b, n in NOT_NULL_CHART),
+        admin=False,
+    )
+    return name
+
+
+def _deleting_frame(spark, mode: str):
+    rows, schema, _ = DELETING[mode]
+    df = spark.createDataFrame(rows, schema)
+    df.cache().count()
+    return df
+
+
+def _decided(server) -> dict[str, tuple[str, bool]]:
+    """Every job of the journal: job id -> (state, whether it was ever decided)."""
+    here = "current_schema()" if server.dialect == "postgres" else "DATABASE()"
+    journal = "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'xasink_jobs' "
+    if not run_sql(server, f"{journal} AND table_schema = {here}", admin=False)[0][0]:
+        return {}
+    rows = run_sql(server, "SELECT job_id, state, decided_at FROM xasink_jobs", admin=False)
+    return {str(j): (str(s), d is not None) for j, s, d in rows}
+
+
+def _refused_before_anything(server, table: str, before: dict, error: BaseException) -> None:
+    """No job was decided (none begun, for a write alone), the table is as seeded, and
+    nothing is prepared or staged; the refusal names the column and the ways out."""
+    decided = {j: s for j, s in _decided(server).items() if j not in before and s[1]}
+    assert decided == {}, f"decided, then failed: {type(error).__name__}: {error}"
+    assert isinstance(error, PreflightError), f"{type(error).__name__}: {error}"
+    assert "boss" in str(error) and "NULL" in str(error) and "PostgreSQL" in str(error)
+    assert _contents(server, table) == NOT_NULL_CHART
+    _clean(server)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("mode", list(DELETING))
+def test_a_not_null_self_reference_is_refused_before_anything_where_rows_are_checked_one_by_one(
+    spark, mysql_family, mode, path
+):
+    """InnoDB cannot delete a parent before its child, nor unlink a NOT NULL reference:
+    overwrite and merge (which may delete) are refused before any job exists, instead of
+    failing after the decision."""
+    db = mysql_family
+    table = _not_null_table(db)
+    before = _decided(db)
+    options = {"mode": mode, **DELETING[mode][2]}
+    with pytest.raises(Exception) as caught:
+        write_xa(
+            _deleting_frame(spark, mode),
+            table=table,
+            **options,
+            **connection_args(db),
+            **PATHS[path],
+        )
+    _refused_before_anything(db, table, before, caught.value)
+    assert _decided(db).keys() == before.keys(), "a job was begun"
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_participants_not_null_self_reference_is_refused_before_the_decision(
+    spark, postgres, mysql_family
+):
+    """The participant's overwrite is refused at its write, inside the transaction: the
+    transaction ends before its decision in both databases, nothing written anywhere."""
+    chart = _not_null_table(mysql_family)
+    mine = _table(postgres, [])
+    new = _chart(100, 20)
+    coordinator, participant = _decided(postgres), _decided(mysql_family)
+    with pytest.raises(Exception) as caught, transaction(**connection_args(postgres)) as tx:
+        tx.write(_frame(spark, new), mine, **PATHS["tasks"])
+        tx.write(
+            _deleting_frame(spark, "overwrite"),
+            chart,
+            mode="overwrite",
+            **connection_args(mysql_family),
+            **PATHS["tasks"],
+        )
+    _refused_before_anything(mysql_family, chart, participant, caught.value)
+    ended = {j: s for j, s in _decided(postgres).items() if j not in coordinator}
+    assert list(ended.values()) == [("aborted", False)]  # the coordinator's, undecided
+    assert _contents(postgres, mine) == []
+    _clean(postgres)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("mode", list(DELETING))
+def test_postgresql_writes_a_not_null_self_reference(spark, postgres, mode, path):
+    """PostgreSQL checks the key at each statement's end: the same writes commit there."""
+    table = _not_null_table(postgres)
+    options = {"mode": mode, **DELETING[mode][2]}
+    write_xa(
+        _deleting_frame(spark, mode),
+        table=table,
+        **options,
+        **connection_args(postgres),
+        **PATHS[path],
+    )
+    want = sorted(DELETING["overwrite"][0]) if mode == "overwrite" else [(1, 1, "p1"), (4, 1, "p4")]
+    assert _contents(postgres, table) == want
+    _clean(postgres)

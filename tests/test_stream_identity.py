@@ -197,8 +197,8 @@ def _age_jobs(db, table: str, days: int) -> None:
 
 
 def test_prune_keeps_what_a_replay_needs(spark, db, tmp_path):
-    """Batch 1 is committed, but Spark's commit log lost it. `xasink prune --older-than 0`
-    keeps every job that ended within the grace (a stalled driver may still settle its
+    """Batch 1 is committed, but Spark's commit log lost it. `xasink prune --older-than 0
+    --force` keeps every job that ended within the grace (a stalled driver may still settle its
     branches by the job's state); once they are ten days old, `--older-than 1` deletes batch
     0's job but keeps batch 1's, which the sink's mark names. The restarted query's replay
     of batch 1 is recognised: skipped, neither an error nor written twice."""
@@ -207,7 +207,7 @@ def test_prune_keeps_what_a_replay_needs(spark, db, tmp_path):
     stream_files(source, 2, 100)
     _foreach_stream(spark, db, table, source, checkpoint, sink).awaitTermination()
     assert _forget_last_commit(checkpoint) == 1
-    fresh = xasink_cli(db, "prune", "--older-than", "0")
+    fresh = xasink_cli(db, "prune", "--older-than", "0", "--force")
     assert fresh.returncode == 0, fresh.stderr
     assert latest_jobs(db, table) == ["committed", "committed"], "a fresh job row was pruned"
     _age_jobs(db, table, 10)

@@ -91,7 +91,7 @@ def test_subcommand_help(capsys):
             ["prune", "--url", URL, "--older-than", "7", "--set-retention", "3"],
             "xasink prune: error: argument --set-retention: not allowed with argument --older-than",
         ),
-        (["prune", "--url", URL, "--older-than", "7", "--force"], "unrecognized arguments"),
+        (["prune", "--url", URL, "--older-than", "7", "--all"], "unrecognized arguments"),
     ],
 )
 def test_bad_arguments_exit_2_with_usage(capsys, argv, error):

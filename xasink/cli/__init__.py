@@ -177,7 +177,11 @@ def _prune(args: argparse.Namespace) -> int:
             return EXIT_OK
         keep_all = args.older_than is None and before == 0  # a retention of 0 keeps all
         days = before if args.older_than is None else args.older_than
-        swept = Swept(0, False) if keep_all else prune(conn, journal, days, dry_run=args.dry_run)
+        swept = (
+            Swept(0, False)
+            if keep_all
+            else prune(conn, journal, days, dry_run=args.dry_run, force=args.force)
+        )
     verb = "would delete" if args.dry_run else "deleted"
     text = f"{verb} the journal rows of {swept.jobs} job(s) finished over {days:g} days ago"
     if swept.tombstones:

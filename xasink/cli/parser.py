@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 from ..defaults import GRACE, LOCK_WAIT, NETWORK_TIMEOUT, RETENTION_DAYS
 from ..dialects import DIALECTS
 from ..masking import Redactor
+from ..protocol.retention import MINIMUM_DAYS
 
 #: Done and nothing left in doubt; something left (live jobs, a dry run, lost or failed
 #: branches); an error.
@@ -127,6 +128,12 @@ def parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("sink_id", metavar="SINK")
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _add_prune(commands, common)
+    _add_check(commands, common)
+    return parser
+
+
+def _add_prune(commands: Any, common: argparse.ArgumentParser) -> None:
     prune = commands.add_parser(
         "prune",
         parents=[common],
@@ -140,7 +147,20 @@ def parser() -> argparse.ArgumentParser:
         "deleted longer ago (the order a merge's delete keeps) go too.",
     )
     when = prune.add_mutually_exclusive_group()
-    when.add_argument("--older-than", type=float, metavar="DAYS")
+    when.add_argument(
+        "--older-than",
+        type=float,
+        metavar="DAYS",
+        help=f"jobs that ended more than DAYS ago (default: the retention); at least "
+        f"{MINIMUM_DAYS:g}, as the retention, unless --force: below it, a job whose write "
+        "raised DecisionUnknownError could lose the row `xasink resolve --abandon --table` "
+        "tells a committed job by",
+    )
+    prune.add_argument(
+        "--force",
+        action="store_true",
+        help="let --older-than go below a day (down to each job's lease or the grace)",
+    )
     prune.add_argument("--dry-run", action="store_true", help="count only")
     when.add_argument(
         "--set-retention",
@@ -148,8 +168,6 @@ def parser() -> argparse.ArgumentParser:
         metavar="DAYS",
         help="set the journal's retention instead (0 keeps everything), for every writer",
     )
-    _add_check(commands, common)
-    return parser
 
 
 def _add_participants(recover: argparse.ArgumentParser) -> None:

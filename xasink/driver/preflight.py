@@ -17,6 +17,7 @@ from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import check_fit, ensure_table
+from ..tables.self_reference import refuse_fixed_deletes
 from ..tables.tombstone_tables import ensure_tombstones
 from ..tables.tombstones import keeps_deletes
 from ..xid import FORMAT_ID
@@ -41,7 +42,9 @@ def preflight(
     checks: CheckCache = UNCACHED,
 ) -> Preflight:
     """Server, table and journal checks (DDL included), before any job exists; what passed
-    recently on this connection is not checked again (see check_cache)."""
+    recently on this connection is not checked again (see check_cache). A write that may
+    delete from a table whose deletes the server cannot be given an order for is refused
+    here (`tables.self_reference`), not at its apply after the decision."""
     spec, target, options = request.spec, request.target, request.options
     dialect = get_dialect(spec.dialect)
     with step("server checks"):
@@ -68,6 +71,10 @@ def preflight(
         if not isinstance(table, TableRef):
             table = dialect.table_identity(conn, target) or target
             checks.put(spec, ("identity", target), table)
+    with step("self-reference check"):
+        if not checks.get(spec, ("deletes hold", table, options.mode)):
+            refuse_fixed_deletes(conn, dialect, table, options.mode)
+            checks.put(spec, ("deletes hold", table, options.mode), True)
     with step("journal DDL checks"):
         if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
             journal = journal.ensure(conn, spec)

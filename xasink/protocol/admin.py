@@ -28,7 +28,7 @@ from .orphans import no_journal, presume_abort
 from .participants import finish as finish_participants
 from .participants import given
 from .recovery import describe, resolve_in_doubt
-from .retention import Swept, sweep
+from .retention import MINIMUM_DAYS, Swept, sweep
 from .single_branch import fence_one_phase
 from .states import FINAL_STATES, JobState
 
@@ -148,11 +148,29 @@ def _resolution(before: str, final: JobState, reason: str) -> str:
 
 
 def prune(
-    conn: JdbcConnection, journal: Journal, older_than_days: float, *, dry_run: bool
+    conn: JdbcConnection,
+    journal: Journal,
+    older_than_days: float,
+    *,
+    dry_run: bool,
+    force: bool = False,
 ) -> Swept:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago, and the
     tombstones of keys deleted longer ago, as the journal's retention does by itself, all
-    at once (`retention.sweep`). Rows that are still evidence stay, whatever the age."""
+    at once (`retention.sweep`). Rows that are still evidence stay, whatever the age asked
+    for. Below the retention's floor of a day, only with `force`: a one-phase job whose
+    commit's outcome was unknown is told committed by its row alone (`set_retention` says
+    why)."""
+    if 0 <= older_than_days < MINIMUM_DAYS and not force:
+        raise ConfigurationError(
+            f"--older-than {older_than_days:g} is below {MINIMUM_DAYS:g} day, the floor of a "
+            "journal's retention, for one reason: when a write raised DecisionUnknownError, "
+            "its job's row is what `xasink resolve JOB --abandon --table T` tells a "
+            "committed job by; once the row is deleted, that command reports the job aborted, "
+            "and running the write again writes its rows twice. Nothing was deleted. Give "
+            f"--older-than {MINIMUM_DAYS:g} or more, or add --force once every such job is "
+            "settled."
+        )
     return sweep(journal, conn, older_than_days, dry_run=dry_run, staged=journal.staged)
 
 

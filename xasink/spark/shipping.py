@@ -32,6 +32,7 @@ from ..executor.contract import BranchReport, WritePlan
 from ..executor.one_phase import write_one_phase
 from ..protocol.heartbeat import Heartbeat
 from ..runtime.timing import step
+from ..xid import FORMAT_ID, BranchId
 from .tasks import task_context, write_task
 
 log = logging.getLogger("xasink")
@@ -136,27 +137,43 @@ def commit_shipped(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:
         with step("one local transaction"):
             return write_one_phase(plan, _batches(shipments), registered=True)
 
+    lost = _roll_back_losers(job, committed=False)
     done = commit_one_phase(job, write, registered=True)
-    if any(s.retried for s in shipments):  # an earlier attempt may have prepared a branch
-        _roll_back_losers(job)
+    if lost or any(s.retried for s in shipments):  # other attempts ran: one may prepare late
+        _roll_back_losers(job, committed=True)
     return done
 
 
-def _roll_back_losers(job: Job) -> None:
-    """Roll back what losing attempts prepared, now rather than at the next recovery run
-    (none of them is a winner: `states.SHIPPED`). Committed already: a failure here is
-    logged, never raised (it would report committed rows as failed)."""
-    assert job.job_id is not None
+def _roll_back_losers(job: Job, committed: bool) -> bool:
+    """Roll back what losing attempts prepared, now rather than at the next recovery run;
+    returns whether the server listed any. None of them is a winner (`states.SHIPPED`), so
+    before the one transaction every prepared branch of the job goes: a speculative copy
+    that outgrew the bound holds the keys of the rows shipped (an append's) or the job's
+    staging table, on which that transaction would wait, then fail. Spark never tells
+    `commit()` of a losing attempt, so the server is asked every time: one listing on the
+    job's connection, and the rollbacks' session only when it lists one of the job's. A
+    failure is logged, never raised: before, the transaction may still go through; after
+    (`committed`), it would report committed rows as failed."""
+    job_id, tag = job.job_id, job.journal.tag
+    assert job_id is not None
     try:
         with step("losers"):
-            roll_back_others(job.spec, job.job_id, job.ops, keep=set())
+            listed = job.dialect.prepared_xids(job.conn, FORMAT_ID)
+            if listed is not None and not any(
+                (b := BranchId.parse(x)) is not None and (b.journal, b.job_id) == (tag, job_id)
+                for x in listed
+            ):
+                return False
+            roll_back_others(job.spec, job_id, job.ops, keep=set())
     except Exception as exc:
         log.warning(
-            "xasink job %s: committed; rolling back its losing attempts failed (%s): "
+            "xasink job %s: %s; rolling back its losing attempts failed (%s): "
             "`xasink recover` rolls them back",
-            job.job_id,
+            job_id,
+            "committed" if committed else "before its commit",
             job.spec.redact(exc),
         )
+    return True
 
 
 def _as_branch(job: Job, shipments: Sequence[Shipment]) -> PhaseOne:

@@ -9,7 +9,9 @@ depth among the staged rows (a row whose parent is not staged, or is itself, is 
 and the INSERT ... SELECT runs ORDER BY that depth, the order InnoDB inserts in. Deletes
 first set the self-reference of the rows they delete to NULL, where it takes NULL, so
 that their order no longer matters; a row left behind that still references a deleted one
-meets the key's own ON DELETE rule, as it would on PostgreSQL."""
+meets the key's own ON DELETE rule, as it would on PostgreSQL. A self-reference that
+cannot be unlinked (a NOT NULL column) leaves no order that always holds, so a write that
+deletes from such a table is refused before it begins (`refuse_fixed_deletes`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..dialects import Dialect
+from ..errors import PreflightError
 from ..runtime.jdbc import JdbcConnection, query
+from ..spec import TableRef
+from .modes import MERGE, OVERWRITE
 from .staging import ApplyPlan
 
 #: How deep a tree of staged rows is ordered (MySQL stops a recursion at 1,000 levels); a
@@ -48,30 +53,61 @@ def self_references(
 ) -> tuple[SelfReference, ...]:
     """The target's self-references. One whose columns the write does not stage keeps its
     stored values on insert, but its rows must still be unlinked before a delete."""
-    found = dialect.self_references_sql(plan.target)
-    if found is None:
-        return ()
     spelling = {c.lower(): c for c in plan.columns}
-    keys: dict[str, list[tuple[str, str, bool, bool]]] = {}
-    for name, column, referenced, nullable in query(conn, *found):
-        column, referenced = str(column), str(referenced)
-        staged = column.lower() in spelling and referenced.lower() in spelling
-        keys.setdefault(str(name), []).append(
-            (
-                spelling.get(column.lower(), column),
-                spelling.get(referenced.lower(), referenced),
-                str(nullable).upper() == "YES",
-                staged,
-            )
-        )
     return tuple(
         SelfReference(
-            tuple(c for c, _, _, _ in parts),
-            tuple(r for _, r, _, _ in parts),
-            all(n for _, _, n, _ in parts),
-            all(st for _, _, _, st in parts),
+            tuple(spelling.get(c.lower(), c) for c, _, _ in parts),
+            tuple(spelling.get(r.lower(), r) for _, r, _ in parts),
+            all(n for _, _, n in parts),
+            all(c.lower() in spelling and r.lower() in spelling for c, r, _ in parts),
         )
-        for parts in keys.values()
+        for parts in _catalogued(conn, dialect, plan.target)
+    )
+
+
+def _catalogued(
+    conn: JdbcConnection, dialect: Dialect, table: TableRef
+) -> list[list[tuple[str, str, bool]]]:
+    """The table's self-references as the catalog spells them, each as its (column,
+    referenced column, the column takes NULL) in key order; none where the server checks a
+    key per statement."""
+    found = dialect.self_references_sql(table)
+    if found is None:
+        return []
+    keys: dict[str, list[tuple[str, str, bool]]] = {}
+    for name, column, referenced, nullable in query(conn, *found):
+        keys.setdefault(str(name), []).append(
+            (str(column), str(referenced), str(nullable).upper() == "YES")
+        )
+    return list(keys.values())
+
+
+def refuse_fixed_deletes(
+    conn: JdbcConnection, dialect: Dialect, table: TableRef, mode: str
+) -> None:
+    """Refuse (PreflightError), before any job exists, a write that may delete rows
+    (overwrite, merge) from a table whose self-reference the server checks row by row and
+    that cannot be unlinked (a NOT NULL column). One DELETE of a parent and its child then
+    holds only if the child goes first, an order the server does not promise, and its
+    refusal would come at the apply, after the decision: in a transaction's participant, a
+    decided job that no run can finish. Whether a merge's rows hold a delete is only known
+    once the rows are staged, inside the branches, so merge is refused whatever its rows."""
+    if mode not in (OVERWRITE, MERGE):
+        return
+    fixed = [c for parts in _catalogued(conn, dialect, table) for c, _, n in parts if not n]
+    if not fixed:
+        return
+    named = ", ".join(fixed)
+    write = f"an {mode}" if mode == OVERWRITE else f"a {mode}"
+    instead = "; changes that hold no delete can be written with mode='upsert'"
+    raise PreflightError(
+        f"{table} references itself through {named} (NOT NULL), a key that MySQL and MariaDB "
+        f"check row by row: {write} deletes rows in one statement, and the server would "
+        "refuse it, once the write was decided, wherever a row goes before one that "
+        "references it (a parent before its child). Nothing was written. Make "
+        f"{named} nullable (xasink then unlinks the rows it deletes first), or keep this "
+        "table in PostgreSQL, which checks the key at each statement's end"
+        f"{instead if mode == MERGE else ''}."
     )
 
 
