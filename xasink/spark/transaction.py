@@ -50,6 +50,7 @@ from ..spec import (
     TableRef,
     WriteOptions,
     WriterProperties,
+    secrets_of,
     write_options,
 )
 from ..tables.modes import APPEND, ModeOptions
@@ -284,7 +285,7 @@ class Transaction:
     def redactor(self, *more: ConnectionSpec) -> Redactor:
         """Every password of the transaction's databases (and of `more`), for its errors."""
         specs = [self._settings.spec, *(m.job.spec for m in self._members.values()), *more]
-        return Redactor(s.password for s in specs)
+        return Redactor(secrets_of(specs))
 
     @property
     def _named(self) -> str:
