@@ -258,9 +258,9 @@ class Transaction:
         coordinator = self._job
         if coordinator is None:
             raise ConfigurationError(
-                "The first write of a transaction goes into its own database (the url of "
-                "xasink.transaction), which records the decision: write there first, then "
-                "tx.write(..., url=...) into the others."
+                "The first write of a transaction goes into its own database (the one "
+                "xasink.transaction was given), which records the decision: write there first, "
+                "then into the others with tx.write(df, table, database=...)."
             )
         if self._held is not None:
             self._promote(coordinator)
