@@ -65,9 +65,9 @@ def test_workers_without_xasink_say_so(postgres, tmp_path):
     python = _python_without_xasink(tmp_path / "venv")
     table = new_table(postgres)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    login = [postgres.jdbc_url, postgres.user, postgres.password, table]
     done = subprocess.run(
-        [sys.executable, "-c", NO_XASINK_DRIVER, str(TESTS), str(REPO)]
-        + [postgres.jdbc_url, postgres.user, postgres.password, table],
+        [sys.executable, "-c", NO_XASINK_DRIVER, str(TESTS), str(REPO), *login],
         env={**env, "PYSPARK_PYTHON": python},
         cwd=tmp_path,  # the workers' working directory: no checkout to import from
         capture_output=True,

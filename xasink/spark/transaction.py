@@ -53,6 +53,7 @@ from ..spec import (
     write_options,
 )
 from ..tables.modes import APPEND, ModeOptions
+from .arguments import check_write
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
 from .small_writes import HeldWrite, hold, promote
@@ -122,6 +123,7 @@ class Transaction:
                 "the block and run the transaction again."
             ) from self._failed
         given = write_options("tx.write", options)
+        check_write("tx.write(df, table)", df, table, given)
         settings = self._settings if database is None else elsewhere(self._settings, database)
         try:
             with java_errors_redacted("tx.write", self.redactor(settings.spec)):
