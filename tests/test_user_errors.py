@@ -3,13 +3,19 @@ Each case leaves nothing written, prepared or staged."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import sysconfig
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-from support import TESTS, assert_clean, ids_in, new_table
+import pytest
+from support import TESTS, assert_clean, database_of, ids_in, new_table, run_sql
+
+from xasink import PreflightError, write_xa
 
 REPO = TESTS.parent
 
@@ -81,3 +87,59 @@ def test_workers_without_xasink_say_so(postgres, tmp_path):
     assert postgres.password not in done.stdout + done.stderr
     assert ids_in(postgres, table) == []
     assert_clean(postgres)
+
+
+@contextlib.contextmanager
+def unreadable_table(db) -> Iterator[str]:
+    """A table another login made, in a schema where this login may create tables but may
+    not read this one (MySQL and MariaDB: a database where it holds CREATE and INSERT, not
+    SELECT; PostgreSQL: the admin's table, its rights revoked from everyone)."""
+    schema, name = f"us_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:8]}"
+    if db.kind == "postgres":
+        run_sql(
+            db,
+            f"CREATE SCHEMA {schema} AUTHORIZATION {db.user}",
+            f"CREATE TABLE {schema}.{name} (id BIGINT PRIMARY KEY, v TEXT)",
+            f"REVOKE ALL ON {schema}.{name} FROM PUBLIC",
+        )
+    else:
+        run_sql(
+            db,
+            f"CREATE DATABASE {schema}",
+            f"CREATE TABLE {schema}.{name} (id BIGINT PRIMARY KEY, v TEXT)",
+            f"GRANT CREATE, INSERT ON {schema}.* TO '{db.user}'@'%'",
+        )
+    try:
+        yield f"{schema}.{name}"
+    finally:
+        drop = "SCHEMA {} CASCADE" if db.kind == "postgres" else "DATABASE {}"
+        run_sql(db, "DROP " + drop.format(schema))
+
+
+@pytest.mark.mysql_ci
+def test_an_existing_table_this_login_may_not_read_is_not_created_again(spark, db):
+    """CREATE TABLE then says the table exists: the refusal says that this login may not
+    read it and names the GRANT the write needs, not "create it yourself"; nothing is
+    written. Once that GRANT is run as given, the write goes through."""
+    frame = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")
+    with unreadable_table(db) as table:
+        with pytest.raises(PreflightError) as error:
+            write_xa(frame, database_of(db), table, mode="upsert", key="id")
+        message = str(error.value)
+        schema, name = table.split(".")
+        quoted = '"{}"."{}"' if db.kind == "postgres" else "`{}`.`{}`"
+        grantee = f'"{db.user}"' if db.kind == "postgres" else f"'{db.user}'"
+        assert message.startswith(f"Table {table} exists, but this login may not read it ("), (
+            message
+        )
+        assert (
+            f"grant what mode='upsert' needs: GRANT SELECT, INSERT, UPDATE ON "
+            f"{quoted.format(schema, name)} TO {grantee}; or write into another table." in message
+        ), message
+        assert "Create it yourself" not in message and "already exists" not in message
+        assert run_sql(db, f"SELECT COUNT(*) FROM {table}") == [(0,)]
+        assert_clean(db)
+        run_sql(db, message.split("needs: ")[1].split("; or write")[0])  # the GRANT, as given
+        write_xa(frame, database_of(db), table, mode="upsert", key="id")
+        assert run_sql(db, f"SELECT id, v FROM {table}") == [(1, "a")]
+    assert_clean(db)

@@ -337,6 +337,10 @@ class Dialect:
         """The statement failed because a table does not exist (and for no other reason)."""
         return sql_state(exc) in ("42P01", "42S02") or sql_error_code(exc) == 1146
 
+    def is_existing_table(self, exc: BaseException) -> bool:
+        """CREATE TABLE failed because the table exists (readable by this login or not)."""
+        return sql_state(exc) in ("42P07", "42S01") or sql_error_code(exc) == 1050
+
     def is_lock_timeout(self, exc: BaseException) -> bool:
         """The statement gave up waiting for a lock another transaction holds."""
         return sql_state(exc) == "55P03" or sql_error_code(exc) in (1205, 3572)
