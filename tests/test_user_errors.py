@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 from support import TESTS, assert_clean, database_of, ids_in, new_table, run_sql
 
-from xasink import PreflightError, write_xa
+from xasink import PreflightError, SchemaMismatchError, write_xa
 
 REPO = TESTS.parent
 
@@ -142,4 +143,52 @@ def test_an_existing_table_this_login_may_not_read_is_not_created_again(spark, d
         run_sql(db, message.split("needs: ")[1].split("; or write")[0])  # the GRANT, as given
         write_xa(frame, database_of(db), table, mode="upsert", key="id")
         assert run_sql(db, f"SELECT id, v FROM {table}") == [(1, "a")]
+    assert_clean(db)
+
+
+def _not_null(db, table: str) -> dict[str, bool]:
+    """Each column of `table`: whether it is NOT NULL (read from the server's catalog)."""
+    schema = "current_schema()" if db.kind == "postgres" else "DATABASE()"
+    rows = run_sql(
+        db,
+        "SELECT column_name, is_nullable FROM information_schema.columns WHERE "
+        f"table_schema = {schema} AND table_name = '{table}'",
+        admin=False,
+    )
+    return {str(name): nullable == "NO" for name, nullable in rows}
+
+
+def test_a_created_table_keeps_the_frames_non_nullable_columns_not_null(spark, db):
+    """As Spark's JDBC writer does (JdbcUtils.schemaString), a created table's column is NOT
+    NULL where the frame's field is not nullable (current_timestamp(), spark.range's id, a
+    literal). A later frame without it is refused before anything is written, with the
+    ALTER that lets rows leave it out; once that has run as given, the frame goes in."""
+    table = f"nn_{uuid.uuid4().hex[:10]}"
+    first = spark.range(3).select(
+        "id",
+        F.when(F.col("id") < 100, F.col("id").cast("string")).alias("name"),  # nullable
+        F.current_timestamp().alias("seen"),
+    )
+    assert [f.nullable for f in first.schema] == [False, True, False]
+    write_xa(first, database_of(db), table)
+    assert _not_null(db, table) == {"id": True, "name": False, "seen": True}
+    later = spark.createDataFrame([(3, "c")], "id BIGINT, name STRING")
+    with pytest.raises(SchemaMismatchError) as error:
+        write_xa(later, database_of(db), table)
+    message = str(error.value)
+    alter = (
+        f'ALTER TABLE "{table}" ALTER COLUMN "seen" DROP NOT NULL'
+        if db.kind == "postgres"
+        else f"ALTER TABLE `{table}` MODIFY `seen` datetime(6) NULL"
+    )
+    assert (
+        "column 'seen' is NOT NULL without a default, and the DataFrame does not write it "
+        f"(to let rows leave it out: {alter})" in message
+    ), message
+    assert ids_in(db, table) == [0, 1, 2]
+    assert_clean(db)
+    run_sql(db, alter, admin=False)
+    write_xa(later, database_of(db), table)
+    assert ids_in(db, table) == [0, 1, 2, 3]
+    assert run_sql(db, f"SELECT COUNT(*) FROM {table} WHERE seen IS NULL") == [(1,)]
     assert_clean(db)

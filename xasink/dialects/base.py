@@ -374,6 +374,11 @@ class Dialect:
         """Drop `table`'s index `name` if it has one (an earlier layout's)."""
         execute(conn, f"DROP INDEX IF EXISTS {self.quote(name)}")
 
+    def nullable_sql(self, table: TableRef, column: str, sql_type: str) -> str:
+        """The ALTER that lets rows leave out `column` (of type `sql_type`) of `table`."""
+        column = self.quote(column)
+        return f"ALTER TABLE {self.qualified(table)} ALTER COLUMN {column} DROP NOT NULL"
+
     def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
         """Add `column` (its name and type) to `table` unless it has it."""
         execute(conn, f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")

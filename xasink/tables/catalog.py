@@ -129,7 +129,8 @@ def check_fit(
     ]
     written = {dialect.column_key(n) for n in names}
     problems += [
-        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it"
+        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it "
+        f"(to let rows leave it out: {dialect.nullable_sql(table, c.name, c.sql_type)})"
         for c in columns
         if not c.nullable and not c.has_default and dialect.column_key(c.name) not in written
     ]
