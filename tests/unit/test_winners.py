@@ -144,10 +144,10 @@ def test_phase_one_failure_quotes_the_workers_own_exception(fakes):
         f"Writing job {JOB} into events failed in Spark (PythonException: "
         "ModuleNotFoundError: No module named 'xasink'). Every branch of the job is rolled "
         "back: nothing was written. Spark's Python workers cannot import xasink: the "
-        "interpreter they run lacks it. Run them with one that has xasink (set "
-        "PYSPARK_PYTHON or spark.pyspark.python to it, or activate its virtual environment "
-        "before starting Spark; on a cluster, install xasink on every node), then run the "
-        "write again."
+        "interpreter they run lacks it. Run them with one that has xasink: set "
+        "PYSPARK_PYTHON to it before Spark starts (spark-submit: --conf "
+        "spark.pyspark.python=...), or activate its virtual environment, whose python3 they "
+        "then run; on a cluster, install xasink on every node. Then run the write again."
     )
     chained = (
         "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"

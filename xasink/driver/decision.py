@@ -44,9 +44,10 @@ def phase_one_failed(plan: WritePlan, exc: Exception, on_driver: bool = False) -
     missing = _MISSING_MODULE.match(cause)
     remedy = (
         f"Spark's Python workers cannot import {missing[1]}: the interpreter they run lacks "
-        "it. Run them with one that has xasink (set PYSPARK_PYTHON or spark.pyspark.python "
-        "to it, or activate its virtual environment before starting Spark; on a cluster, "
-        "install xasink on every node), then run the write again."
+        "it. Run them with one that has xasink: set PYSPARK_PYTHON to it before Spark starts "
+        "(spark-submit: --conf spark.pyspark.python=...), or activate its virtual "
+        "environment, whose python3 they then run; on a cluster, install xasink on every "
+        "node. Then run the write again."
         if missing
         else "Fix the cause and run the write again."
     )
