@@ -218,6 +218,9 @@ class MySQLDialect(Dialect):
             if sql_error_code(exc) != 1091:  # no such index
                 raise
 
+    def nullable_sql(self, table: TableRef, column: str, sql_type: str) -> str:
+        return f"ALTER TABLE {self.qualified(table)} MODIFY {self.quote(column)} {sql_type} NULL"
+
     def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
         try:  # MySQL has no ADD COLUMN IF NOT EXISTS
             execute(conn, f"ALTER TABLE {table} ADD COLUMN {column}")

@@ -54,6 +54,7 @@ from ..spec import (
     write_options,
 )
 from ..tables.modes import APPEND, ModeOptions
+from .arguments import check_write
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
 from .small_writes import HeldWrite, hold, promote
@@ -123,6 +124,7 @@ class Transaction:
                 "the block and run the transaction again."
             ) from self._failed
         given = write_options("tx.write", options)
+        check_write("tx.write(df, table)", df, table, given)
         settings = self._settings if database is None else elsewhere(self._settings, database)
         try:
             with java_errors_redacted("tx.write", self.redactor(settings.spec)):
@@ -259,9 +261,9 @@ class Transaction:
         coordinator = self._job
         if coordinator is None:
             raise ConfigurationError(
-                "The first write of a transaction goes into its own database (the url of "
-                "xasink.transaction), which records the decision: write there first, then "
-                "tx.write(..., url=...) into the others."
+                "The first write of a transaction goes into its own database (the one "
+                "xasink.transaction was given), which records the decision: write there first, "
+                "then into the others with tx.write(df, table, database=...)."
             )
         if self._held is not None:
             self._promote(coordinator)

@@ -14,13 +14,20 @@ from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, execute, java_message
 from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
-from .modes import ModeOptions
+from .modes import APPEND, MERGE, OVERWRITE, UPSERT, ModeOptions
 from .order_precision import order_refusal
 from .types import column_ddl_type, compatibility_problem
 
 log = logging.getLogger("xasink")
 
 CREATE_CHOICES = ("if_missing", "never")
+#: The privileges a write needs on its table, by mode (SELECT: its columns are read first).
+_PRIVILEGES = {
+    APPEND: "SELECT, INSERT",
+    OVERWRITE: "SELECT, INSERT, DELETE",
+    UPSERT: "SELECT, INSERT, UPDATE",
+    MERGE: "SELECT, INSERT, UPDATE, DELETE",
+}
 
 
 def check_create(create: str) -> None:
@@ -54,11 +61,13 @@ def ensure_table(
     options: ModeOptions,
     create: str,
     redact: Redactor,
+    user: str | None = None,
 ) -> tuple[list[TableColumn], bool]:
     """The table's columns, creating the table first when it is missing and allowed.
 
     Returns (columns, created). DDL runs here, before any branch: a later failure leaves
-    the new table empty."""
+    the new table empty. A table this login may not read looks missing until CREATE says
+    it exists: then the refusal names the GRANT the write needs."""
     try:
         return _described(conn, dialect, table, redact), False
     except PreflightError:
@@ -69,10 +78,23 @@ def ensure_table(
     try:
         execute(conn, sql)
     except Exception as exc:
-        raise PreflightError(
-            f"Creating table {table} failed: {redact(java_message(exc))}. Create it yourself "
-            "(and pass create='never'), or check the user's CREATE privilege."
-        ) from None
+        if not dialect.is_existing_table(exc):
+            raise PreflightError(
+                f"Creating table {table} failed: {redact(java_message(exc))}. Create it "
+                "yourself (and pass create='never'), or check the user's CREATE privilege."
+            ) from None
+        # There after all: another writer's a moment ago, or one this login may not read.
+        try:
+            types = column_types(conn, dialect, table)
+        except Exception as again:
+            grant = f"GRANT {_PRIVILEGES[options.mode]} ON {dialect.qualified(table)}"
+            raise PreflightError(
+                f"Table {table} exists, but this login may not read it "
+                f"({redact(java_message(again))}); nothing was written. Have its owner grant "
+                f"what mode={options.mode!r} needs: {grant} TO {dialect.grantee(user)}; or write "
+                "into another table."
+            ) from None
+        return describe_table(conn, dialect, table, types), False
     log.info("xasink: created table %s", table)
     return _described(conn, dialect, table, redact), True
 
@@ -107,7 +129,8 @@ def check_fit(
     ]
     written = {dialect.column_key(n) for n in names}
     problems += [
-        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it"
+        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it "
+        f"(to let rows leave it out: {dialect.nullable_sql(table, c.name, c.sql_type)})"
         for c in columns
         if not c.nullable and not c.has_default and dialect.column_key(c.name) not in written
     ]
@@ -139,21 +162,27 @@ def table_columns(
 ) -> dict[str, str]:
     """The table's columns (name → the database's type name), or a PreflightError."""
     try:
-        statement = conn.prepareStatement(f"SELECT * FROM {dialect.qualified(table)} WHERE 1=0")
-        try:
-            meta = statement.executeQuery().getMetaData()
-            return {
-                str(meta.getColumnName(i)): str(meta.getColumnTypeName(i)).lower()
-                for i in range(1, int(meta.getColumnCount()) + 1)
-            }
-        finally:
-            statement.close()
+        return column_types(conn, dialect, table)
     except Exception as exc:
         raise PreflightError(
             f"Target table {table} does not exist or cannot be read: "
             f"{redact(java_message(exc))}. Create it first (or check the schema, the name's "
             "case, and the user's privileges)."
         ) from None
+
+
+def column_types(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> dict[str, str]:
+    """The table's columns (name → the database's type name), as a query of it returns
+    them: it fails where this login may not read the table."""
+    statement = conn.prepareStatement(f"SELECT * FROM {dialect.qualified(table)} WHERE 1=0")
+    try:
+        meta = statement.executeQuery().getMetaData()
+        return {
+            str(meta.getColumnName(i)): str(meta.getColumnTypeName(i)).lower()
+            for i in range(1, int(meta.getColumnCount()) + 1)
+        }
+    finally:
+        statement.close()
 
 
 def match_columns(
