@@ -283,6 +283,7 @@ def _format_request(tmp_path, streaming: bool = False):
 
 
 def _write_xa(monkeypatch, tmp_path):
+    monkeypatch.setattr(spark_write, "check_write", lambda *args: None)  # no DataFrame here
     monkeypatch.setattr(spark_write, "TransactionSettings", SimpleNamespace(of=_java_failure))
     xasink.write_xa(object(), _database(), "t")
 
