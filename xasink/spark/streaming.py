@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .. import defaults
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..spec import CommitProperties, Database, WriteOptions, write_options
+from ..tables.modes import check_mode
 from .write import write_xa
 
 if TYPE_CHECKING:
@@ -47,6 +49,14 @@ def foreach_batch(
     if "batch_id" in options:
         raise ConfigurationError("foreach_batch sets batch_id itself; pass sink_id=... only.")
     given = write_options("foreach_batch", options)
+    # Before the stream starts: a keyword its mode does not use, a mode missing one.
+    check_mode(
+        given.get("mode", defaults.MODE),
+        given.get("key"),
+        given.get("op"),
+        given.get("order"),
+        given.get("op_values"),
+    )
     db = Database.of(database)
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
