@@ -27,6 +27,8 @@ class ConnectionSpec:
     jars: tuple[str, ...] = ()
     connect_timeout: int = 10
     network_timeout: float = defaults.NETWORK_TIMEOUT
+    #: Statements run on every connection opened for this database (`Database.session_init`).
+    session_init: tuple[str, ...] = ()
 
     @property
     def masked_url(self) -> str:
@@ -140,6 +142,9 @@ class Database:
         connect_timeout: seconds to connect.
         network_timeout: seconds to wait for any answer; above any lock wait, since a
             staged apply is bounded by TCP keepalive, not by it.
+        session_init: a statement (or several) run on every connection a write opens,
+            before anything else (Spark JDBC's `sessionInitStatement`): `SET ROLE ...`,
+            `SET search_path ...`. xasink's own session settings follow it.
     """
 
     url: str
@@ -152,6 +157,7 @@ class Database:
     journal_schema: str | None = None
     connect_timeout: int = defaults.CONNECT_TIMEOUT
     network_timeout: float = defaults.NETWORK_TIMEOUT
+    session_init: str | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url:
@@ -177,6 +183,7 @@ class Database:
         object.__setattr__(
             self, "jars", None if jars is None else tuple([jars] if isinstance(jars, str) else jars)
         )
+        object.__setattr__(self, "session_init", _statements(self.session_init))
 
     def __hash__(self) -> int:  # equal values hash alike; `properties` is a mapping
         return hash((self.url, self.user, self.dialect, self.journal_schema))
@@ -208,6 +215,17 @@ class Database:
             ("xa_datasource", self.xa_datasource),
             ("journal_schema", self.journal_schema),
         ]
+
+
+def _statements(given: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`session_init` as a tuple of statements, each a non-empty string."""
+    statements = (given,) if isinstance(given, str) else tuple(given or ())
+    if not all(isinstance(s, str) and s.strip() and "\x00" not in s for s in statements):
+        raise ConfigurationError(
+            "session_init takes a SQL statement, or a list of them, each a non-empty string; "
+            f"got {given!r}."
+        )
+    return statements
 
 
 @dataclass(frozen=True)
@@ -276,6 +294,10 @@ class WriteOptions(TypedDict, total=False):
     order: the column whose highest value per key wins (upsert, merge).
     create: "if_missing" (the default) creates the table from the DataFrame's schema;
         "never" refuses a missing table.
+    create_table_options, create_table_column_types: for a table the write creates (Spark
+        JDBC's createTableOptions, createTableColumnTypes): DDL after its column list
+        ("WITH (fillfactor=70)", "ENGINE=InnoDB ..."), and column -> type to use instead
+        of the mapped one ({"name": "VARCHAR(64)"}). Written into the DDL as given.
     writer_properties: how the rows load (`WriterProperties`).
     """
 
@@ -285,6 +307,8 @@ class WriteOptions(TypedDict, total=False):
     order: str | None
     op_values: Mapping[str, str | Sequence[str]] | None
     create: defaults.Create
+    create_table_options: str | None
+    create_table_column_types: Mapping[str, str] | None
     writer_properties: WriterProperties | None
 
 

@@ -279,7 +279,8 @@ def _format_request(tmp_path, streaming: bool = False):
         "sslpassword": PROPERTY_SECRET,
         "xasink.jars": str(jar),
     }
-    return parse(options, ["id"], overwrite=False, streaming=streaming)
+    declared = lambda spec: ["sslpassword"]  # noqa: E731 (the driver's, without a JVM)
+    return parse(options, ["id"], overwrite=False, streaming=streaming, driver_properties=declared)
 
 
 def _write_xa(monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +47,8 @@ class Dialect:
     name: ClassVar[str] = "generic"
     jar_kinds: ClassVar[tuple[str, ...]] = ()
     datasource_classes: ClassVar[tuple[str, ...]] = ()
+    #: The java.sql.Driver of each XADataSource class: it declares the connection properties.
+    driver_classes: ClassVar[Mapping[str, str]] = {}
     default_port: ClassVar[int | None] = None
     quote_char: ClassVar[str] = '"'
     text_type: ClassVar[str] = "VARCHAR(1000)"

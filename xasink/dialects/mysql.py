@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
@@ -81,6 +81,10 @@ class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
     jar_kinds: ClassVar[tuple[str, ...]] = ("mariadb", "mysql")
     datasource_classes: ClassVar[tuple[str, ...]] = (MARIADB_DATASOURCE, MYSQL_DATASOURCE)
+    driver_classes: ClassVar[Mapping[str, str]] = {
+        MARIADB_DATASOURCE: "org.mariadb.jdbc.Driver",
+        MYSQL_DATASOURCE: "com.mysql.cj.jdbc.Driver",
+    }
     default_port: ClassVar[int | None] = 3306
     quote_char: ClassVar[str] = "`"
     text_type: ClassVar[str] = "VARCHAR(512)"

@@ -54,6 +54,7 @@ from ..spec import (
     write_options,
 )
 from ..tables.modes import APPEND, ModeOptions
+from ..tables.new_table import NewTable
 from .arguments import check_write
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
@@ -154,8 +155,14 @@ class Transaction:
             )
         staged_append = options.mode == APPEND and not s.per_branch_appends
         options = dataclasses.replace(options, stage_append=staged_append)
+        new_table = NewTable.build(
+            given.get("create_table_options"),
+            given.get("create_table_column_types"),
+            options.written(df.columns),
+            create,
+        )
         query = streaming_query_id(df.sparkSession) if s.sink_id else None
-        request = write_request(s, TableRef.parse(table), options, create, writer, query)
+        request = write_request(s, TableRef.parse(table), options, create, writer, query, new_table)
         with step("spark conf, jars, branch count"):
             memory = conf(df.sparkSession, PYSPARK_MEMORY)
             check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})

@@ -15,6 +15,7 @@ from ..runtime.jdbc import JdbcConnection, execute, java_message
 from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
 from .modes import APPEND, MERGE, OVERWRITE, UPSERT, ModeOptions
+from .new_table import NewTable
 from .order_precision import order_refusal
 from .types import column_ddl_type, compatibility_problem
 
@@ -28,6 +29,8 @@ _PRIVILEGES = {
     UPSERT: "SELECT, INSERT, UPDATE",
     MERGE: "SELECT, INSERT, UPDATE, DELETE",
 }
+#: A created table shaped by the DataFrame's schema alone.
+NO_SHAPE = NewTable()
 
 
 def check_create(create: str) -> None:
@@ -39,18 +42,26 @@ def check_create(create: str) -> None:
 
 
 def create_table_sql(
-    dialect: Dialect, table: TableRef, schema: StructType, key: Sequence[str]
+    dialect: Dialect,
+    table: TableRef,
+    schema: StructType,
+    key: Sequence[str],
+    new_table: NewTable = NO_SHAPE,
 ) -> str:
-    """CREATE TABLE from the DataFrame's schema; the key columns become the primary key."""
+    """CREATE TABLE from the DataFrame's schema; the key columns become the primary key.
+    `new_table`'s column types replace the mapped ones, its options follow the columns."""
     columns = []
     for field in schema.fields:
         is_key = field.name in key
-        sql_type = column_ddl_type(dialect.name, field.name, field.dataType, key=is_key)
+        sql_type = new_table.type_of(field.name) or column_ddl_type(
+            dialect.name, field.name, field.dataType, key=is_key
+        )
         null = " NOT NULL" if is_key or not field.nullable else ""
         columns.append(f"{dialect.quote(field.name)} {sql_type}{null}")
     if key:
         columns.append(f"PRIMARY KEY ({', '.join(dialect.quote(k) for k in key)})")
-    return f"CREATE TABLE {dialect.qualified(table)} ({', '.join(columns)})"
+    sql = f"CREATE TABLE {dialect.qualified(table)} ({', '.join(columns)})"
+    return f"{sql} {new_table.options}" if new_table.options else sql
 
 
 def ensure_table(
@@ -62,8 +73,10 @@ def ensure_table(
     create: str,
     redact: Redactor,
     user: str | None = None,
+    new_table: NewTable = NO_SHAPE,
 ) -> tuple[list[TableColumn], bool]:
-    """The table's columns, creating the table first when it is missing and allowed.
+    """The table's columns, creating the table first when it is missing and allowed
+    (shaped by `new_table`, which an existing table does not need).
 
     Returns (columns, created). DDL runs here, before any branch: a later failure leaves
     the new table empty. A table this login may not read looks missing until CREATE says
@@ -74,7 +87,7 @@ def ensure_table(
         if create == "never":
             raise
     written = StructType([schema[c] for c in options.written(schema.names)])
-    sql = create_table_sql(dialect, table, written, options.key)
+    sql = create_table_sql(dialect, table, written, options.key, new_table)
     try:
         execute(conn, sql)
     except Exception as exc:
@@ -144,17 +157,32 @@ def check_fit(
         refusal = order_refusal(dialect.name, str(table), fields[at].dataType, targets[at])
         if refusal:
             raise SchemaMismatchError(refusal)
-    if options.routed:
+    if options.key:
         spelled = dict(zip((f.name for f in fields), names, strict=True))
         key = [spelled[k] for k in options.key]
         if frozenset(key) not in unique_keys(conn, dialect, table):
-            raise SchemaMismatchError(
-                f"mode={options.mode!r} matches rows on ({', '.join(key)}), but {table} has no "
-                "primary key or unique index on exactly these columns. Add one, e.g. ALTER "
-                f"TABLE {dialect.qualified(table)} ADD PRIMARY KEY "
-                f"({', '.join(dialect.quote(k) for k in key)})."
-            )
+            raise SchemaMismatchError(_keyless(dialect, table, options, key))
     return targets
+
+
+def _keyless(dialect: Dialect, table: TableRef, options: ModeOptions, key: list[str]) -> str:
+    """Why `key` needs a unique key on `table`: upsert and merge match rows on it; append
+    and overwrite use it only as the primary key of a table they create, so on a table
+    without it, it would change nothing (a forgotten mode='upsert')."""
+    columns = ", ".join(key)
+    if not options.routed:
+        return (
+            f"key=({columns}) has no use in mode={options.mode!r} on {table}, which has no "
+            "primary key or unique index on exactly these columns (append and overwrite "
+            "use a key only as the primary key of a table they create): did you mean "
+            "mode='upsert', insert or update by key? Else drop key. Nothing was written."
+        )
+    return (
+        f"mode={options.mode!r} matches rows on ({columns}), but {table} has no "
+        "primary key or unique index on exactly these columns. Add one, e.g. ALTER "
+        f"TABLE {dialect.qualified(table)} ADD PRIMARY KEY "
+        f"({', '.join(dialect.quote(k) for k in key)})."
+    )
 
 
 def table_columns(
