@@ -6,6 +6,7 @@ an administrator, a column dropped between the decision and the apply.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -14,8 +15,11 @@ from support import (
     ROWS,
     assert_exactly,
     cli,
+    contents,
+    database_of,
     job_states,
     kill_driver_at,
+    mode_case,
     new_table,
     old_contents,
     seeded_table,
@@ -24,6 +28,8 @@ from support import (
     xasink_prepared,
 )
 from test_recovery import parsed_branches
+
+from xasink import WriterProperties, transaction, write_xa
 
 
 def job_row(db, job_id: str) -> dict[str, object]:
@@ -36,30 +42,79 @@ def job_row(db, job_id: str) -> dict[str, object]:
     return {"state": state, "resolved_by": who, "resolution": what}
 
 
-def test_an_append_job_with_a_lost_winner_is_listed_and_abandoned(db):
+def _roll_back_behind_xasink(db, branch) -> None:
+    """An administrator rolls back one prepared branch: its rows can never arrive."""
+    if db.kind == "postgres":
+        with db.admin_connect() as conn:
+            conn.execute(f"ROLLBACK PREPARED '{branch.xid}'")
+    else:
+        with db.admin_connect() as conn:
+            xid = f"X'{branch.xid.gtrid.hex()}',X'{branch.xid.bqual.hex()}',{branch.xid.format_id}"
+            conn.cursor().execute(f"XA ROLLBACK {xid}")
+
+
+def _listed(db, job_id: str, *args: str) -> tuple[dict[str, object], list[str]]:
+    """The job as `xasink jobs --json` lists it, and its lines in the printed table."""
+    found = json.loads(xasink_cli(db, "jobs", "--json", *args).stdout)
+    text = xasink_cli(db, "jobs", *args).stdout.splitlines()
+    at = next(i for i, line in enumerate(text) if line.startswith(job_id))
+    mine = text[at : at + 1] + [
+        line for line in itertools.takewhile(lambda x: x.startswith(" "), text[at + 1 :])
+    ]
+    return next(j for j in found if j["job_id"] == job_id), mine
+
+
+def _checked(db, job_id: str, *args: str) -> tuple[int, list[str]]:
+    """`xasink check`'s exit status, and its lines about `job_id` (other tests' jobs share
+    the journal)."""
+    done = xasink_cli(db, "check", *args)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, [line for line in done.stdout.splitlines() if job_id in line]
+
+
+def test_an_append_job_with_a_lost_winner_is_shown_as_it_is_and_abandoned(db):
+    """A decided winner rolled back behind xasink's back: `check` names it at
+    once, with the command that ends the job (never "`xasink recover` finishes it": it
+    cannot); `recover` reports its LOST line once; `jobs` shows the rows the table holds
+    beside those decided, before and after `resolve --abandon`."""
     table = new_table(db)
     kill_driver_at(db, table, "after_first_commit")
     branches = parsed_branches(db)
     job_id, lost = branches[0].job_id, branches[0]
-    # An administrator rolls back one decided winner: its rows can never arrive.
-    if db.kind == "postgres":
-        with db.admin_connect() as conn:
-            conn.execute(f"ROLLBACK PREPARED '{lost.xid}'")
-    else:
-        with db.admin_connect() as conn:
-            xid = f"X'{lost.xid.gtrid.hex()}',X'{lost.xid.bqual.hex()}',{lost.xid.format_id}"
-            conn.cursor().execute(f"XA ROLLBACK {xid}")
-    stuck = cli(db, "--grace", "0")
-    assert stuck.returncode == 1 and "action=LOST" in stuck.stdout, stuck.stdout
-    assert "rows are NOT in the table" in stuck.stdout
+    _roll_back_behind_xasink(db, lost)
+    per_partition = ROWS // PARTITIONS
+    kept = ROWS - per_partition
+    ending = f"`xasink resolve {job_id} --abandon`"
+
+    for grace in ("120", "0"):  # the driver's heartbeat is fresh; then taken as silent
+        status, lines = _checked(db, job_id, "--grace", grace)
+        assert status == 1 and len(lines) == 1, lines
+        assert lines[0].startswith(f"job={job_id} problem=lost-winner ("), lines
+        assert f"partition(s) [{lost.partition}]" in lines[0] and ending in lines[0]
+        assert "NOT in the table" in lines[0] and "finishes it" not in lines[0]
+
+    # A process of its own: its report on stdout, and no log line repeating it on stderr.
+    stuck = xasink_cli(db, "recover", "--grace", "0", "--job", job_id, in_process=False)
+    assert stuck.returncode == 1, stuck.stdout + stuck.stderr
+    said = f"job={job_id} partition={lost.partition} attempt={lost.attempt} action=LOST"
+    assert (stuck.stdout + stuck.stderr).count(said) == 1, stuck.stdout + stuck.stderr
+    assert "action=LOST" not in stuck.stderr and "rows are NOT in the table" in stuck.stdout
     assert job_states(db)[job_id] == "committing"
 
-    listed = xasink_cli(db, "jobs", "--json")
-    assert listed.returncode == 1, listed.stderr
-    mine = next(j for j in json.loads(listed.stdout) if j["job_id"] == job_id)
-    assert mine["state"] == "committing" and mine["rows"] == ROWS
-    assert f"partition(s) [{lost.partition}]" in mine["blocker"]
-    assert f"xasink resolve {job_id} --abandon" in mine["blocker"]
+    mine, text = _listed(db, job_id)
+    assert (mine["state"], mine["mode"]) == ("committing", "append")
+    assert (mine["rows"], mine["rows_decided"], mine["lost_partitions"]) == (
+        kept,
+        ROWS,
+        [lost.partition],
+    )
+    assert f"partition(s) [{lost.partition}]" in mine["blocker"] and ending in mine["blocker"]
+    assert text[0].split()[:4] == [job_id, "committing", "append", str(kept)], text
+    assert any(f"{kept} of {ROWS} decided rows are in the table" in line for line in text)
+    status, lines = _checked(db, job_id, "--grace", "0")
+    assert status == 1 and [line.split(" (")[0] for line in lines] == [
+        f"job={job_id} problem=lost-winner"
+    ], lines
 
     # A process of its own without a terminal, and no --yes: nothing may wait for an answer.
     refused = xasink_cli(db, "resolve", job_id, "--abandon", in_process=False)
@@ -74,10 +129,57 @@ def test_an_append_job_with_a_lost_winner_is_listed_and_abandoned(db):
     assert f"as {db.user}" in str(row["resolved_by"])
     assert "partition rewritten" in str(row["resolution"])
     assert db.password not in done.stdout + done.stderr
-    per_partition = ROWS // PARTITIONS
+    mine, text = _listed(db, job_id, "--state", "abandoned")
+    assert (mine["mode"], mine["rows"], mine["rows_decided"], mine["lost_partitions"]) == (
+        "append",
+        kept,
+        ROWS,
+        [lost.partition],
+    )
+    assert text[0].split()[:4] == [job_id, "abandoned", "append", str(kept)], text
+    assert _checked(db, job_id)[1] == []
     missing = range(lost.partition * per_partition, (lost.partition + 1) * per_partition)
     assert_exactly(db, table, [i for i in range(ROWS) if i not in missing])
     assert cli(db, "--grace", "0").returncode == 0
+    assert not any(b.job_id == job_id for b in parsed_branches(db))
+
+
+@pytest.mark.parametrize("writer", ["driver", "tasks"])
+def test_jobs_lists_the_mode_of_every_finished_job(spark, db, writer):
+    """The runbook's "do not run an append again" reads the mode column: a finished staged
+    job's plan is dropped with its staging table, and a small write's job never stores one,
+    yet each is listed with its mode. Each mode, and a transaction of two, written by the
+    driver (one local transaction) or by tasks."""
+    properties = WriterProperties(driver_write_bytes=0 if writer == "tasks" else 1 << 30)
+    database = database_of(db)
+    written: dict[str, tuple[str, str]] = {}
+    for mode in ("append", "overwrite", "upsert", "merge"):
+        table = seeded_table(db)
+        df, options, expected = mode_case(spark, mode)
+        result = write_xa(df, database, table, writer_properties=properties, **options)
+        assert contents(db, table) == expected
+        written[result.job_id] = (mode, table)
+    upserted, appended = seeded_table(db), seeded_table(db)
+    (up, up_options, up_expected), (ap, _, ap_expected) = (
+        mode_case(spark, "upsert"),
+        mode_case(spark, "append"),
+    )
+    with transaction(database) as tx:
+        tx.write(up, upserted, writer_properties=properties, **up_options)
+        tx.write(ap, appended, writer_properties=properties)
+    assert (contents(db, upserted), contents(db, appended)) == (up_expected, ap_expected)
+    assert tx.result is not None
+    written[tx.result.job_id] = ("upsert,append", appended)
+    listed = {
+        job_id: _listed(db, job_id, "--table", table) for job_id, (_, table) in written.items()
+    }
+    assert {job_id: (j["state"], j["mode"]) for job_id, (j, _) in listed.items()} == {
+        job_id: ("committed", mode) for job_id, (mode, _) in written.items()
+    }
+    for job_id, (mine, text) in listed.items():
+        assert text[0].split()[1:3] == ["committed", written[job_id][0]], text
+        assert mine["rows"] == mine["rows_decided"] and mine["lost_partitions"] == []
+    assert stage_tables(db) == [] and xasink_prepared(db) == []
 
 
 @pytest.mark.ci_one_server

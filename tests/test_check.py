@@ -15,6 +15,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -135,6 +137,32 @@ def test_a_normal_write_is_healthy(spark, db, schema):
     assert samples[("xasink_jobs", "committed")] == 1
     assert samples[("xasink_jobs", "running")] == 0
     assert samples[("xasink_sink_last_batch_id", SINK)] == 7
+
+
+def test_check_loads_neither_spark_nor_pandas_nor_arrow(db, schema):
+    """cron and Prometheus run `xasink check` every minute: it starts the JVM and reads
+    the journal, and imports none of the frame libraries a write needs (they took seconds
+    to import, for nothing)."""
+    with journal_in(db, schema):
+        pass
+    probe = (
+        "import json, sys\nfrom xasink.cli import main\nstatus = main(sys.argv[1:])\n"
+        "print(json.dumps([status, sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'jpype', 'pyspark', 'pandas', 'pyarrow'})]))"
+    )
+    login = ["--url", db.jdbc_url, "--user", db.user, "--password-env", "XASINK_TEST_PASSWORD"]
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "check", *login, "--journal-schema", schema],
+        env={**os.environ, "XASINK_TEST_PASSWORD": db.password},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    *printed, last = done.stdout.splitlines()
+    assert printed[-1].startswith(f"healthy; journal in schema {schema}, tag "), done.stdout
+    assert json.loads(last) == [0, ["jpype"]]
 
 
 # -- in doubt and stuck ----------------------------------------------------------------------

@@ -38,6 +38,7 @@ from xasink.driver.check_cache import CHECKS
 from xasink.protocol import retention
 from xasink.protocol.connecting import open_journal
 from xasink.protocol.health import check_health
+from xasink.protocol.journal_tables import SCHEMA_VERSION
 from xasink.protocol.states import JobState
 from xasink.xid import BranchId
 
@@ -278,8 +279,8 @@ def _indexes(db, schema: str, table: str) -> set[str]:
 
 
 def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal_schema):
-    """A journal as the last release left it (version 2: its indexes, no list of a job's
-    tables, no retention) is upgraded by the next write: the new table and indexes, the
+    """A journal of layout 2 (its indexes, no list of a job's tables, no retention, no
+    job modes) is upgraded by the next write: the new table, columns and indexes, the
     replaced indexes gone, and each open transaction's tables listed from its plan, so
     that writes into its second table still find it."""
     schema = journal_schema
@@ -299,6 +300,7 @@ def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal
         f"CREATE INDEX xasink_jobs_state_idx ON {j}_jobs (state)",
         f"CREATE INDEX xasink_jobs_target_table_state_idx ON {j}_jobs (target_table, state)",
         f"ALTER TABLE {j}_meta DROP COLUMN retention_days",
+        f"ALTER TABLE {j}_jobs DROP COLUMN write_mode",
         f"UPDATE {j}_meta SET version = 2",
     )
     job = uuid.uuid4().hex
@@ -321,7 +323,7 @@ def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal
     run_sql(db, rollback)  # as `xasink recover` would
     CHECKS.clear()
     write_xa(events_df(spark, 5, 1), table=third, **login)  # the upgrade, then its write
-    assert run_sql(db, f"SELECT version FROM {j}_meta") == [(3,)]
+    assert run_sql(db, f"SELECT version FROM {j}_meta") == [(SCHEMA_VERSION,)]
     listed = run_sql(db, f"SELECT target_table FROM {j}_job_tables WHERE job_id = '{job}'")
     assert sorted(listed) == sorted([(first,), (second,)])
     assert {"xasink_jobs_state_created_idx", "xasink_jobs_staged_idx"} <= _indexes(
@@ -334,3 +336,32 @@ def test_a_journal_of_the_earlier_layout_is_upgraded_in_place(spark, db, journal
     listed = xasink_cli(db, "jobs", "--journal-schema", schema, "--table", second, "--json")
     assert [j["job_id"] for j in json.loads(listed.stdout)] == [job], listed.stdout
     run_sql(db, f"UPDATE {j}_jobs SET state = 'aborted', apply_plan = NULL WHERE job_id = '{job}'")
+
+
+def test_a_journal_of_layout_3_is_read_as_it_is_then_keeps_its_jobs_modes(
+    spark, db, journal_schema
+):
+    """Layout 4 adds the job row's `write_mode`. A journal of layout 3 is written as it is
+    while a prepared branch defers its upgrade (its rows without a mode, listed `?` once
+    no plan says it), and upgraded by the next write: from then on each job keeps its
+    mode, after its plan is gone too."""
+    schema, j = journal_schema, f"{journal_schema}.xasink"
+    table = _new_table(db, schema)
+    login = connection_args(db, journal_schema=schema)
+    before = write_xa(events_df(spark, 5, 1), table=table, **login)
+    run_sql(db, f"ALTER TABLE {j}_jobs DROP COLUMN write_mode", f"UPDATE {j}_meta SET version = 3")
+    tag = run_sql(db, f"SELECT tag FROM {j}_meta")[0][0]
+    rollback = prepared_branch(db, schema, BranchId(str(tag), uuid.uuid4().hex, 0, 1))
+    CHECKS.clear()  # a process of this release meets the older journal for the first time
+    upsert = {"mode": "upsert", "key": "id"}
+    deferred = write_xa(events_df(spark, 5, 1), table=table, **upsert, **login)
+    assert run_sql(db, f"SELECT version FROM {j}_meta") == [(3,)]
+    run_sql(db, rollback)  # as `xasink recover` would
+    CHECKS.clear()
+    after = write_xa(events_df(spark, 7, 1), table=table, **upsert, **login)
+    assert run_sql(db, f"SELECT version FROM {j}_meta") == [(SCHEMA_VERSION,)]
+    listed = xasink_cli(db, "jobs", "--journal-schema", schema, "--json")
+    modes = {x["job_id"]: x["mode"] for x in json.loads(listed.stdout)}
+    assert modes == {before.job_id: "?", deferred.job_id: "?", after.job_id: "upsert"}
+    assert len(run_sql(db, f"SELECT id FROM {table}")) == 7
+    assert xasink_prepared(db) == []

@@ -9,6 +9,11 @@ with transaction(db) as tx:   # several tables, one decision
     tx.write(items, "order_items", mode="upsert", key="id")
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from .errors import (
     CommitError,
     ConfigurationError,
@@ -26,13 +31,46 @@ from .errors import (
     XaError,
     XasinkError,
 )
-from .operations import recover
-from .protocol.actions import BranchAction, RecoveryReport
-from .spark.streaming import foreach_batch
-from .spark.transaction import TableWrite, Transaction, TransactionResult
-from .spark.write import WriteResult, transaction, write_xa
 from .spec import CommitProperties, Database, WriteOptions, WriterProperties
 from .xid import FORMAT_ID, BranchId, Xid
+
+if TYPE_CHECKING:  # what `_LAZY` imports on first use, for type checkers
+    from .operations import recover
+    from .protocol.actions import BranchAction, RecoveryReport
+    from .spark.streaming import foreach_batch
+    from .spark.transaction import TableWrite, Transaction, TransactionResult
+    from .spark.write import WriteResult, transaction, write_xa
+
+#: The public names whose modules bring Spark, pandas, Arrow or the JVM's bridge (seconds
+#: to import), each imported when first asked for (PEP 562): `import xasink`, and the
+#: `xasink` command, which reads no frame, start at once.
+_LAZY = {
+    "recover": "xasink.operations",
+    "BranchAction": "xasink.protocol.actions",
+    "RecoveryReport": "xasink.protocol.actions",
+    "foreach_batch": "xasink.spark.streaming",
+    "TableWrite": "xasink.spark.transaction",
+    "Transaction": "xasink.spark.transaction",
+    "TransactionResult": "xasink.spark.transaction",
+    "WriteResult": "xasink.spark.write",
+    "transaction": "xasink.spark.write",
+    "write_xa": "xasink.spark.write",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A name of `_LAZY`, imported now and kept (later lookups find it at once)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

@@ -26,6 +26,11 @@ GRACE = 120.0
 #: Days a journal keeps the rows of finished jobs before xasink deletes them itself (a
 #: journal's own setting, `xasink retention`; 0 keeps everything).
 RETENTION_DAYS = 7.0
+#: The shortest retention a journal may have, in days (besides 0, everything).
+MINIMUM_RETENTION_DAYS = 1.0
+#: The SQL dialects xasink speaks (`xasink.dialects` has one class for each), named here
+#: for the command line, which lists them without loading any database code.
+DIALECT_NAMES = ("postgres", "mysql", "generic")
 #: Seconds between heartbeats of a job's owner.
 HEARTBEAT_INTERVAL = 10.0
 #: A job's lease, stored on its row, is this many heartbeat intervals: recovery never takes

@@ -1,14 +1,16 @@
 """How `xasink check` prints its report: lines for a person (cron mails them), one JSON
 object for scripts, or Prometheus' text exposition format for a node exporter's textfile
-collector. The report itself is `protocol.health`'s; nothing here reads a database."""
+collector; and how `xasink jobs` prints its table. The report and the jobs are
+`protocol.health`'s and `protocol.listing`'s; nothing here reads a database."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .protocol.health import AGE_FROM_JOB_START, HealthReport, JournalStatus, ProblemKind
+from .protocol.listing import JobInfo
 from .protocol.states import JobState
 
 
@@ -52,6 +54,39 @@ def duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+def jobs_text(jobs: Sequence[JobInfo]) -> str:
+    """One line per job (id, state, modes, the rows in its table, age, tables), then its
+    notes: a stream's batch, rows that are not all in the table, what blocks it, how it
+    was ended by hand."""
+    wide = max([9, *(len(j.mode) for j in jobs)])  # a transaction's modes: "upsert,append"
+    lines = [
+        f"{'job':32}  {'state':10}  {'mode':{wide}}  {'rows':>10}  {'age':>8}  table / blocker"
+    ]
+    for j in jobs:
+        rows = "-" if j.rows is None else str(j.rows)
+        age = "-" if j.age_seconds is None else duration(j.age_seconds)
+        lines.append(
+            f"{j.job_id:32}  {j.state:10}  {j.mode:{wide}}  {rows:>10}  {age:>8}  {j.table}"
+        )
+        stream = f"sink {j.sink_id} batch {j.batch_id}" if j.sink_id else ""
+        for note in (stream, _rows_note(j), j.blocker, j.resolution):
+            if note:
+                lines.append(f"{'':32}  -> {note}")
+    return "\n".join(lines)
+
+
+def _rows_note(job: JobInfo) -> str:
+    """What the rows column leaves out: decided rows that are not (all) in the table."""
+    lost = job.lost_partitions
+    if job.rows_decided is None or (job.rows == job.rows_decided and not lost):
+        return ""
+    held = "?" if job.rows is None else str(job.rows)
+    note = f"{held} of {job.rows_decided} decided rows are in the table"
+    if lost:
+        note += f"; {len(lost)} winning branch(es) lost, partition(s) {list(lost)[:20]}"
+    return note
 
 
 def label_value(value: str) -> str:
@@ -128,4 +163,4 @@ def check_prometheus(report: HealthReport) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["check_json", "check_prometheus", "check_text", "label_value"]
+__all__ = ["check_json", "check_prometheus", "check_text", "jobs_text", "label_value"]

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from xasink import Database, cli
+from xasink import Database
+from xasink.cli import health as check_command
 from xasink.cli import main
 from xasink.errors import JournalError, PreflightError
 from xasink.protocol import health
+from xasink.protocol.branches import Outcome
 from xasink.protocol.health import (
     AGE_FROM_JOB_START,
     AGE_FROM_SERVER,
@@ -282,7 +284,7 @@ def checked(monkeypatch):
 
     fake.result = report()
     fake.calls = calls
-    monkeypatch.setattr(cli, "check_health", fake)
+    monkeypatch.setattr(check_command, "check_health", fake)
     return fake
 
 
@@ -391,17 +393,26 @@ class Journal:
     def state(self, conn, job_id):
         return next((r.state for r in self.records if r.job_id == job_id), None)
 
+    def linked(self, conn, job_id):
+        return None
+
     def ended(self, conn, job_id):  # a record's heartbeat age stands for when it ended
         found = [r for r in self.records if r.job_id == job_id]
         return (found[0].state, found[0].heartbeat_age) if found else None
 
 
 class Ops:
-    def __init__(self, branches):
-        self.branches = branches
+    def __init__(self, branches, lost=()):
+        self.branches, self.lost = branches, set(lost)
 
     def xasink_branches(self):
         return list(self.branches)
+
+    def prepared(self):
+        return [(b, b.xid) for b in self.branches]
+
+    def settled(self, branch):  # a winner gone from the listing: lost, or committed
+        return Outcome.LOST if branch in self.lost else Outcome.ALREADY_COMMITTED
 
 
 def answers(monkeypatch, journal, ages):
@@ -438,6 +449,33 @@ def test_without_server_ages_a_branch_is_aged_by_its_job(monkeypatch, fakes):
     assert result.age_source == AGE_FROM_JOB_START
     assert result.branches == (PreparedBranch(JOB, 0, 7, 1000.0, "committing"),)
     assert kinds(result.problems) == [("prepared-too-long", JOB)]
+
+
+def test_a_lost_winner_is_a_problem_at_once_naming_what_ends_the_job(monkeypatch, fakes):
+    """A decided winner rolled back behind xasink's back is a problem at once, whatever its
+    job's heartbeat, and names what ends the job: never "`xasink recover` finishes it",
+    which it cannot."""
+    kept, lost = fakes.branch(0, 3), fakes.branch(1, 4)
+    winners = frozenset({(0, 3), (1, 4), (2, 5)})  # 2 committed, 0 still prepared, 1 lost
+    for beat in (1.0, 1e6):
+        record = fakes.record("committing", winners, heartbeat_age=beat)
+        journal = Journal(records=[record])
+        answers(monkeypatch, journal, {kept: 5.0})
+        result = health.assess(Ops([kept], lost=[lost]), None, journal, max_age=120, grace=120)
+        assert kinds(result.problems) == [("lost-winner", JOB)], result.problems
+        detail = result.problems[0].detail
+        assert detail.startswith(
+            "winning branch(es) of partition(s) [1] were rolled back outside xasink: their "
+            "rows are NOT in the table (the other branches' rows are in); `xasink resolve "
+            f"{JOB} --abandon` ends the job"
+        ), detail
+    staged = fakes.record("committing", winners, heartbeat_age=1e6, staged=True)
+    journal = Journal(records=[staged])
+    answers(monkeypatch, journal, {kept: 5.0})
+    result = health.assess(Ops([kept], lost=[lost]), None, journal, max_age=120, grace=120)
+    assert "(the table is unchanged)" in result.problems[0].detail
+    nothing_lost = health.assess(Ops([kept]), None, journal, max_age=120, grace=120)
+    assert kinds(nothing_lost.problems) == [("unfinished-decision", JOB)]
 
 
 def test_no_journal_is_healthy_and_a_damaged_one_is_not_read(monkeypatch, fakes):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import re
 from types import SimpleNamespace
 
 import pytest
 
 from xasink import Database, cli
-from xasink.cli import main
+from xasink.cli import journal, main, recovery
 from xasink.errors import PreflightError
 from xasink.protocol.recovery import BranchAction, RecoveryReport
 from xasink.tables.applier import STAGED_APPLY
@@ -173,7 +174,7 @@ def recover_calls(monkeypatch):
             raise calls.result
         return calls.result
 
-    monkeypatch.setattr(cli, "recover", fake_recover)
+    monkeypatch.setattr(recovery, "recover", fake_recover)
     return calls
 
 
@@ -376,7 +377,9 @@ def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):
             job_id=JOB,
             state="committing",
             mode="upsert",
-            rows=1200,
+            rows=0,
+            rows_decided=1200,
+            lost_partitions=(),
             age_seconds=5400.0,
             table="public.events",
             sink_id="orders",
@@ -389,12 +392,28 @@ def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):
             state="committed",
             mode="append",
             rows=None,
+            rows_decided=None,
+            lost_partitions=(),
             age_seconds=None,
             table="public.t",
             sink_id=None,
             batch_id=None,
             blocker="",
             resolution="",
+        ),
+        SimpleNamespace(
+            job_id="e" * 32,
+            state="abandoned",
+            mode="append",
+            rows=300000,
+            rows_decided=400000,
+            lost_partitions=(0,),
+            age_seconds=60.0,
+            table="public.big",
+            sink_id=None,
+            batch_id=None,
+            blocker="",
+            resolution="committing -> abandoned by `xasink resolve --abandon`",
         ),
     ]
     seen = {}
@@ -409,8 +428,8 @@ def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):
         seen["query"] = (ops, conn, journal, states, table, limit)
         return listed
 
-    monkeypatch.setattr(cli, "operate", operate)
-    monkeypatch.setattr(cli, "list_jobs", list_jobs)
+    monkeypatch.setattr(journal, "operate", operate)
+    monkeypatch.setattr(journal, "list_jobs", list_jobs)
     status, out, err = run(["jobs", "--url", URL, "--state", "committing", "--limit", "5"])
     assert (status, err) == (1, "")
     assert seen == {
@@ -420,8 +439,40 @@ def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):
     }
     assert out.splitlines() == [
         f"{'job':32}  state       mode             rows       age  table / blocker",
-        f"{JOB}  committing  upsert           1200      1.5h  public.events",
+        f"{JOB}  committing  upsert              0      1.5h  public.events",
         f"{'':32}  -> sink orders batch 7",
+        f"{'':32}  -> 0 of 1200 decided rows are in the table",
         f"{'':32}  -> waits for job ffff",
         f"{'f' * 32}  committed   append              -         -  public.t",
+        f"{'e' * 32}  abandoned   append         300000      1.0m  public.big",
+        f"{'':32}  -> 300000 of 400000 decided rows are in the table; 1 winning branch(es) "
+        "lost, partition(s) [0]",
+        f"{'':32}  -> committing -> abandoned by `xasink resolve --abandon`",
     ]
+
+
+def test_recover_prints_each_action_once(monkeypatch, capfd):
+    """Each action once: recovery logs its actions on their own logger, which a library's
+    handlers still get; the command line, which prints them as its report, leaves that
+    logger out of its log on stderr."""
+    from xasink.protocol.actions import RECOVERY_LOGGER, BranchAction, log_action
+
+    assert RECOVERY_LOGGER == cli.REPORTED
+    lost = BranchAction(JOB, 1, 4, "LOST", "decided for commit, but rolled back")
+
+    def fake_recover(url, **kwargs):
+        log_action(lost)
+        logging.getLogger("xasink").warning("xasink: something else worth a look")
+        return _report(lost)
+
+    monkeypatch.setattr(recovery, "recover", fake_recover)
+    root = logging.getLogger()
+    kept, level = root.handlers[:], root.level
+    root.handlers[:] = []  # as in a process of its own: main() sets the log up
+    try:
+        assert main(["recover", "--url", URL]) == 1
+    finally:
+        root.handlers[:], root.level = kept, level
+    out, err = capfd.readouterr()
+    assert out.count("action=LOST") == 1 and "action=LOST" not in err, (out, err)
+    assert "something else worth a look" in err

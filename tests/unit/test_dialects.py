@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from xasink.dialects import dialect_name_for, get_dialect
+from xasink.defaults import DIALECT_NAMES
+from xasink.dialects import DIALECTS, dialect_name_for, get_dialect
 from xasink.dialects.base import TableIndex
 from xasink.dialects.mysql import MARIADB_DATASOURCE, MYSQL_DATASOURCE, version_problem
 from xasink.errors import ConfigurationError
@@ -221,3 +222,8 @@ def test_postgres_catalog_queries_bind_the_quoted_name():
 )
 def test_server_versions_that_keep_prepared_branches(version, problem):
     assert version_problem(version) == problem
+
+
+def test_the_command_line_names_every_dialect():
+    """The command line lists the dialects from `defaults`, without loading their code."""
+    assert tuple(DIALECTS) == DIALECT_NAMES

@@ -118,6 +118,52 @@ def test_no_import_of_xasink_hides_in_a_function() -> None:
     assert hidden == []
 
 
+#: The one exception to the rule above, each explicit and narrow: the places that import
+#: xasink's code by name when it is first used (`importlib`), and the table of names each
+#: keeps. `import xasink` defers the modules that bring Spark, pandas and Arrow (PEP 562
+#: `__getattr__`, `_LAZY`); the command line imports a command's code once the command is
+#: known (`COMMANDS`), so `xasink --help` starts no JVM and `check` loads no frame library.
+DEFERRED = {"xasink.__init__": "_LAZY", "xasink.cli": "COMMANDS"}
+
+
+def declared(module: str, name: str) -> list[str]:
+    """The module names that `module`'s table `name` (a dict literal) lists."""
+    tree = ast.parse(modules()[module].read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
+            table = ast.literal_eval(node.value)
+            return sorted(set(table.values()))
+    return []
+
+
+def test_imports_by_name_are_only_the_declared_ones() -> None:
+    by_name = set()
+    for module, path in modules().items():
+        for target, _, _ in imports(module, path):
+            if target == "importlib" or target.startswith("importlib."):
+                by_name.add(module)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name) and node.id == "__import__":
+                by_name.add(module)
+    assert sorted(by_name) == sorted(DEFERRED)
+    wrong = []
+    for module, table in DEFERRED.items():
+        targets = declared(module, table)
+        assert targets, f"{module} declares no {table}"
+        for target in targets:
+            if target not in modules():
+                wrong.append(f"{module}.{table} names {target}, which does not exist")
+            elif (
+                part_of(target) != part_of(module)
+                and RANK[part_of(target)] >= RANK[part_of(module)]
+            ):
+                wrong.append(f"{module}.{table} names {target}, of a higher layer")
+    assert wrong == []
+
+
 @pytest.mark.parametrize("part", sorted(SPARK_FREE))
 def test_only_the_spark_layer_and_the_table_types_import_pyspark(part: str) -> None:
     users = [

@@ -4,7 +4,12 @@ write's keywords are checked by name, as Python checks a signature's."""
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -93,3 +98,71 @@ def test_a_write_keyword_is_checked_by_name() -> None:
         write_options("write_xa", {"mode": "append", "usr": "app"})
     with pytest.raises(TypeError, match=r"'driver_write_bytes'.*writer_properties"):
         write_options("tx.write", {"driver_write_bytes": 0})
+
+
+# -- what importing xasink costs ------------------------------------------------------------
+#: What a command-line path or a plain `import xasink` must not load: Spark, pandas and
+#: Arrow (seconds to import, and no command reads a frame), nor, before a command that
+#: needs a database is known, the JVM's bridge.
+FRAME_LIBRARIES = ("pyspark", "pandas", "pyarrow")
+JVM_BRIDGE = ("jpype", "numpy")
+
+
+def loaded_after(code: str) -> list[str]:
+    """The top-level packages of FRAME_LIBRARIES and JVM_BRIDGE that a fresh Python has
+    imported once `code` ran (a SystemExit, as `--help` raises, ends `code` only)."""
+    probe = (
+        "import json, sys\n"
+        f"try:\n{textwrap.indent(code, '    ')}\nexcept SystemExit:\n    pass\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & "
+        f"{set(FRAME_LIBRARIES + JVM_BRIDGE)!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_import_xasink_loads_no_frame_library_nor_the_jvm_bridge() -> None:
+    assert loaded_after("import xasink") == []
+    assert loaded_after("from xasink import Database, WriterProperties, XasinkError") == []
+
+
+def test_xasink_help_loads_no_frame_library_nor_the_jvm_bridge() -> None:
+    run = (
+        "import runpy, sys\nsys.argv = ['xasink', '--help']\n"
+        "runpy.run_module('xasink', run_name='__main__')"
+    )
+    assert loaded_after(run) == []
+    assert loaded_after(run.replace("'--help'", "'check', '--help'")) == []
+
+
+@pytest.mark.parametrize("command", ["recover", "jobs", "resolve", "reset-sink", "prune", "check"])
+def test_each_command_loads_no_frame_library(command: str) -> None:
+    """What a command imports once it is known (it reaches a database through the JVM's
+    bridge, never through Spark, pandas or Arrow)."""
+    code = f"from xasink import cli\ncli.command_module({command!r})"
+    assert set(loaded_after(code)) & set(FRAME_LIBRARIES) == set()
+
+
+def test_the_public_names_are_there_when_asked_for() -> None:
+    """`import xasink` defers the modules that bring Spark: every public name is still
+    there, to `from xasink import ...`, `getattr`, `dir` and a star import."""
+    import xasink
+
+    assert set(xasink.__all__) <= set(dir(xasink))
+    for name in xasink.__all__:
+        assert getattr(xasink, name) is not None, name
+    from xasink import foreach_batch, recover, transaction, write_xa
+
+    assert all(callable(f) for f in (foreach_batch, recover, transaction, write_xa))
+    with pytest.raises(AttributeError, match="has no attribute 'write_xaa'"):
+        xasink.write_xaa  # noqa: B018
+    code = "from xasink import *\nassert callable(write_xa) and Database"
+    assert set(loaded_after(code)) >= set(FRAME_LIBRARIES)  # asked for, so loaded

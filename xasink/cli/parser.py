@@ -8,10 +8,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ..defaults import GRACE, LOCK_WAIT, NETWORK_TIMEOUT, RETENTION_DAYS
-from ..dialects import DIALECTS
+from ..defaults import DIALECT_NAMES, GRACE, LOCK_WAIT, NETWORK_TIMEOUT, RETENTION_DAYS
+from ..defaults import MINIMUM_RETENTION_DAYS as MINIMUM_DAYS
 from ..masking import MASK, Redactor
-from ..protocol.retention import MINIMUM_DAYS
 
 #: Done and nothing left in doubt; something left (live jobs, a dry run, lost or failed
 #: branches); an error.
@@ -104,7 +103,7 @@ def _connection_options() -> _Parser:
     common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
     common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
     common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
-    common.add_argument("--dialect", choices=tuple(DIALECTS))
+    common.add_argument("--dialect", choices=DIALECT_NAMES)
     common.add_argument(
         "--lock-wait",
         type=float,

@@ -124,14 +124,23 @@ def decide(
     winners: list[BranchId],
     rows_of: dict[int, int],
     participants: dict[str, list[tuple[int, int, int]]] | None = None,
+    modes: str = "",
 ) -> None:
-    """Record the commit decision. If that fails ambiguously, settle it with a fence (a
-    conditional abort on a fresh connection, which waits for a decision still in flight),
-    never with a plain read, which could miss a commit that lands later."""
+    """Record the commit decision (with the job's writes' `modes`, when known). If that
+    fails ambiguously, settle it with a fence (a conditional abort on a fresh connection,
+    which waits for a decision still in flight), never with a plain read, which could
+    miss a commit that lands later."""
     keys = [(w.partition, w.attempt, rows_of[w.partition]) for w in winners]
     try:
         outcome = decide_commit(
-            plan.journal, conn, plan.job_id, keys, plan.sink, participants or {}, plan.faults
+            plan.journal,
+            conn,
+            plan.job_id,
+            keys,
+            plan.sink,
+            participants or {},
+            plan.faults,
+            modes,
         )
     except Exception as exc:
         reason = plan.spec.redact(exc)

@@ -30,6 +30,7 @@ from ..errors import DecisionUnknownError, XasinkError
 from ..executor.contract import WritePlan
 from ..protocol.branches import BranchOps
 from ..protocol.heartbeat import Heartbeat
+from ..protocol.jobtables import joined_modes
 from ..protocol.journal import Journal
 from ..protocol.recovery import resolve_in_doubt
 from ..protocol.states import FINAL_STATES, JobState
@@ -79,6 +80,8 @@ class Job:
         self.apply: ApplyPlan | ApplyPlans | None = None
         #: The staged plan of the write being planned (`make_plan`); None for an append.
         self.current: ApplyPlan | None = None
+        #: The mode of each of its writes so far, in order (its row's `write_mode`).
+        self.modes: list[str] = []
         self.plan: WritePlan | None = None
         #: The commit decision is recorded: from now on nothing rolls the job back.
         self.decided = False
@@ -161,6 +164,7 @@ class Job:
             apply = apply_plan_for(
                 request.options, target, columns, pre.targets, job_id, self.journal
             )
+            self.modes = [request.options.mode]
             if one_phase:
                 apply = apply and temporary_stage(apply, self.dialect)
             else:
@@ -173,6 +177,7 @@ class Job:
                     request.sink,
                     stream_key,
                     stream_sink,
+                    joined_modes(self.modes),
                 )
         self.job_id, self.apply, self.current = job_id, apply, apply
         self.trace.job_id, self.trace.state = job_id, JobState.RUNNING
@@ -278,7 +283,8 @@ class Job:
         trace.branches = len(phase_one.winners) + phase_one.empty_partitions
         trigger(self.plan.faults, "before_decision")
         with step("decision"):
-            decide(self.plan, self.conn, phase_one.winners, phase_one.rows_of, participants)
+            modes = joined_modes(self.modes)
+            decide(self.plan, self.conn, phase_one.winners, phase_one.rows_of, participants, modes)
         self.decided = True
         trace.state = JobState.COMMITTING
         trace.done("decide")

@@ -11,6 +11,7 @@ from .. import defaults
 from ..errors import JobAbortedError
 from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
+from ..protocol.jobtables import joined_modes
 from ..spec import CommitProperties, ConnectionSpec, Database, TableRef, WriterProperties
 from ..tables.modes import ModeOptions
 from ..tables.new_table import NewTable
@@ -126,12 +127,13 @@ def add_write(
     apply = apply_plan_for(
         request.options, target, columns, pre.targets, job.job_id, job.journal, index
     )
+    job.modes.append(request.options.mode)
     if apply is not None and not registered:
         apply = temporary_stage(apply, job.dialect)
         job.apply = ApplyPlans.of(job.apply).adding(apply) if job.apply else apply
     elif apply is not None:
         grown = ApplyPlans.of(job.apply).adding(apply) if job.apply else apply
-        if not job.journal.store_plan(job.conn, job.job_id, grown):
+        if not job.journal.store_plan(job.conn, job.job_id, grown, joined_modes(job.modes)):
             raise aborted_while_writing(job.job_id)
         job.apply = grown
     job.current = apply

@@ -13,7 +13,8 @@ from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import JobAbortedError, WriteError
 from ..protocol import applying, sessions
-from ..protocol.applying import JobOrderError
+from ..protocol.applying import Finished, JobOrderError, StagedPlan
+from ..protocol.jobtables import joined_modes
 from ..protocol.sessions import open_session
 from ..protocol.single_branch import commit_in_branch
 from ..protocol.states import JobEnded
@@ -21,6 +22,7 @@ from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
 from ..tables.catalog import table_columns
+from ..tables.modes import APPEND
 from ..tables.retyping import ChangedTypesError
 from ..tables.staging import ApplyPlans, branch_problem, is_data_error, refused
 from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
@@ -82,11 +84,8 @@ def write_one_phase(
         conn.setAutoCommit(False)
         rows, path, problem = _load(parts, conn, loads)
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
-            table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
             try:
-                finished = commit_in_branch(
-                    plan.journal, conn, plan.job_id, table, rows, plan.sink, staged, registered
-                )
+                finished = _bookkeeping(parts, conn, rows, staged, registered)
                 problem = "" if finished else ONE_PHASE_TAKEN
             except JobEnded:  # a recovery run aborted the registered job first
                 finished, problem = None, JOB_ENDED
@@ -140,6 +139,23 @@ def write_one_phase(
         session.close()
         raise InterruptedAfterCommit(report, interrupt) from interrupt
     return report
+
+
+def _bookkeeping(
+    parts: Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]],
+    conn: JdbcConnection,
+    rows: int,
+    staged: StagedPlan | None,
+    registered: bool,
+) -> Finished | None:
+    """The job's bookkeeping in its one transaction (`commit_in_branch`), with the modes
+    of its writes, in order."""
+    plan = parts[0][0]
+    table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
+    modes = joined_modes(p.apply.mode if p.apply else APPEND for p, _ in parts)
+    return commit_in_branch(
+        plan.journal, conn, plan.job_id, table, rows, plan.sink, staged, registered, modes
+    )
 
 
 def _load(

@@ -7,10 +7,17 @@ Job-level actions carry partition -1. An action's text (`RecoveryAction`'s value
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 
 from .branches import Outcome
 from .states import TextEnum
+
+#: The logger of each action as recovery takes it (a line of its report): INFO, a lost or
+#: failed branch WARNING. A child of `xasink`; the command line, which prints the report,
+#: leaves it out of its log.
+RECOVERY_LOGGER = "xasink.recover"
+_log = logging.getLogger(RECOVERY_LOGGER)
 
 
 class RecoveryAction(TextEnum):
@@ -89,6 +96,12 @@ class BranchAction:
         return f"{text} ({self.detail})" if self.detail else text
 
 
+def log_action(action: BranchAction) -> None:
+    """`action` as recovery's log says it (`RECOVERY_LOGGER`)."""
+    failed = action.action in (RecoveryAction.LOST, RecoveryAction.FAILED)
+    _log.log(logging.WARNING if failed else logging.INFO, "xasink recover: %s", action.line())
+
+
 @dataclass
 class RecoveryReport:
     dry_run: bool
@@ -122,4 +135,4 @@ class RecoveryReport:
         )
 
 
-__all__ = ["BranchAction", "RecoveryAction", "RecoveryReport"]
+__all__ = ["RECOVERY_LOGGER", "BranchAction", "RecoveryAction", "RecoveryReport", "log_action"]

@@ -37,6 +37,7 @@ def decide_commit(
     sink: SinkBatch | None = None,
     participants: Mapping[str, Sequence[tuple[int, int, int]]] = {},
     faults: tuple[Fault, ...] = (),
+    modes: str = "",
 ) -> Decision:
     """Durably record the commit decision. Returns DECIDED, JOB_ENDED (the job is no
     longer running) or BATCH_TAKEN (the sink's mark already reached this batch, belongs
@@ -45,18 +46,20 @@ def decide_commit(
     `winners` are (partition, attempt, rows); `participants`, the winners of a
     transaction's other databases (into their link rows, `links`). A streaming job's
     decision also moves its sink's mark to its batch, in the same local transaction, if
-    the mark is below it and not another query's: one batch is decided once."""
+    the mark is below it and not another query's: one batch is decided once. `modes`, the
+    job's writes' modes once every write is known (a transaction's), join its row."""
     if sink is not None:
         sinkmarks.register(journal, conn, sink.sink_id)
     try:
         with local_transaction(conn):
             if participants:
                 _lock_decision_order(journal, conn)
+            also, mode = journal.mode_set(modes)
             changed = execute(
                 conn,
-                f"UPDATE {journal.jobs} SET state = ?, decided_at = {journal.dialect.now_sql} "
-                "WHERE job_id = ? AND state = ?",
-                (JobState.COMMITTING, job_id, JobState.RUNNING),
+                f"UPDATE {journal.jobs} SET state = ?, decided_at = {journal.dialect.now_sql}"
+                f"{also} WHERE job_id = ? AND state = ?",
+                (JobState.COMMITTING, *mode, job_id, JobState.RUNNING),
             )
             if changed != 1:
                 return Decision.JOB_ENDED

@@ -9,8 +9,9 @@ transaction never is, and another journal's xasink branches are only counted.
 
 A problem is what `xasink recover` or `xasink jobs` would act on or point at: a branch
 prepared longer than `max_age`, a job whose owner is silent past its lease (running, or
-decided and unfinished), a job in a state this release does not know, and a journal that is
-damaged (`JournalLayout.check_complete`'s refusals). A database where xasink never wrote
+decided and unfinished), a decided job whose winner was rolled back behind xasink's back (at
+once: nothing finishes it), a job in a state this release does not know, and a journal that
+is damaged (`JournalLayout.check_complete`'s refusals). A database where xasink never wrote
 has no journal: that is healthy, and said so.
 """
 
@@ -27,10 +28,11 @@ from ..spec import Database
 from .branches import BranchOps
 from .connecting import journal_session
 from .journal import Journal
+from .listing import lost_of_decided
 from .records import OPEN_STATES, JobRecord
 from .recovery import describe
 from .states import FINAL_STATES, JobState, TextEnum
-from .waiting import awaits_coordinator
+from .waiting import awaits_coordinator, lost_detail
 
 
 class JournalStatus(TextEnum):
@@ -47,6 +49,9 @@ class ProblemKind(TextEnum):
     SILENT_JOB = "silent-job"
     #: Decided (committing), and its owner silent past its lease: phase 2 stopped.
     UNFINISHED_DECISION = "unfinished-decision"
+    #: Decided, and a winning branch was rolled back behind xasink's back: its rows are not
+    #: in the table, and only an operator ends the job (`xasink resolve --abandon`).
+    LOST_WINNER = "lost-winner"
     #: A transaction over several databases, over here, not yet carried to a participant.
     PARTICIPANT_PENDING = "participant-pending"
     UNKNOWN_STATE = "unknown-state"
@@ -164,7 +169,15 @@ def assess(
         open_jobs = {r.job_id: r for s in OPEN_STATES for r in journal.jobs_in_state(conn, s)}
         waiting = _awaiting_coordinator(conn, journal, open_jobs.values())
         problems += _branch_problems(branches, open_jobs, max_age, grace, age_source, waiting)
-        problems += _job_problems(open_jobs.values(), counts, grace, waiting)
+        lost = lost_of_decided(ops, journal, open_jobs.values())  # whatever the heartbeat
+        problems += [
+            Problem(
+                ProblemKind.LOST_WINNER, j, lost_detail(journal, conn, j, p, open_jobs[j].staged)
+            )
+            for j, p in sorted(lost.items())
+        ]
+        unlost = [r for r in open_jobs.values() if r.job_id not in lost]
+        problems += _job_problems(unlost, counts, grace, waiting)
         problems += _pending_participants(conn, journal, grace)
     return HealthReport(
         describe(journal) if status is not JournalStatus.MISSING else _missing(journal),

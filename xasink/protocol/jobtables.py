@@ -64,6 +64,23 @@ def record_plans(layout: JournalTables, conn: JdbcConnection) -> None:
         record(layout, conn, str(job_id), tables_in_plan(str(plan)))
 
 
+def joined_modes(modes: Iterable[str]) -> str:
+    """A job's write modes as its row keeps them (`write_mode`): each once, in the order
+    its writes came ("upsert,append")."""
+    return ",".join(dict.fromkeys(modes))
+
+
+def modes_in_plan(text: str) -> str:
+    """The modes a stored apply plan's writes have (`joined_modes`); "" when the text is
+    not such a plan."""
+    try:
+        raw = json.loads(text)
+        writes = raw["writes"] if text.startswith(SEVERAL_WRITES) else [raw]
+        return joined_modes(str(w["mode"]) for w in writes)
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
 def tables_in_plan(text: str) -> list[str]:
     """The tables a stored apply plan names (a transaction's several writes, or one), as
     `TableRef` prints them; none when the text is not such a plan."""
@@ -75,4 +92,12 @@ def tables_in_plan(text: str) -> list[str]:
         return []
 
 
-__all__ = ["SEVERAL_WRITES", "listed", "record", "record_plans", "tables_in_plan"]
+__all__ = [
+    "SEVERAL_WRITES",
+    "joined_modes",
+    "listed",
+    "modes_in_plan",
+    "record",
+    "record_plans",
+    "tables_in_plan",
+]

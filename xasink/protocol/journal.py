@@ -73,8 +73,10 @@ class Journal(JournalReader):
         sink: SinkBatch | None = None,
         stream_key: str | None = None,
         stream_sink: str | None = None,
+        modes: str = "",
     ) -> None:
-        """Register the job, and its staging table (if any) before that table exists.
+        """Register the job, and its staging table (if any) before that table exists;
+        `modes`, its writes' modes so far (`jobtables.joined_modes`).
 
         A format("xasink") stream's job is registered before its batch is known: with
         `stream_key`, its writer's identity, hashed (see `running_of_stream`), and
@@ -83,6 +85,7 @@ class Journal(JournalReader):
         values |= {"stream_key": stream_key, "lease_seconds": int(lease + 0.999)}
         values |= sinkmarks.job_columns(sink)
         values |= {"sink_id": stream_sink} if sink is None else {}
+        values |= self.mode_column(modes)
         tables = [str(t) for t in plan.targets] if plan else []
         with local_transaction(conn) if len(tables) > 1 else contextlib.nullcontext():
             self.insert_job(conn, job_id, table, JobState.RUNNING, values)
@@ -105,13 +108,26 @@ class Journal(JournalReader):
         sql = f"INSERT INTO {self.jobs} ({names}) VALUES ({marks})"
         execute(conn, sql, (job_id, table, state, *values.values()))
 
-    def store_plan(self, conn: JdbcConnection, job_id: str, plan: StagedPlan) -> bool:
+    def mode_column(self, modes: str) -> dict[str, str]:
+        """The job row's `write_mode` value, where the layout has it and `modes` are known
+        (a column name of this module's, never a caller's text)."""
+        return {"write_mode": modes} if modes and self.moded else {}
+
+    def mode_set(self, modes: str) -> tuple[str, tuple[str, ...]]:
+        """`mode_column` as an UPDATE's further assignment, and its parameter."""
+        column = self.mode_column(modes)
+        return "".join(f", {name} = ?" for name in column), tuple(column.values())
+
+    def store_plan(
+        self, conn: JdbcConnection, job_id: str, plan: StagedPlan, modes: str = ""
+    ) -> bool:
         """A running transaction's plan, grown by a write whose staging table is made next
-        (recorded before it exists, as `begin_job` records the first). False: the job is
-        no longer running (a recovery run aborted it)."""
-        sql = f"UPDATE {self.jobs} SET apply_plan = ? WHERE job_id = ? AND state = ?"
+        (recorded before it exists, as `begin_job` records the first), and its writes'
+        modes so far. False: the job is no longer running (a recovery run aborted it)."""
+        also, mode = self.mode_set(modes)
+        sql = f"UPDATE {self.jobs} SET apply_plan = ?{also} WHERE job_id = ? AND state = ?"
         with local_transaction(conn):
-            if execute(conn, sql, (plan.to_json(), job_id, JobState.RUNNING)) != 1:
+            if execute(conn, sql, (plan.to_json(), *mode, job_id, JobState.RUNNING)) != 1:
                 return False
             jobtables.record(self, conn, job_id, map(str, plan.targets))
         return True

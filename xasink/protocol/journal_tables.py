@@ -33,9 +33,16 @@ LINKS_TABLE = "xasink_links"
 JOB_TABLES_TABLE = "xasink_job_tables"
 JOBS_TABLE = "xasink_jobs"
 #: The journal's table layout that this release creates (`schema`): every table, the links
-#: and a job's tables included, and the indexes that keep a write's statements off the
-#: history.
-SCHEMA_VERSION = 3
+#: and a job's tables included, the indexes that keep a write's statements off the history,
+#: and each job's write modes (`write_mode`).
+SCHEMA_VERSION = 4
+#: The layout that first listed a transaction's tables, kept the retention and indexed the
+#: history (`layered`); the next added the job row's `write_mode`.
+LAYERED_VERSION = 3
+#: A job row's write modes, as the writes of the job were made, each once and in order,
+#: comma-separated (`jobtables.joined_modes`): what a job was is still known once its
+#: staging plan is dropped, and of a small write's job, which never stores one.
+WRITE_MODE_COLUMN = "write_mode VARCHAR(64)"
 #: How a job row's apply plan starts when it holds a transaction's several writes (the
 #: staged apply writes it so): such a row may change any table, its plan says which.
 SEVERAL_WRITES = '{"writes": '
@@ -58,6 +65,12 @@ class JournalTables:
         """Whether the journal has this layout's tables (a transaction's tables listed in
         `job_tables`, the links, the retention); an earlier layout is used as it is until
         its upgrade can run (`JournalLayout.upgrade`)."""
+        return self.version >= LAYERED_VERSION
+
+    @property
+    def moded(self) -> bool:
+        """Whether job rows have `write_mode` (`WRITE_MODE_COLUMN`): an earlier layout's
+        rows are written without it until its upgrade can run, and listed by their plan."""
         return self.version >= SCHEMA_VERSION
 
     @property
@@ -164,7 +177,7 @@ def definitions(journal: JournalTables) -> list[tuple[str, str, str, tuple[Table
             f"{ts}, finished_at {ts}, apply_plan {d.long_text_type}, resolved_by "
             f"{d.text_type}, resolution {d.long_text_type}, sink_id {sink_id}, batch_id "
             f"BIGINT, query_id VARCHAR(64), stream_key VARCHAR(64), prev_batch_id BIGINT, "
-            f"prev_job_id VARCHAR(64), prev_query_id VARCHAR(64)",
+            f"prev_job_id VARCHAR(64), prev_query_id VARCHAR(64), {WRITE_MODE_COLUMN}",
             (
                 # The open jobs (few, whatever the history), a state's jobs newest
                 # first, and the oldest finished ones (`retention`).
@@ -186,6 +199,7 @@ def definitions(journal: JournalTables) -> list[tuple[str, str, str, tuple[Table
 __all__ = [
     "JOBS_TABLE",
     "JOB_TABLES_TABLE",
+    "LAYERED_VERSION",
     "LINKS_TABLE",
     "MARKERS_TABLE",
     "META_TABLE",
@@ -193,6 +207,7 @@ __all__ = [
     "SEVERAL_WRITES",
     "SINKS_TABLE",
     "WINNERS_TABLE",
+    "WRITE_MODE_COLUMN",
     "JournalTables",
     "definitions",
 ]

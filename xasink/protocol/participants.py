@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any
 from ..runtime.jdbc import JdbcConnection
 from ..spec import ConnectionSpec
 from . import links
-from .actions import BranchAction, RecoveryAction, RecoveryReport
+from .actions import BranchAction, RecoveryAction, RecoveryReport, log_action
 from .applying import StagedApply
 from .branches import BranchOps
 from .connecting import open_journal
@@ -39,8 +38,6 @@ from .links import Link
 from .recovery import resolve_in_doubt
 from .single_branch import fence_one_phase
 from .states import FINAL_STATES, Decision, JobState
-
-log = logging.getLogger("xasink")
 
 
 @dataclass(frozen=True)
@@ -352,10 +349,7 @@ _FENCED = (
 def _add(report: RecoveryReport, link: links.Link, action: RecoveryAction, detail: str) -> None:
     entry = BranchAction(link.job_id, -1, -1, action, f"participant {link.where}: {detail}")
     report.actions.append(entry)
-    level = (
-        logging.WARNING if action in (RecoveryAction.LOST, RecoveryAction.FAILED) else logging.INFO
-    )
-    log.log(level, "xasink recover: %s", entry.line())
+    log_action(entry)
 
 
 @contextlib.contextmanager

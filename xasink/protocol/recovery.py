@@ -35,7 +35,7 @@ from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, query
 from ..xid import BranchId, valid_job_id
 from . import links
-from .actions import BranchAction, RecoveryAction, RecoveryReport
+from .actions import BranchAction, RecoveryAction, RecoveryReport, log_action
 from .applying import JobOrderError, StagedPlan, stored_plan
 from .branches import BranchOps, Outcome
 from .journal import Journal
@@ -69,12 +69,7 @@ class Resolver:
 
     def _log(self, action: BranchAction) -> None:
         self.report.actions.append(action)
-        level = (
-            logging.WARNING
-            if action.action in (RecoveryAction.LOST, RecoveryAction.FAILED)
-            else logging.INFO
-        )
-        log.log(level, "xasink recover: %s", action.line())
+        log_action(action)
 
     def _redact(self, exc: BaseException) -> str:
         return self.ops.spec.redact(exc)

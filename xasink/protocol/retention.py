@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import GRACE, RETENTION_DAYS
+from ..defaults import GRACE, MINIMUM_RETENTION_DAYS, RETENTION_DAYS
 from ..errors import ConfigurationError
 from ..runtime.jdbc import JdbcConnection, Param, execute, local_transaction, query
 from ..spec import ConnectionSpec, TableRef
@@ -61,7 +61,7 @@ BACKLOG_INTERVAL = 5.0
 #: Seconds a round's statements wait for a lock before the round gives up until the next.
 ROUND_LOCK_WAIT = 2
 #: The shortest retention a journal may have, in days (besides 0, everything).
-MINIMUM_DAYS = 1.0
+MINIMUM_DAYS = MINIMUM_RETENTION_DAYS
 #: Deleted keys' tombstones forgotten in one local transaction, and at most in one round.
 TOMBSTONES_CHUNK = 5000
 TOMBSTONES_ROUND = 50_000

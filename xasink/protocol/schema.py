@@ -28,21 +28,24 @@ from ..xid import FORMAT_ID
 from . import jobtables
 from .journal_tables import (
     JOB_TABLES_TABLE,
+    LAYERED_VERSION,
     LINKS_TABLE,
     META_TABLE,
     SCHEMA_VERSION,
+    WRITE_MODE_COLUMN,
     JournalTables,
     definitions,
 )
 
 #: The journal's table layout is stored in `xasink_meta` and checked on every use. This
-#: release creates `SCHEMA_VERSION` and reads the layouts of earlier releases, 1 and
+#: release creates `SCHEMA_VERSION` and reads the layouts of earlier releases, 1,
 #: `LINKED_VERSION` (1 and the links table, which joined a journal the first time it took
-#: part in a transaction over several databases), and `ensure` upgrades them in place; a
-#: release that knows only those then refuses the journal rather than write jobs whose
-#: tables it does not record.
+#: part in a transaction over several databases) and `LAYERED_VERSION` (a transaction's
+#: tables listed, the retention, the indexes over the history), and `ensure` upgrades them
+#: in place; a release that knows only those then refuses the journal rather than write
+#: jobs whose tables or modes it does not record.
 LINKED_VERSION = 2
-EARLIER_VERSIONS = (1, LINKED_VERSION)
+EARLIER_VERSIONS = (1, LINKED_VERSION, LAYERED_VERSION)
 #: Seconds the upgrade's DDL waits for a lock before it is left for a later call.
 UPGRADE_LOCK_WAIT = 5
 #: (schema, jobs table) of the journals whose deferred upgrade this process told of.
@@ -129,7 +132,7 @@ class JournalLayout(JournalTables):
         except Exception:  # look table by table, to say what is wrong
             rows = None
         version = int(rows[0][1]) if rows else None
-        if version == SCHEMA_VERSION:
+        if version in (LAYERED_VERSION, SCHEMA_VERSION):
             for table in (self.links, self.job_tables):
                 self._require(conn, table, "although the journal's layout has it")
             return version
@@ -199,9 +202,10 @@ class JournalLayout(JournalTables):
         return replace(self, tag=str(self._stored_tag(conn)), version=version)
 
     def upgrade(self, conn: JdbcConnection) -> int:
-        """An earlier layout to this one, once, under the creation lock: the tables and
-        indexes it lacks (each step a no-op when done, so a crash midway is finished by
-        the next call), the tables of its open transactions recorded, and then its version.
+        """An earlier layout to this one, once, under the creation lock: the tables,
+        indexes and columns it lacks (each step a no-op when done, so a crash midway is
+        finished by the next call), the tables of its open transactions recorded, and then
+        its version.
         Returns the version the journal has now. Building an index over a long history
         takes a while, once. A prepared branch holds the jobs table until it is resolved,
         which the DDL would wait for: while any is prepared, or after a short wait, the
@@ -253,6 +257,7 @@ class JournalLayout(JournalTables):
         for name in _REPLACED_INDEXES:
             d.drop_index(conn, self.jobs, name)
         d.add_column(conn, self.meta, _RETENTION_COLUMN)
+        d.add_column(conn, self.jobs, WRITE_MODE_COLUMN)
         jobtables.record_plans(replace(self, version=SCHEMA_VERSION), conn)  # its tables now
         execute(
             conn,

@@ -28,14 +28,16 @@ def commit_in_branch(
     sink: SinkBatch | None = None,
     plan: StagedPlan | None = None,
     registered: bool = False,
+    modes: str = "",
 ) -> Finished | None:
     """A single-branch job's whole bookkeeping, inside its branch's own local
     transaction (the caller commits it, or rolls it back unless finished): the job row,
     born committed (a `registered` one, minted running by format("xasink"), moved to
     committed if still running, as a decision moves it); for a streaming batch the
     sink's conditional mark move, which serialises writers racing for the batch on the
-    mark's row lock; for a staged mode the apply from the branch's staging table. One
-    commit makes all of it durable at once; a crash before it leaves nothing new.
+    mark's row lock; for a staged mode the apply from the branch's staging table. A row
+    born here keeps `modes`, its writes'. One commit makes all of it durable at once; a
+    crash before it leaves nothing new.
 
     Returns what it finished, or None: the mark had reached the batch, belongs to
     another query or was reset. Raises JobOrderError while an older decided staged job
@@ -45,6 +47,7 @@ def commit_in_branch(
     try:
         if not registered:
             values = {"lease_seconds": 0, **sinkmarks.job_columns(sink)}
+            values |= journal.mode_column(modes)
             stamped = ("decided_at", "finished_at")
             journal.insert_job(conn, job_id, table, JobState.COMMITTED, values, stamped)
         elif not journal.end(conn, job_id, JobState.RUNNING, JobState.COMMITTED, decided=True):

@@ -5,6 +5,8 @@ something outside xasink rolled back. Recovery, the driver's phase 2, `xasink jo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..runtime.jdbc import JdbcConnection
 from ..xid import BranchId
 from . import links
@@ -27,6 +29,23 @@ LOST_DETAIL = (
     "decided for commit, but rolled back without committing (no marker, job not committed): "
     "its rows are NOT in the table"
 )
+
+
+def lost_detail(
+    journal: JournalReader, conn: JdbcConnection, job_id: str, lost: Sequence[int], staged: bool
+) -> str:
+    """Why a decided job can never finish: its winners of partitions `lost` were rolled
+    back behind xasink's back (`xasink recover` cannot bring them back), and what ends it:
+    `xasink resolve --abandon`, with --linked for a transaction over several databases."""
+    where = f"winning branch(es) of partition(s) {list(lost)[:20]} were rolled back outside"
+    link = journal.linked(conn, job_id)
+    if link is not None:
+        return f"{where} xasink, {links.lost_here(link, staged)}"
+    held = "the table is unchanged" if staged else "the other branches' rows are in"
+    return (
+        f"{where} xasink: their rows are NOT in the table ({held}); `xasink resolve {job_id} "
+        "--abandon` ends the job once you have dealt with them"
+    )
 
 
 def blocked_detail(
@@ -58,4 +77,4 @@ def blocked_detail(
     )
 
 
-__all__ = ["LOST_DETAIL", "awaits_coordinator", "blocked_detail"]
+__all__ = ["LOST_DETAIL", "awaits_coordinator", "blocked_detail", "lost_detail"]

@@ -21,6 +21,7 @@ from ..driver.request import JobRequest, PhaseOne, Preflight
 from ..executor.branch import write_rows
 from ..executor.contract import BranchReport, WritePlan
 from ..executor.one_phase import write_one_phase
+from ..protocol.jobtables import joined_modes
 from ..runtime.timing import step
 from ..tables.staging import ApplyPlan, ApplyPlans
 from .frame import shape_frame
@@ -97,7 +98,13 @@ def promote(
     job.apply = None if not staged else staged[0] if len(staged) == 1 else ApplyPlans(tuple(staged))
     first = held[0].request
     job.journal.begin_job(
-        job.conn, job.job_id, str(held[0].pre.table), job.apply, lease, first.sink
+        job.conn,
+        job.job_id,
+        str(held[0].pre.table),
+        job.apply,
+        lease,
+        first.sink,
+        modes=joined_modes(job.modes),
     )
     run()
     parts = []
