@@ -214,6 +214,33 @@ def test_an_upsert_with_order_never_brings_a_newer_delete_back(spark, db):
     _clean(db)
 
 
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_two_journals_writing_one_table_keep_one_order_of_its_deletes(spark, db, journal_schema):
+    """Two writers of one table, each with its own journal (`journal_schema`): a delete
+    made through one keeps its order for the other's changes, both ways. Its tombstones
+    live beside the table, one table of them, which each journal lists."""
+    table = _table(db)
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at"}
+    a = {**merge, **connection_args(db)}
+    b = {**merge, **connection_args(db, journal_schema=journal_schema)}
+    write_xa(_changes(spark, [(1, "new", 10, "c"), (2, "new", 10, "c")]), table=table, **a)
+    write_xa(_changes(spark, [(1, "", 20, "d")]), table=table, **a)
+    write_xa(_changes(spark, [(2, "", 20, "d")]), table=table, **b)
+    late = [(1, "late", 15, "u"), (2, "late", 15, "c")]
+    assert write_xa(_changes(spark, late), table=table, **b).stale == 2
+    assert write_xa(_changes(spark, late), table=table, **a).stale == 2
+    assert _rows(db, table) == {}
+    # One table of tombstones, beside the target (its own schema), listed by both journals.
+    tombs = _tombstones_table(db, table)
+    listed = f"SELECT tomb_table FROM {journal_schema}.xasink_tombstones"
+    assert run_sql(db, listed, admin=False) == [(tombs,)]
+    assert _tombstones(db, table) == {1: 20, 2: 20}
+    assert write_xa(_changes(spark, [(1, "back", 25, "u")]), table=table, **b).stale == 0
+    assert _rows(db, table) == {1: ("back", 25)} and _tombstones(db, table) == {2: 20}
+    _clean(db)
+
+
 def test_without_the_column_in_the_table_order_decides_within_a_write_only(spark, db):
     """Today's behaviour where the table keeps no order: the highest order per key wins
     within the write, and a later write replaces what is there, whatever its order."""
@@ -292,7 +319,7 @@ def test_a_login_that_cannot_keep_the_order_of_deletes_is_refused_before_writing
         run_sql(db, f"GRANT CREATE ON SCHEMA {schema} TO {db.user}")
         from xasink.tables.tombstones import tomb_table  # its name, to make it as another login
 
-        tomb = f"{schema}.{tomb_table(TableRef(name, schema), schema).name}"
+        tomb = f"{schema}.{tomb_table(TableRef(name, schema)).name}"
         run_sql(  # made by another login, which grants this one nothing
             db,
             f"CREATE TABLE {tomb} (id BIGINT NOT NULL PRIMARY KEY, xasink_order BIGINT NOT "

@@ -209,7 +209,7 @@ class StagedApplier:
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> None:
         for write in ApplyPlans.of(plan).writes:
-            tombstones.check_tombs(dialect, write)
+            tombstones.check_tombs(write)
             check_stage(conn, dialect, write)
 
     def apply(

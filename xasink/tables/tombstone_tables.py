@@ -1,8 +1,9 @@
-"""A table's tombstones (`tombstones`) made ready before anything is written: created next to
-the journal if missing (DDL: never inside a branch, nor inside the apply's transaction,
-where MySQL would commit it), checked to hold the target's key and order exactly, and
-written once by no-op statements, so that a login that may not write it is refused in
-preflight rather than after a decision it could not apply."""
+"""A table's tombstones (`tombstones`) made ready before anything is written: created beside
+the table if missing (DDL: never inside a branch, nor inside the apply's transaction,
+where MySQL would commit it), listed in the writing journal's `xasink_tombstones`, checked
+to hold the target's key and order exactly, and written once by no-op statements, so that
+a login that may not write it is refused in preflight rather than after a decision it
+could not apply."""
 
 from __future__ import annotations
 
@@ -36,17 +37,17 @@ def ensure_tombstones(
     lock_wait: float,
     redact: Redactor,
 ) -> None:
-    """Make `target`'s table of tombstones ready (see the module), next to the journal in
-    `schema`; `targets` are the columns written, in the order `options.written` gives them.
-    Raises PreflightError saying what to grant or do."""
+    """Make `target`'s table of tombstones ready (see the module), listed by the journal in
+    `schema`; `target` is the table's identity, `targets` the columns written, in the order
+    `options.written` gives them. Raises PreflightError saying what to grant or do."""
     spelled = dict(zip(options.written(frame_columns), targets, strict=True))
     key = [spelled[k] for k in options.key]
     order = spelled[options.order or ""]
-    tombs = tomb_table(target, schema)
+    tombs = tomb_table(target)
     registry = TableRef(REGISTRY, schema)
 
     def creating() -> str:  # what to do, should it fail
-        where = schema or _current_schema(conn, dialect)
+        where = target.schema or _current_schema(conn, dialect)
         return _create_fix(dialect, where, user, registry)
 
     with _refused(target, tombs, redact, "creating it failed", creating):
@@ -72,15 +73,16 @@ def ensure_tombstones(
 
 def _current_schema(conn: JdbcConnection, dialect: Dialect) -> str:
     if dialect.current_schema_sql is None:
-        return "<the journal's schema>"
+        return "<the table's schema>"
     return str(query(conn, dialect.current_schema_sql)[0][0])
 
 
 def _create_fix(dialect: Dialect, schema: str, user: str | None, registry: TableRef) -> str:
     return (
-        f"let this login create tables there ({dialect.create_grant(schema, user)}), or have "
-        "a login that may run one such write first, then grant this one SELECT, INSERT, "
-        f"UPDATE, DELETE on the two tables it makes (that one and {registry})"
+        f"let this login create tables in the table's schema ({dialect.create_grant(schema, user)}"
+        "), or have a login that may run one such write first (through this journal), then "
+        f"grant this one SELECT, INSERT, UPDATE, DELETE on the tables it makes: that one, "
+        f"and {registry} if this login may not create it either"
     )
 
 
@@ -99,8 +101,8 @@ def _refused(
         raise
     except Exception as exc:
         raise PreflightError(
-            f"xasink keeps the order of the deleted keys of {target} in {tombs}, next to the "
-            f"journal, and {what}: {redact(java_message(exc))}. Nothing was written. To "
+            f"xasink keeps the order of the deleted keys of {target} in {tombs}, beside it, "
+            f"and {what}: {redact(java_message(exc))}. Nothing was written. To "
             f"write into {target} with `order`, {fix()}."
         ) from None
 

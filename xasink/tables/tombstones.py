@@ -6,13 +6,17 @@ is stale, as a change no newer than a stored row is: it is not applied and count
 `stale`. A newer change inserts the row again and the tombstone goes; a newer delete raises
 its order, an older one never lowers it.
 
-Each such table has a table of tombstones of its own next to the journal, named from the
-target's identity (`tomb_table`) and typed like the target's key and order columns, so the
-apply compares them exactly, in its own statements and transaction (`applier`). It is made
-before any branch opens (`tombstone_tables`: DDL cannot run inside an XA branch, nor
-inside the apply's transaction on MySQL), and listed in `xasink_tombstones` with its target,
-so that the journal's retention deletes the tombstones older than the retention (`forget`):
-past it, a change older than a forgotten delete inserts the row again.
+Each such table has one table of tombstones, beside it in its own schema, named from its
+identity (`tomb_table`) and typed like its key and order columns, so the apply compares
+them exactly, in its own statements and transaction (`applier`). One for the table, not one
+per journal: two writers of a table with journals of their own (which share its apply
+lock, `protocol.applying`) must see each other's deletes. It is made before any branch
+opens (`tombstone_tables`: DDL cannot run inside an XA branch, nor inside the apply's
+transaction on MySQL), and every journal whose merges write it lists it, with its target,
+in its own `xasink_tombstones`, so that the journal's retention deletes the tombstones
+older than the retention (`forget`): past it, a change older than a forgotten delete
+inserts the row again. Each journal sweeps by its own retention, so a table written
+through several keeps its deletes' order for the shortest of theirs.
 
 A stored row speaks for its key: a tombstone only speaks for a key the table does not hold
 (a row another writer put back outranks it), so each change is stale when the stored row is
@@ -51,29 +55,25 @@ def keeps_deletes(options: ModeOptions) -> bool:
     return options.mode in (UPSERT, MERGE) and options.order is not None and options.order_stored
 
 
-def tomb_table(target: TableRef, schema: str | None) -> TableRef:
-    """The table keeping the order of `target`'s deleted keys, next to the journal in
-    `schema`: a safe part of the target's name, then a digest of its identity (schema and
-    name, exactly as the server resolves them). At most 53 characters: both servers allow
-    63, and its index adds 7."""
+def tomb_table(target: TableRef) -> TableRef:
+    """The table keeping the order of `target`'s deleted keys, beside it in its schema: a
+    safe part of the target's name, then a digest of its identity (schema and name, exactly
+    as the server resolves them). At most 53 characters: both servers allow 63, and its
+    index adds 7."""
     readable = re.sub(r"[^a-z0-9]+", "_", target.name.lower())[:_READABLE].strip("_")
     digest = hashlib.sha256(f"{target.schema or ''}\x00{target.name}".encode()).hexdigest()
     name = f"{_PREFIX}{readable}_{digest[:16]}" if readable else f"{_PREFIX}{digest[:16]}"
-    return TableRef(name, schema)
+    return TableRef(name, target.schema)
 
 
-def check_tombs(dialect: Dialect, plan: ApplyPlan) -> None:
-    """Refuse a plan whose tombstones are not its target's own next to its staging table (a
-    journal row xasink did not write: recovery may run with more privileges than writers)."""
-    tombs, stage = plan.tombs, plan.stage
-    if tombs is None or tombs == tomb_table(plan.target, stage.schema):
-        return
-    temporary = dialect.temporary_schema is not None and stage.schema == dialect.temporary_schema
-    if not (temporary and tombs.name == tomb_table(plan.target, None).name):
+def check_tombs(plan: ApplyPlan) -> None:
+    """Refuse a plan whose tombstones are not its target's own (a journal row xasink did
+    not write: recovery may run with more privileges than writers)."""
+    if plan.tombs is not None and plan.tombs != tomb_table(plan.target):
         raise JournalError(
-            f"A job's apply plan names {tombs} for the deleted keys of {plan.target}, which "
-            "is not the table xasink keeps for them: refusing to act on it. Check who can "
-            "write the journal's tables."
+            f"A job's apply plan names {plan.tombs} for the deleted keys of {plan.target}, "
+            "which is not the table xasink keeps for them: refusing to act on it. Check who "
+            "can write the journal's tables."
         )
 
 
@@ -163,8 +163,8 @@ def present(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> bool:
 def listed(
     conn: JdbcConnection, dialect: Dialect, schema: str | None
 ) -> list[tuple[TableRef, TableRef]]:
-    """(tombstones, target) for every table of tombstones next to the journal in `schema`
-    that exists and is the one xasink makes for its target (any other row is skipped)."""
+    """(tombstones, target) for every table of tombstones that the journal in `schema`
+    lists, exists, and is the one xasink makes for its target (any other row is skipped)."""
     registry = TableRef(REGISTRY, schema)
     if dialect.table_identity(conn, registry) is None:
         return []
@@ -176,7 +176,7 @@ def listed(
     found = []
     for name, target_schema, target_name in rows:
         target = TableRef(str(target_name), None if target_schema is None else str(target_schema))
-        tombs = tomb_table(target, schema)
+        tombs = tomb_table(target)
         if tombs.name != str(name):
             log.warning("xasink: %s lists %s, which xasink did not make: skipped", registry, name)
         elif dialect.table_identity(conn, tombs) is not None:
