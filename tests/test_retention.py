@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import uuid
 from pathlib import Path
@@ -117,7 +118,8 @@ def test_prune_keeps_every_row_something_still_reads(spark, db, journal_schema):
     tag = run_sql(db, f"SELECT tag FROM {j}_meta")[0][0]
     rollback = prepared_branch(db, schema, BranchId(str(tag), straggling, 0, 9))
     dry = xasink_cli(db, "prune", "--journal-schema", schema, "--dry-run", "--json")
-    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 45, "tombstones": 0}, dry.stdout
+    expected = {"dry_run": True, "jobs": 45, "tombstones": 0, "skipped": []}
+    assert json.loads(dry.stdout) == expected, dry.stdout
     done = xasink_cli(db, "prune", "--journal-schema", schema)
     assert done.stdout.startswith("deleted the journal rows of 45 job(s) finished over 7 days ago")
     left = _jobs(db, schema)
@@ -208,12 +210,19 @@ def test_the_retention_sweeps_the_order_of_deleted_keys(spark, db, journal_schem
     assert _tombstones(db, schema, name)[1] == {k: 20 for k in range(1, 4)}
     run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = {ago} WHERE id = 1")
     dry = xasink_cli(db, "prune", "--journal-schema", schema, "--dry-run", "--json")
-    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 0, "tombstones": 1}, dry.stdout
+    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 0, "tombstones": 1, "skipped": []}, (
+        dry.stdout
+    )
     # While an apply into the table holds its lock, its tombstones are left for later: the
     # apply counts its stale changes before its statements, and must find them unchanged.
     with contextlib.closing(_holding_apply_lock(db, schema, name)):
         done = xasink_cli(db, "prune", "--journal-schema", schema, "--json")
-        assert json.loads(done.stdout) == {"dry_run": False, "jobs": 0, "tombstones": 0}
+        assert json.loads(done.stdout) == {
+            "dry_run": False,
+            "jobs": 0,
+            "tombstones": 0,
+            "skipped": [],
+        }
     done = xasink_cli(db, "prune", "--journal-schema", schema)
     assert "and the order of 1 deleted key(s)" in done.stdout, done.stdout + done.stderr
     assert _tombstones(db, schema, name)[1] == {2: 20, 3: 20}
@@ -258,3 +267,68 @@ def test_prune_below_a_day_keeps_the_row_that_tells_a_lost_commit_apart(spark, d
     forced = xasink_cli(db, "prune", "--journal-schema", schema, "--older-than", "0", "--force")
     assert forced.stdout.startswith("deleted the journal rows of 1 job(s)"), forced.stderr
     assert _jobs(db, schema) == {}
+
+
+def _other_schema(db) -> str:
+    """A schema (MySQL: a database) the admin makes, where this login may create tables."""
+    other = f"os_{uuid.uuid4().hex[:8]}"
+    if db.kind == "postgres":
+        run_sql(db, f"CREATE SCHEMA {other}", f"GRANT USAGE, CREATE ON SCHEMA {other} TO {db.user}")
+    else:
+        run_sql(db, f"CREATE DATABASE {other}", f"GRANT ALL ON {other}.* TO '{db.user}'@'%'")
+    return other
+
+
+def test_a_table_of_tombstones_this_login_may_not_sweep_is_skipped(
+    spark, db, journal_schema, caplog
+):
+    """One journal lists two tables of tombstones, and this login may no longer delete from
+    the first (its privileges changed). A writer's round sweeps the other and says once
+    which it skipped; `xasink prune` does the same and reports it (text and JSON)."""
+    schema, other = journal_schema, _other_schema(db)
+    try:
+        login = connection_args(db, journal_schema=schema)
+        merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+        columns = "id long, v string, updated_at long, op string"
+        tables = [f"{other}.a_{uuid.uuid4().hex[:8]}", f"{schema}.b_{uuid.uuid4().hex[:8]}"]
+        for table in tables:
+            ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+            run_sql(db, ddl, admin=False)
+            deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], columns)
+            write_xa(deletes, table=table, **merge)
+        listed = f"SELECT tomb_table, target_schema FROM {schema}.xasink_tombstones ORDER BY 1"
+        locked, swept = (f"{s}.{t}" for t, s in run_sql(db, listed))
+        assert locked.startswith(f"{other}.") and swept.startswith(f"{schema}.")
+        ago = "INTERVAL '30 days'" if db.kind == "postgres" else "INTERVAL 30 DAY"
+        for tomb in (locked, swept):
+            run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = xasink_deleted_at - {ago}")
+        revoke = (
+            f"REVOKE DELETE ON {locked} FROM {db.user}"
+            if db.kind == "postgres"
+            else f"REVOKE DELETE ON {other}.* FROM '{db.user}'@'%'"
+        )
+        run_sql(db, revoke)
+        caplog.set_level(logging.WARNING, logger="xasink")
+        retention._due.clear()  # the next write's end sweeps a round
+        rows = [(9, "x", 1, "c"), (5, "", 20, "d")]
+        write_xa(spark.createDataFrame(rows, columns), table=tables[1], **merge)
+        assert run_sql(db, f"SELECT id FROM {swept}") == [(5,)]
+        assert run_sql(db, f"SELECT COUNT(*) FROM {locked}") == [(3,)]
+        said = [r.getMessage() for r in caplog.records if locked in r.getMessage()]
+        assert len(said) == 1 and "skipped" in said[0], said
+        run_sql(db, f"UPDATE {swept} SET xasink_deleted_at = xasink_deleted_at - {ago}")
+        json_said = xasink_cli(db, "prune", "--journal-schema", schema, "--json")
+        assert json.loads(json_said.stdout) == {
+            "dry_run": False,
+            "jobs": 0,
+            "tombstones": 1,
+            "skipped": [locked],
+        }, json_said.stdout + json_said.stderr
+        text = xasink_cli(db, "prune", "--journal-schema", schema)
+        assert text.returncode == 0 and f"skipped {locked}" in text.stdout, text.stdout
+        assert run_sql(db, f"SELECT COUNT(*) FROM {locked}") == [(3,)]
+        assert run_sql(db, f"SELECT COUNT(*) FROM {swept}") == [(0,)]
+        assert_clean(db)
+    finally:
+        drop = f"DROP SCHEMA {other} CASCADE" if db.kind == "postgres" else f"DROP DATABASE {other}"
+        run_sql(db, drop)

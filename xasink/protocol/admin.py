@@ -154,13 +154,15 @@ def prune(
     *,
     dry_run: bool,
     force: bool = False,
+    redact: Redactor | None = None,
 ) -> Swept:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago, and the
     tombstones of keys deleted longer ago, as the journal's retention does by itself, all
     at once (`retention.sweep`). Rows that are still evidence stay, whatever the age asked
     for. Below the retention's floor of a day, only with `force`: a one-phase job whose
     commit's outcome was unknown is told committed by its row alone (`set_retention` says
-    why)."""
+    why). A table of tombstones it could not sweep is skipped (`Swept.skipped`); `redact`
+    masks the log's word of it."""
     if 0 <= older_than_days < MINIMUM_DAYS and not force:
         raise ConfigurationError(
             f"--older-than {older_than_days:g} is below {MINIMUM_DAYS:g} day, the floor of a "
@@ -171,7 +173,10 @@ def prune(
             f"--older-than {MINIMUM_DAYS:g} or more, or add --force once every such job is "
             "settled."
         )
-    return sweep(journal, conn, older_than_days, dry_run=dry_run, staged=journal.staged)
+    masked = redact or Redactor()
+    return sweep(
+        journal, conn, older_than_days, dry_run=dry_run, staged=journal.staged, redact=masked
+    )
 
 
 # -- the commands' sessions ----------------------------------------------------------
