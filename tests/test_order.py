@@ -355,3 +355,48 @@ def test_a_table_of_tombstones_dropped_by_hand_never_strands_a_decided_job(spark
     warned = [r.getMessage() for r in caplog.records if "keeps the order" in r.getMessage()]
     assert len(warned) == 1 and "is gone" in warned[0], warned
     _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_key_whose_type_changed_is_checked_against_its_tombstones_again(spark, db, caplog):
+    """The check that the table of tombstones holds the key and order is remembered a while
+    (preflight's cache), keyed by their types too: once the key widens (INT to BIGINT, with
+    a column added, which makes the table described afresh), the next merge checks again
+    and is refused before anything is written, naming the table of tombstones. Behind a
+    remembered check, a table of tombstones narrowed by hand makes a decided job go on
+    without it, saying so, never fail on a value it cannot hold."""
+    table = f"ord_{uuid.uuid4().hex[:10]}"
+    ddl = f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+    run_sql(db, ddl, admin=False)
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at"}
+    merge |= connection_args(db)
+    write_xa(_changes(spark, [(1, "", 20, "d")]), table=table, **merge)
+    tombs, jobs = _tombstones_table(db, table), len(job_states(db))
+    widen = (
+        f"ALTER TABLE {table} ALTER COLUMN id TYPE BIGINT, ADD COLUMN note VARCHAR(8)"
+        if db.kind == "postgres"
+        else f"ALTER TABLE {table} MODIFY id BIGINT NOT NULL, ADD COLUMN note VARCHAR(8)"
+    )
+    run_sql(db, widen)
+    big = 3_000_000_000
+    noted = spark.createDataFrame([(big, "", 20, "d", "n")], f"{CHANGES}, note string")
+    with pytest.raises(PreflightError, match=tombs):
+        write_xa(noted, table=table, **merge)
+    assert len(job_states(db)) == jobs and _tombstones(db, table) == {1: 20}
+    run_sql(db, f"DROP TABLE {tombs}")  # as the refusal says: made afresh, the next write
+    write_xa(noted, table=table, **merge)
+    assert _tombstones(db, table) == {big: 20}
+    narrow = (
+        f"ALTER TABLE {tombs} ALTER COLUMN id TYPE INT"
+        if db.kind == "postgres"
+        else f"ALTER TABLE {tombs} MODIFY id INT NOT NULL"
+    )
+    run_sql(db, f"DELETE FROM {tombs}", narrow)
+    caplog.set_level(logging.WARNING, logger="xasink")
+    done = write_xa(noted, table=table, **merge)  # the check is remembered: no preflight
+    assert (done.outcome, done.stale) == ("committed", 0)
+    assert _rows(db, table) == {} and _tombstones(db, table) == {}
+    warned = [r.getMessage() for r in caplog.records if tombs in r.getMessage()]
+    assert len(warned) == 1 and "cannot hold" in warned[0], warned
+    _clean(db)

@@ -18,8 +18,7 @@ from ..runtime.jdbc import JdbcConnection, execute, java_message, query
 from ..spec import TableRef
 from .columns import TableColumn
 from .modes import ModeOptions
-from .retyping import keeps_values
-from .tombstones import DELETED_AT, ORDER, REGISTRY, tomb_table
+from .tombstones import DELETED_AT, ORDER, REGISTRY, holds, tomb_table
 
 #: The session lock one first writer at a time creates tables of tombstones under.
 _CREATION_LOCK = "tombstones creation"
@@ -171,12 +170,8 @@ def _check_shape(
     columns: dict[str, str],
 ) -> None:
     """The tombstones hold every value of the target's key and order columns unchanged."""
-    wanted = {dialect.column_key(c.name): c.sql_type for c in key}
-    wanted[dialect.column_key(ORDER)] = order.sql_type
-    fits = set(columns) == {*wanted, dialect.column_key(DELETED_AT)} and all(
-        keeps_values(dialect.name, sql_type, columns[name]) for name, sql_type in wanted.items()
-    )
-    if fits:
+    wanted = {c.name: c.sql_type for c in key} | {ORDER: order.sql_type}
+    if holds(dialect, wanted, columns):
         return
     now = ", ".join(f"{n} {t}" for n, t in columns.items())
     needed = ", ".join(f"{n} {t}" for n, t in wanted.items())

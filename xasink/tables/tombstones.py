@@ -34,6 +34,7 @@ from ..errors import JournalError
 from ..runtime.jdbc import JdbcConnection, Param, execute, query
 from ..spec import TableRef
 from .modes import MERGE, ORDER_COLUMN, UPSERT, ModeOptions
+from .retyping import keeps_values
 from .staging import ApplyPlan
 
 log = logging.getLogger("xasink")
@@ -142,21 +143,48 @@ def tomb_steps(dialect: Dialect, plan: ApplyPlan, source: str) -> list[Statement
 
 
 def present(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> bool:
-    """Whether the plan's tombstones can be kept: a plan without them keeps none, and one
-    whose table is gone (dropped by hand since the write began) applies without them,
-    saying so, rather than fail after its decision."""
+    """Whether the plan's tombstones can be kept, read in the apply's transaction under a
+    lock that keeps the table's definition until it ends. A plan without them keeps none.
+    One whose table is gone (dropped by hand since the write began), or no longer holds the
+    key and order the job staged (changed by hand behind preflight's remembered check),
+    applies without it, saying so, rather than fail after its decision on a value the
+    table cannot hold (which would blame the data)."""
     if plan.tombs is None:
         return False
-    if dialect.table_identity(conn, plan.tombs) is not None:
-        return True
+    if dialect.table_identity(conn, plan.tombs) is None:
+        why, fix = "is gone", "the next write makes it again"
+    else:
+        columns = dialect.locked_column_types(conn, plan.tombs)
+        if columns is None or not plan.types or holds(dialect, _staged(plan), columns):
+            return True
+        why = "cannot hold the key and order this job staged"
+        fix = "drop it, and a write after preflight's next check makes it afresh"
     log.warning(
-        "xasink: %s, which keeps the order of the deleted keys of %s, is gone: this job's "
-        "changes apply without it, and its deletes keep no order (the next write makes it "
-        "again)",
+        "xasink: %s, which keeps the order of the deleted keys of %s, %s: this job's changes "
+        "apply without it, and its deletes keep no order (%s)",
         plan.tombs,
         plan.target,
+        why,
+        fix,
     )
     return False
+
+
+def _staged(plan: ApplyPlan) -> dict[str, str]:
+    """The key's and the order's types the plan staged, as the tombstones name them."""
+    typed = dict(zip(plan.columns, plan.types, strict=True))
+    return {**{k: typed[k] for k in plan.key}, ORDER: typed[plan.order_column or ""]}
+
+
+def holds(dialect: Dialect, wanted: dict[str, str], columns: dict[str, str]) -> bool:
+    """Whether a table of tombstones of `columns` (name: type) holds every value of the
+    `wanted` key and order types (name: type) unchanged, and has no other column but when
+    its delete applied."""
+    found = {dialect.column_key(n): t for n, t in columns.items()}
+    need = {dialect.column_key(n): t for n, t in wanted.items()}
+    return set(found) == {*need, dialect.column_key(DELETED_AT)} and all(
+        keeps_values(dialect.name, t, found[n]) for n, t in need.items()
+    )
 
 
 # -- the journal's retention ---------------------------------------------------------------
