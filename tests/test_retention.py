@@ -269,6 +269,39 @@ def test_prune_below_a_day_keeps_the_row_that_tells_a_lost_commit_apart(spark, d
     assert _jobs(db, schema) == {}
 
 
+def test_prune_never_deletes_a_tombstone_younger_than_the_retention(spark, db, journal_schema):
+    """Tombstones follow the journal's retention only: `prune --older-than` below it (down
+    to the grace with --force) deletes the jobs that old, and no tombstone younger than the
+    retention; with a retention of 0 (keep everything), none at all."""
+    schema, name = journal_schema, f"d_{uuid.uuid4().hex[:8]}"
+    table = f"{schema}.{name}"
+    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+    run_sql(db, ddl, admin=False)
+    login = connection_args(db, journal_schema=schema)
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+    columns = "id long, v string, updated_at long, op string"
+    deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], columns)
+    write_xa(deletes, table=table, **merge)
+    tomb, _ = _tombstones(db, schema, name)
+    days = "INTERVAL '{} days'" if db.kind == "postgres" else "INTERVAL {} DAY"
+    for key, age in ((0, 3), (1, 10)):  # the retention is 7 days
+        at = f"xasink_deleted_at - {days.format(age)}"
+        run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = {at} WHERE id = {key}")
+
+    def pruned(*args: str) -> int:
+        done = xasink_cli(db, "prune", "--journal-schema", schema, "--json", *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return int(json.loads(done.stdout)["tombstones"])
+
+    assert pruned("--older-than", "2") == 1
+    assert _tombstones(db, schema, name)[1] == {0: 20, 2: 20}
+    assert pruned("--older-than", "0", "--force") == 0
+    xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "0")
+    run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = xasink_deleted_at - {days.format(30)}")
+    assert pruned("--older-than", "1") == 0
+    assert _tombstones(db, schema, name)[1] == {0: 20, 2: 20}
+
+
 def _other_schema(db) -> str:
     """A schema (MySQL: a database) the admin makes, where this login may create tables."""
     other = f"os_{uuid.uuid4().hex[:8]}"

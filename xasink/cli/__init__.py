@@ -188,6 +188,8 @@ def _prune(args: argparse.Namespace) -> int:
     text = f"{verb} the journal rows of {swept.jobs} job(s) finished over {days:g} days ago"
     if swept.tombstones:
         text += f", and the order of {swept.tombstones} deleted key(s)"
+        if before > days:  # never younger than the retention, whatever --older-than says
+            text += f" (deleted over {before:g} days ago: the retention)"
     if swept.skipped:  # the log says why
         text += f"; skipped {', '.join(swept.skipped)}, which this login could not sweep"
     if keep_all:

@@ -119,15 +119,23 @@ def sweep(
     dry_run: bool = False,
     staged: StagedApply[Any] | None = None,
     redact: Callable[[object], str] = _MASKED,
+    retention: float | None = None,
 ) -> Swept:
     """Delete the rows of up to `limit` jobs (all, when None) that ended more than
     `older_than_days` ago and that nothing reads any more (see the module), oldest first,
-    then (with `staged`) the tombstones of keys deleted longer ago; `dry_run` counts them.
-    `redact` masks what a skipped table's failure says in the log."""
+    then (with `staged`) the tombstones of keys deleted longer ago, never one younger than
+    the journal's `retention` (None: `older_than_days` is it; 0 keeps them all): a delete
+    keeps its order for the retention, whatever age the jobs are pruned at. `dry_run`
+    counts them. `redact` masks what a skipped table's failure says in the log."""
     jobs = _sweep_jobs(journal, conn, older_than_days, limit, dry_run)
-    seconds = max(older_than_days * 86400.0, GRACE)
+    kept = older_than_days if retention is None else retention
+    seconds = max(older_than_days, kept) * 86400.0
     bound = None if limit is None else TOMBSTONES_ROUND
-    tombs = _sweep_tombstones(journal, conn, staged, seconds, bound, dry_run, redact)
+    tombs = (
+        _sweep_tombstones(journal, conn, staged, max(seconds, GRACE), bound, dry_run, redact)
+        if kept
+        else Swept(0, False)
+    )
     return Swept(jobs.jobs, jobs.more or tombs.more, tombs.tombstones, tombs.skipped)
 
 
