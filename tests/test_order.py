@@ -210,7 +210,8 @@ def test_an_upsert_with_order_never_brings_a_newer_delete_back(spark, db):
     done = write_xa(rows, table=table, **upsert)
     expected = {k: ("newer", 25) for k in range(5)} | {k: ("late", 15) for k in range(10, 20)}
     assert done.stale == 0 and _rows(db, table) == expected
-    assert _tombstones(db, table) == {k: 20 for k in range(5, 10)}
+    # An upsert reads the tombstones and changes none: a stored row speaks for its key.
+    assert _tombstones(db, table) == {k: 20 for k in range(10)}
     _clean(db)
 
 
@@ -295,7 +296,7 @@ def test_a_late_batch_of_a_stream_never_undoes_a_newer_one(spark, db, tmp_path):
 
 
 def test_a_login_that_cannot_keep_the_order_of_deletes_is_refused_before_writing(spark, postgres):
-    """The table keeping deleted keys' order is made next to the journal before anything is
+    """The table keeping deleted keys' order is made beside the table before anything is
     written. A login that may not create it, or may not write the one another login made,
     is refused with what to grant; nothing is written."""
     db, schemas = postgres, own_journal_schema(postgres)
@@ -329,11 +330,20 @@ def test_a_login_that_cannot_keep_the_order_of_deletes_is_refused_before_writing
             write_xa(deletes, table=table, **merge, order="updated_at")
         assert _rows(db, table) == {1: ("a", 10)}
         assert run_sql(db, f"SELECT COUNT(*) FROM {schema}.xasink_jobs") == jobs
+        # An upsert with order only reads the tombstones: SELECT is all it needs.
+        run_sql(
+            db,
+            f"GRANT SELECT ON {tomb} TO {db.user}",
+            f"INSERT INTO {tomb} VALUES (2, 30, now())",
+        )
+        upsert = {"mode": "upsert", "key": "id", "order": "updated_at", **login}
+        rows = _frame(spark, [(2, "late", 25), (3, "new", 5)], ROWS, "one-phase")
+        assert write_xa(rows, table=table, **upsert).stale == 1
+        assert _rows(db, table) == {1: ("a", 10), 3: ("new", 5)}
         run_sql(db, f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tomb} TO {db.user}")
         assert write_xa(deletes, table=table, **merge, order="updated_at").stale == 0
-        assert _rows(db, table) == {} and run_sql(db, f"SELECT id, xasink_order FROM {tomb}") == [
-            (1, 20)
-        ]
+        assert _rows(db, table) == {3: ("new", 5)}
+        assert run_sql(db, f"SELECT id, xasink_order FROM {tomb} ORDER BY id") == [(1, 20), (2, 30)]
         _clean(db)
     finally:
         next(schemas, None)
@@ -399,4 +409,39 @@ def test_a_key_whose_type_changed_is_checked_against_its_tombstones_again(spark,
     assert _rows(db, table) == {} and _tombstones(db, table) == {}
     warned = [r.getMessage() for r in caplog.records if tombs in r.getMessage()]
     assert len(warned) == 1 and "cannot hold" in warned[0], warned
+    _clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_key_on_a_prefix_of_a_text_column_upserts_with_order_and_refuses_a_merge(
+    spark, mysql_family
+):
+    """A key MySQL can only index by a prefix (`UNIQUE (id(50))` on TEXT): an upsert with
+    `order` writes no tombstone, so it only reads a table of them where one exists, and
+    makes none; a merge, whose deletes would leave tombstones keyed like the table, is
+    refused before anything is written, with the reason and the remedy."""
+    db, table = mysql_family, f"ord_{uuid.uuid4().hex[:10]}"
+    ddl = f"CREATE TABLE {table} (id TEXT NOT NULL, v VARCHAR(32), updated_at BIGINT, "
+    run_sql(db, ddl + "UNIQUE KEY (id(50)))", admin=False)
+    login = connection_args(db)
+    upsert = {"mode": "upsert", "key": "id", "order": "updated_at", **login}
+    schema = "id string, v string, updated_at long"
+    done = write_xa(spark.createDataFrame([("a", "x", 10)], schema), table=table, **upsert)
+    assert done.stale == 0
+    older = spark.createDataFrame([("a", "old", 5), ("b", "y", 1)], schema)
+    assert write_xa(older, table=table, **upsert).stale == 1
+    rows = run_sql(db, f"SELECT id, v, updated_at FROM {table} ORDER BY id")
+    assert rows == [("a", "x", 10), ("b", "y", 1)]
+    assert _tombstones_table(db, table) is None
+    jobs = len(job_states(db))
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+    deletes = spark.createDataFrame(
+        [("a", "", 20, "d")], "id string, v string, updated_at long, op string"
+    )
+    with pytest.raises(PreflightError, match=r"prefix.*VARCHAR") as refused:
+        write_xa(deletes, table=table, **merge)
+    assert "'id'" in str(refused.value) and "GRANT" not in str(refused.value)
+    assert len(job_states(db)) == jobs and _tombstones_table(db, table) is None
+    assert run_sql(db, f"SELECT id, v, updated_at FROM {table} ORDER BY id") == rows
     _clean(db)

@@ -299,6 +299,10 @@ class Dialect:
         """A DELETE of at most `rows` of the rows of `table` where `where` holds."""
         raise ConfigurationError(f"The {self.name} dialect has no bounded DELETE.")
 
+    def keyable(self, sql_type: str) -> bool:
+        """Whether a primary key can hold a column of `sql_type` whole."""
+        return True
+
     def grantee(self, user: str | None) -> str:
         """`user` as a GRANT names it."""
         return self.quote(user) if user else "<the writing user>"

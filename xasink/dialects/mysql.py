@@ -40,6 +40,10 @@ def version_problem(version: str) -> str | None:
     )
 
 
+#: Column types an index holds by a prefix only: never whole, as a primary key must.
+_PREFIX_ONLY = frozenset(
+    ("tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob")
+)
 #: ER_GTID_UNSAFE_CREATE_DROP_TEMPORARY_TABLE_IN_TRANSACTION (MySQL < 8.0.13 with GTIDs).
 _GTID_UNSAFE = 1787
 #: What a login that may not create a temporary table there gets: no CREATE TEMPORARY
@@ -296,6 +300,11 @@ class MySQLDialect(Dialect):
 
     def delete_some_sql(self, table: str, where: str, rows: int) -> str:
         return f"DELETE FROM {table} WHERE {where} LIMIT {int(rows)}"
+
+    def keyable(self, sql_type: str) -> bool:
+        # TEXT and BLOB columns are indexed by a prefix only ("used in key specification
+        # without a key length").
+        return sql_type.split("(")[0].split()[0].lower() not in _PREFIX_ONLY
 
     def grantee(self, user: str | None) -> str:
         return "'" + user.replace("'", "''") + "'" if user else "<the writing user>"

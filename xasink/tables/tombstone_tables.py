@@ -17,8 +17,8 @@ from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, execute, java_message, query
 from ..spec import TableRef
 from .columns import TableColumn
-from .modes import ModeOptions
-from .tombstones import DELETED_AT, ORDER, REGISTRY, holds, tomb_table
+from .modes import MERGE, ModeOptions
+from .tombstones import DELETED_AT, ORDER, REGISTRY, described, holds, tomb_table
 
 #: The session lock one first writer at a time creates tables of tombstones under.
 _CREATION_LOCK = "tombstones creation"
@@ -44,13 +44,17 @@ def ensure_tombstones(
     order = spelled[options.order or ""]
     tombs = tomb_table(target)
     registry = TableRef(REGISTRY, schema)
+    if options.mode != MERGE:  # an upsert only reads them, where a merge made them
+        _readable(conn, dialect, (target, tombs), key, order, user, redact)
+        return
+    _refuse_unkeyable(dialect, target, key)
 
     def creating() -> str:  # what to do, should it fail
         where = target.schema or _current_schema(conn, dialect)
         return _create_fix(dialect, where, user, registry)
 
     with _refused(target, tombs, redact, "creating it failed", creating):
-        columns = _described(conn, dialect, tombs)
+        columns = described(conn, dialect, tombs)
         if not columns or not _registered(conn, dialect, registry, tombs):
             seconds = max(1, int(lock_wait))
             # One first writer at a time: PostgreSQL's CREATE TABLE IF NOT EXISTS fails (a
@@ -62,12 +66,52 @@ def ensure_tombstones(
                         "creation lock); nothing was written. Try again once it has finished."
                     )
                 _create(conn, dialect, tombs, registry, target, key, order)
-            columns = _described(conn, dialect, tombs)
+            columns = described(conn, dialect, tombs)
     _check_shape(dialect, target, tombs, key, order, columns)
     grantee, table = dialect.grantee(user), dialect.qualified(tombs)
     grant = f"grant it: GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {grantee}"
     with _refused(target, tombs, redact, "this login may not write it", lambda: grant):
         _probe(conn, dialect, tombs)
+
+
+def _readable(
+    conn: JdbcConnection,
+    dialect: Dialect,
+    tables: tuple[TableRef, TableRef],
+    key: Sequence[TableColumn],
+    order: TableColumn,
+    user: str | None,
+    redact: Redactor,
+) -> None:
+    """An upsert's part: the table of tombstones, where a merge made one, holds the key and
+    order and this login may read it. None made: no delete of the table has an order."""
+    target, tombs = tables
+    table = dialect.qualified(tombs)
+    with _refused(target, tombs, redact, "reading it failed", lambda: "resolve that error"):
+        columns = described(conn, dialect, tombs)
+    if not columns:
+        return
+    _check_shape(dialect, target, tombs, key, order, columns)
+    grant = f"grant it: GRANT SELECT ON {table} TO {dialect.grantee(user)}"
+    with _refused(target, tombs, redact, "this login may not read it", lambda: grant):
+        query(conn, f"SELECT 1 FROM {table} WHERE 1 = 0")
+
+
+def _refuse_unkeyable(dialect: Dialect, target: TableRef, key: Sequence[TableColumn]) -> None:
+    """A merge's deletes leave tombstones keyed like the table: a key column no primary key
+    can hold whole (MySQL's TEXT and BLOB, which a unique key holds by a prefix) cannot
+    keep their order, so such a merge is refused before anything is written."""
+    for column in key:
+        if not dialect.keyable(column.sql_type):
+            raise PreflightError(
+                f"The key column {column.name!r} of {target} is {column.sql_type}, which an "
+                "index holds only by a prefix (the table's unique key is on a prefix of it), "
+                "so xasink cannot keep the order of its deletes: a merge with `order` leaves "
+                "a tombstone of each deleted key, keyed like the table. Nothing was written. "
+                "Make the key column a VARCHAR (or VARBINARY) long enough for its values, or "
+                "merge without the table's order column (rename the DataFrame's), where a "
+                "change of a deleted key applies whatever its order."
+            )
 
 
 def _current_schema(conn: JdbcConnection, dialect: Dialect) -> str:
@@ -104,13 +148,6 @@ def _refused(
             f"and {what}: {redact(java_message(exc))}. Nothing was written. To "
             f"write into {target} with `order`, {fix()}."
         ) from None
-
-
-def _described(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> dict[str, str]:
-    """The table's columns (as `column_key` names them) and their types; {}: no table."""
-    sql, params = dialect.describe_columns_sql(table)
-    rows = query(conn, sql, params) if sql else []
-    return {dialect.column_key(str(r[0])): str(r[1]).lower() for r in rows}
 
 
 def _registered(

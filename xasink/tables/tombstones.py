@@ -3,14 +3,16 @@ the newest change of a key wins across writes), a merge's delete of a key leaves
 tombstone (key, order, when), also when the table did not hold the key, since the delete is
 still that key's newest known change. A later change of the key whose order is no higher
 is stale, as a change no newer than a stored row is: it is not applied and counts in
-`stale`. A newer change inserts the row again and the tombstone goes; a newer delete raises
-its order, an older one never lowers it.
+`stale`. A newer change inserts the row again (a merge's also removes the tombstone; an
+upsert only reads them, so a login that may only read them can upsert, and an upsert never
+makes the table); a newer delete raises its order, an older one never lowers it.
 
 Each such table has one table of tombstones, beside it in its own schema, named from its
-identity (`tomb_table`) and typed like its key and order columns, so the apply compares
-them exactly, in its own statements and transaction (`applier`). One for the table, not one
+identity (`tomb_table`) and typed like its key and order columns (a key an index holds
+only by a prefix, MySQL's TEXT, cannot key one: such a merge is refused), so the apply
+compares them exactly, in its own statements and transaction (`applier`). One for the table, not one
 per journal: two writers of a table with journals of their own (which share its apply
-lock, `protocol.applying`) must see each other's deletes. It is made before any branch
+lock, `protocol.applying`) must see each other's deletes. A merge makes it before any branch
 opens (`tombstone_tables`: DDL cannot run inside an XA branch, nor inside the apply's
 transaction on MySQL), and every journal whose merges write it lists it, with its target,
 in its own `xasink_tombstones`, so that the journal's retention deletes the tombstones
@@ -102,31 +104,39 @@ def stale_statement(dialect: Dialect, plan: ApplyPlan, latest: str, older: str) 
     )
 
 
+def _held(dialect: Dialect, plan: ApplyPlan) -> str:
+    """The table holds staged change `s`'s key."""
+    target = dialect.qualified(plan.target)
+    return f"EXISTS (SELECT 1 FROM {target} x WHERE {_same(dialect, plan, 's', 'x')})"
+
+
 def unburied(dialect: Dialect, plan: ApplyPlan) -> str:
-    """What an insert of staged change `s` needs, once `tomb_steps` ran: no tombstone of its
-    key is left (those left are as new or newer, of keys the table does not hold)."""
-    same = _same(dialect, plan, "s", "t")
-    return f"NOT EXISTS (SELECT 1 FROM {_tombs(dialect, plan)} t WHERE {same})"
+    """What an insert of staged change `s` needs. A merge's, once `tomb_steps` ran: no
+    tombstone of its key is left (those left are as new or newer, of keys the table does
+    not hold). An upsert's, which changes no tombstone (it deletes nothing, and needs only
+    to read them): the table holds its key, or no tombstone of it is as new or newer."""
+    same, tombs = _same(dialect, plan, "s", "t"), _tombs(dialect, plan)
+    if plan.mode == MERGE:
+        return f"NOT EXISTS (SELECT 1 FROM {tombs} t WHERE {same})"
+    newer = f"t.{dialect.quote(ORDER)} >= s.{dialect.quote(plan.order_column or '')}"
+    return (
+        f"({_held(dialect, plan)} OR NOT EXISTS (SELECT 1 FROM {tombs} t WHERE {same} AND {newer}))"
+    )
 
 
 def tomb_steps(dialect: Dialect, plan: ApplyPlan, source: str) -> list[Statement]:
-    """The apply's statements on the tombstones, after its DELETEs and before its INSERTs
-    (`source`: the staged changes, one per key, named `s`). Each delete whose key the table
-    does not hold now (it held none, or an older row the DELETE removed) leaves its order,
-    raising a lower one, never lowering a higher one. The tombstone of a key an insert or
-    update changes goes when that change is newer, or when the table holds the key."""
-    q, tombs = dialect.quote, _tombs(dialect, plan)
+    """A merge's statements on the tombstones, after its DELETEs and before its INSERTs
+    (`source`: the staged changes, one per key, named `s`); an upsert has none. Each delete
+    whose key the table does not hold now (it held none, or an older row the DELETE
+    removed) leaves its order, raising a lower one, never lowering a higher one. The
+    tombstone of a key an insert or update changes goes when that change is newer, or when
+    the table holds the key."""
+    if plan.mode != MERGE:
+        return []
+    q, tombs, held = dialect.quote, _tombs(dialect, plan), _held(dialect, plan)
     keys = ", ".join(q(k) for k in plan.key)
-    held = (
-        f"EXISTS (SELECT 1 FROM {dialect.qualified(plan.target)} x "
-        f"WHERE {_same(dialect, plan, 's', 'x')})"
-    )
     order = f"s.{q(plan.order_column or '')}"
     newer = f"(t.{q(ORDER)} < {order} OR {held})"
-    if plan.mode != MERGE:
-        return [
-            (dialect.delete_joined(tombs, "t", source, _same(dialect, plan, "s", "t"), newer), ())
-        ]
     deletes = plan.delete_values
     marks = ", ".join("?" for _ in deletes)
     op = plan.op_sql(dialect, "s.")
@@ -143,18 +153,26 @@ def tomb_steps(dialect: Dialect, plan: ApplyPlan, source: str) -> list[Statement
 
 
 def present(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> bool:
-    """Whether the plan's tombstones can be kept, read in the apply's transaction under a
-    lock that keeps the table's definition until it ends. A plan without them keeps none.
-    One whose table is gone (dropped by hand since the write began), or no longer holds the
+    """Whether the plan's tombstones can be kept (a merge) or honoured (an upsert, which
+    only reads them), read in the apply's transaction; a merge's under a lock that keeps
+    the table's definition until it ends. A plan without them keeps none, and an upsert
+    into a table none of whose keys was ever deleted by a merge has none to honour. One
+    whose table is gone (dropped by hand since the write began), or no longer holds the
     key and order the job staged (changed by hand behind preflight's remembered check),
     applies without it, saying so, rather than fail after its decision on a value the
     table cannot hold (which would blame the data)."""
     if plan.tombs is None:
         return False
     if dialect.table_identity(conn, plan.tombs) is None:
+        if plan.mode != MERGE:
+            return False
         why, fix = "is gone", "the next write makes it again"
     else:
-        columns = dialect.locked_column_types(conn, plan.tombs)
+        columns = (
+            dialect.locked_column_types(conn, plan.tombs)
+            if plan.mode == MERGE
+            else described(conn, dialect, plan.tombs)
+        )
         if columns is None or not plan.types or holds(dialect, _staged(plan), columns):
             return True
         why = "cannot hold the key and order this job staged"
@@ -168,6 +186,13 @@ def present(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> bool:
         fix,
     )
     return False
+
+
+def described(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> dict[str, str]:
+    """The table's columns (as `column_key` names them) and their types; {}: no table."""
+    sql, params = dialect.describe_columns_sql(table)
+    rows = query(conn, sql, params) if sql else []
+    return {dialect.column_key(str(r[0])): str(r[1]).lower() for r in rows}
 
 
 def _staged(plan: ApplyPlan) -> dict[str, str]:
