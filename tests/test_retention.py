@@ -21,6 +21,7 @@ from support import (
     connection_args,
     prepared_branch,
     run_sql,
+    spec_for,
     start_foreach_stream,
     stream_files,
     xasink_cli,
@@ -365,3 +366,39 @@ def test_a_table_of_tombstones_this_login_may_not_sweep_is_skipped(
     finally:
         drop = f"DROP SCHEMA {other} CASCADE" if db.kind == "postgres" else f"DROP DATABASE {other}"
         run_sql(db, drop)
+
+
+def test_a_busy_table_without_old_tombstones_asks_for_no_early_round(spark, db, journal_schema):
+    """A round that finds a table being applied to (its apply lock held) comes back soon (a
+    backlog's pace) only where old tombstones wait there: a busy table whose tombstones
+    are all younger than the retention leaves the rounds at their pace."""
+    from xasink.protocol.connecting import open_journal
+    from xasink.tables.applier import STAGED_APPLY
+
+    schema, name = journal_schema, f"d_{uuid.uuid4().hex[:8]}"
+    table = f"{schema}.{name}"
+    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+    run_sql(db, ddl, admin=False)
+    login = connection_args(db, journal_schema=schema)
+    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+    columns = "id long, v string, updated_at long, op string"
+    write_xa(
+        spark.createDataFrame([(1, "", 20, "d"), (2, "", 20, "d")], columns), table=table, **merge
+    )
+    tomb, _ = _tombstones(db, schema, name)
+    spec = spec_for(db)
+
+    def round_while_applied_to() -> retention.Swept | None:
+        with contextlib.closing(_holding_apply_lock(db, schema, name)):
+            session, journal = open_journal(spec, schema, staged=STAGED_APPLY)
+            with session:
+                retention._due.clear()
+                return retention.tend(journal, session, spec)
+
+    swept = round_while_applied_to()
+    assert swept is not None and (swept.tombstones, swept.more) == (0, False), swept
+    ago = "INTERVAL '30 days'" if db.kind == "postgres" else "INTERVAL 30 DAY"
+    run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = xasink_deleted_at - {ago} WHERE id = 1")
+    swept = round_while_applied_to()
+    assert swept is not None and (swept.tombstones, swept.more) == (0, True), swept
+    assert _tombstones(db, schema, name)[1] == {1: 20, 2: 20}

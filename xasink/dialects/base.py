@@ -303,13 +303,17 @@ class Dialect:
         """Whether a primary key can hold a column of `sql_type` whole."""
         return True
 
-    def grantee(self, user: str | None) -> str:
-        """`user` as a GRANT names it."""
+    def grantee(self, conn: JdbcConnection, user: str | None) -> str:
+        """This login (`user`) as a GRANT names it."""
         return self.quote(user) if user else "<the writing user>"
 
-    def create_grant(self, schema: str, user: str | None) -> str:
-        """The GRANT that lets `user` create tables in `schema`."""
-        return f"GRANT CREATE ON SCHEMA {self.quote(schema)} TO {self.grantee(user)}"
+    def create_grant(self, schema: str, grantee: str) -> str:
+        """The GRANT that lets `grantee` (as `grantee` names it) create tables in `schema`."""
+        return f"GRANT CREATE ON SCHEMA {self.quote(schema)} TO {grantee}"
+
+    def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
+        """The names of the table's indexes, lowercased (None: this dialect cannot tell)."""
+        return None
 
     def age_sql(self, column: str) -> str | None:
         """Seconds since the timestamp `column`, on the database's clock; None: unknown."""

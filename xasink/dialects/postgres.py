@@ -155,6 +155,15 @@ class PostgresDialect(Dialect):
     def try_lock_apply(self, conn: JdbcConnection, key: str) -> bool:
         return bool(query(conn, "SELECT pg_try_advisory_xact_lock(?)", (advisory_key(key),))[0][0])
 
+    def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
+        rows = query(
+            conn,
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = to_regclass(?)",
+            (self.qualified(table),),
+        )
+        return {str(r[0]).lower() for r in rows}
+
     def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
         rows = query(
             conn,

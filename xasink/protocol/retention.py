@@ -246,10 +246,13 @@ def _sweep_table(
     dry_run: bool,
 ) -> tuple[int, bool]:
     """One table of tombstones (and its target): how many went (`dry_run`: would go), and
-    whether more may be due (an apply held its lock, or `budget` ran out)."""
+    whether more may be due (old ones are left: an apply held its lock, or `budget` ran
+    out). A busy table with none old asks for no early round."""
     (tombs, target), d = table, journal.dialect
     if dry_run:
         return staged.count_tombstones(conn, d, tombs, seconds), False
+    if not staged.count_tombstones(conn, d, tombs, seconds, at_most=1):
+        return 0, False  # nothing old: no lock to try, no round to come back for
     total = 0
     while budget is None or total < budget:
         want = TOMBSTONES_CHUNK if budget is None else min(TOMBSTONES_CHUNK, budget - total)

@@ -237,9 +237,14 @@ class StagedApplier:
         return tombstones.listed(conn, dialect, schema)
 
     def count_tombstones(
-        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float
+        self,
+        conn: JdbcConnection,
+        dialect: Dialect,
+        tombs: TableRef,
+        seconds: float,
+        at_most: int | None = None,
     ) -> int:
-        return tombstones.count_old(conn, dialect, tombs, seconds)
+        return tombstones.count_old(conn, dialect, tombs, seconds, at_most)
 
     def forget_tombstones(
         self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float, rows: int

@@ -8,6 +8,7 @@ could not apply."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from ..dialects import Dialect
@@ -19,6 +20,8 @@ from ..spec import TableRef
 from .columns import TableColumn
 from .modes import MERGE, ModeOptions
 from .tombstones import DELETED_AT, ORDER, REGISTRY, described, holds, tomb_table
+
+log = logging.getLogger("xasink")
 
 #: The session lock one first writer at a time creates tables of tombstones under.
 _CREATION_LOCK = "tombstones creation"
@@ -51,12 +54,12 @@ def ensure_tombstones(
 
     def creating() -> str:  # what to do, should it fail
         where = target.schema or _current_schema(conn, dialect)
-        return _create_fix(dialect, where, user, registry)
+        return _create_fix(conn, dialect, where, user, registry)
 
-    with _refused(target, tombs, redact, "creating it failed", creating):
+    seconds = max(1, int(lock_wait))
+    with _refused(dialect, (target, tombs), redact, "creating it failed", creating):
         columns = described(conn, dialect, tombs)
         if not columns or not _registered(conn, dialect, registry, tombs):
-            seconds = max(1, int(lock_wait))
             # One first writer at a time: PostgreSQL's CREATE TABLE IF NOT EXISTS fails (a
             # duplicate key in its catalog) when another session creates the table at once.
             with dialect.session_locked(conn, _CREATION_LOCK, seconds) as got:
@@ -68,9 +71,14 @@ def ensure_tombstones(
                 _create(conn, dialect, tombs, registry, target, key, order)
             columns = described(conn, dialect, tombs)
     _check_shape(dialect, target, tombs, key, order, columns)
-    grantee, table = dialect.grantee(user), dialect.qualified(tombs)
-    grant = f"grant it: GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {grantee}"
-    with _refused(target, tombs, redact, "this login may not write it", lambda: grant):
+    _indexed(conn, dialect, tombs, seconds, redact)
+    table = dialect.qualified(tombs)
+
+    def granting() -> str:
+        grantee = dialect.grantee(conn, user)
+        return f"grant it: GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {grantee}"
+
+    with _refused(dialect, (target, tombs), redact, "this login may not write it", granting):
         _probe(conn, dialect, tombs)
 
 
@@ -87,13 +95,16 @@ def _readable(
     order and this login may read it. None made: no delete of the table has an order."""
     target, tombs = tables
     table = dialect.qualified(tombs)
-    with _refused(target, tombs, redact, "reading it failed", lambda: "resolve that error"):
+    with _refused(dialect, tables, redact, "reading it failed", lambda: "resolve that error"):
         columns = described(conn, dialect, tombs)
     if not columns:
         return
     _check_shape(dialect, target, tombs, key, order, columns)
-    grant = f"grant it: GRANT SELECT ON {table} TO {dialect.grantee(user)}"
-    with _refused(target, tombs, redact, "this login may not read it", lambda: grant):
+
+    def granting() -> str:
+        return f"grant it: GRANT SELECT ON {table} TO {dialect.grantee(conn, user)}"
+
+    with _refused(dialect, tables, redact, "this login may not read it", granting):
         query(conn, f"SELECT 1 FROM {table} WHERE 1 = 0")
 
 
@@ -120,33 +131,46 @@ def _current_schema(conn: JdbcConnection, dialect: Dialect) -> str:
     return str(query(conn, dialect.current_schema_sql)[0][0])
 
 
-def _create_fix(dialect: Dialect, schema: str, user: str | None, registry: TableRef) -> str:
+def _create_fix(
+    conn: JdbcConnection, dialect: Dialect, schema: str, user: str | None, registry: TableRef
+) -> str:
+    grant = dialect.create_grant(schema, dialect.grantee(conn, user))
     return (
-        f"let this login create tables in the table's schema ({dialect.create_grant(schema, user)}"
-        "), or have a login that may run one such write first (through this journal), then "
-        f"grant this one SELECT, INSERT, UPDATE, DELETE on the tables it makes: that one, "
-        f"and {registry} if this login may not create it either"
+        f"let this login create tables in the table's schema ({grant}), or have a login "
+        "that may run one such write first (through this journal), then grant this one "
+        "SELECT, INSERT, UPDATE, DELETE on the tables it makes: that one, and "
+        f"{registry} if this login may not create it either"
     )
 
 
 @contextlib.contextmanager
 def _refused(
-    target: TableRef,
-    tombs: TableRef,
+    dialect: Dialect,
+    tables: tuple[TableRef, TableRef],
     redact: Redactor,
     what: str,
     fix: Callable[[], str],
 ) -> Iterator[None]:
-    """A failure inside, as the PreflightError that says what to do."""
+    """A failure inside, as the PreflightError that says what to do. A wait for a lock
+    another session holds on the table (an ALTER or DROP queued there, a LOCK TABLE) is
+    said as such: no GRANT would help it."""
+    target, tombs = tables
     try:
         yield
     except PreflightError:
         raise
     except Exception as exc:
+        said = redact(java_message(exc))
+        where = f"xasink keeps the order of the deleted keys of {target} in {tombs}, beside it"
+        if dialect.is_lock_timeout(exc):
+            raise PreflightError(
+                f"{where}, and another session held a lock on it for as long as this write "
+                f"waits for one ({said}): an ALTER or DROP of it, queued or running, or a LOCK "
+                "TABLE. Nothing was written. Run the write again once that session is done."
+            ) from None
         raise PreflightError(
-            f"xasink keeps the order of the deleted keys of {target} in {tombs}, beside it, "
-            f"and {what}: {redact(java_message(exc))}. Nothing was written. To "
-            f"write into {target} with `order`, {fix()}."
+            f"{where}, and {what}: {said}. Nothing was written. To write into {target} with "
+            f"`order`, {fix()}."
         ) from None
 
 
@@ -196,6 +220,37 @@ def _create(
         + dialect.upsert_clause(["tomb_table"], []),
         (tombs.name, target.schema, target.name),
     )
+
+
+def _indexed(
+    conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: int, redact: Redactor
+) -> None:
+    """The index the retention's sweep finds old tombstones by, made again where it is
+    missing: PostgreSQL makes it after the table, in a statement of its own (a crash in
+    between leaves the table without it), and a person may drop it. Where this login may
+    not make it (on PostgreSQL, only the table's owner may), the log says so and the write
+    goes on: a sweep without it reads the whole table, never a wrong row."""
+    names = dialect.index_names(conn, tombs)
+    index = TableIndex("at", (DELETED_AT,))
+    if names is None or index.name(tombs.name).lower() in names:
+        return
+    sql = dialect.create_index_sql(dialect.qualified(tombs), tombs.name, index)
+    if sql is None:
+        return
+    try:
+        with dialect.session_locked(conn, _CREATION_LOCK, seconds) as got:
+            if got:
+                execute(conn, sql)
+    except Exception as exc:
+        if not dialect.is_duplicate_index(exc):
+            log.warning(
+                "xasink: %s has no index by when its deletes applied, and making it failed "
+                "(%s): the retention's sweep of it reads the whole table. Its owner can make "
+                "it: %s",
+                tombs,
+                redact(java_message(exc)),
+                sql,
+            )
 
 
 def _check_shape(

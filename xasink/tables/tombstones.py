@@ -241,10 +241,19 @@ def _old(dialect: Dialect, seconds: float) -> str:
     return f"{dialect.quote(DELETED_AT)} < {dialect.ago_sql(seconds)}"
 
 
-def count_old(conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float) -> int:
-    """How many of the tombstones are older than `seconds`."""
-    sql = f"SELECT COUNT(*) FROM {dialect.qualified(tombs)} WHERE {_old(dialect, seconds)}"
-    return int(query(conn, sql)[0][0])
+def count_old(
+    conn: JdbcConnection,
+    dialect: Dialect,
+    tombs: TableRef,
+    seconds: float,
+    at_most: int | None = None,
+) -> int:
+    """How many of the tombstones are older than `seconds` (up to `at_most`, when given:
+    the index reads that many)."""
+    rows = f"SELECT 1 FROM {dialect.qualified(tombs)} WHERE {_old(dialect, seconds)}"
+    if at_most is not None:
+        rows += f" {dialect.limit_sql(at_most)}"
+    return int(query(conn, f"SELECT COUNT(*) FROM ({rows}) x")[0][0])
 
 
 def forget(
