@@ -32,11 +32,11 @@ MERGE = ApplyPlan(
 )
 TOMB = tomb_table(TARGET).name
 LATEST_PG = (
-    'SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY "id" ORDER BY "xasink_order" '
+    'SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY "id" ORDER BY "ts" '
     f'DESC) AS xasink_rn FROM "journal"."xasink_stage_{JOB}" t) r WHERE xasink_rn = 1'
 )
 LATEST_MY = (
-    "SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY `id` ORDER BY `xasink_order` "
+    "SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY `id` ORDER BY `ts` "
     f"DESC) AS xasink_rn FROM `journal`.`xasink_stage_{JOB}` t) r WHERE xasink_rn = 1"
 )
 

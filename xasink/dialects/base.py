@@ -299,6 +299,13 @@ class Dialect:
         """A DELETE of at most `rows` of the rows of `table` where `where` holds."""
         raise ConfigurationError(f"The {self.name} dialect has no bounded DELETE.")
 
+    def collation_problem(
+        self, conn: JdbcConnection, table: TableRef, column: str, sql_type: str
+    ) -> str | None:
+        """Why the string column `column` of `table` (of `sql_type`) compares some
+        different strings as equal, by its collation; None: it never does, or unknown."""
+        return None
+
     def keyable(self, sql_type: str) -> bool:
         """Whether a primary key can hold a column of `sql_type` whole."""
         return True

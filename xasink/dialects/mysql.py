@@ -256,6 +256,20 @@ class MySQLDialect(Dialect):
     def delete_some_sql(self, table: str, where: str, rows: int) -> str:
         return f"DELETE FROM {table} WHERE {where} LIMIT {int(rows)}"
 
+    def collation_problem(
+        self, conn: JdbcConnection, table: TableRef, column: str, sql_type: str
+    ) -> str | None:
+        # Only a binary collation compares by code point (its PAD SPACE ignores trailing
+        # spaces: the one xasink's own tables have, utf8mb4_bin, too); the others by case,
+        # accents or width as well. The description names it (`describe_columns_sql`).
+        found = re.search(r" collate (\w+)", sql_type.lower())
+        if found is None or found.group(1).endswith("_bin"):
+            return None
+        return (
+            f"compares strings by the collation {found.group(1)}, which takes some different "
+            "ones for equal (by case, accents or width)"
+        )
+
     def keyable(self, sql_type: str) -> bool:
         # TEXT and BLOB columns are indexed by a prefix only ("used in key specification
         # without a key length").
