@@ -15,6 +15,7 @@ import logging
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from support import (
     assert_clean,
@@ -182,20 +183,33 @@ def _holding_apply_lock(db, schema: str, table: str):
     return holder
 
 
+#: The changes a merge with `order` writes in these tests.
+CHANGES = "id long, v string, updated_at long, op string"
+
+
+def _merged_table(
+    db, journal: str, schema: str | None = None, prefix: str = "d"
+) -> tuple[str, str, dict[str, Any]]:
+    """A table that stores its order column, in `schema` (default: the journal's): (its
+    name, `schema.name`, the keywords of a merge with `order` into it through the journal
+    in `journal`)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    table = f"{schema or journal}.{name}"
+    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+    run_sql(db, ddl, admin=False)
+    login = connection_args(db, journal_schema=journal)
+    return name, table, {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+
+
 def test_the_retention_sweeps_the_order_of_deleted_keys(spark, db, journal_schema):
     """A deleted key keeps its order for the journal's retention: a writer's round and
     `xasink prune` delete the older ones, after which an older change of that key inserts
     it again; the newer ones keep theirs."""
-    schema, name = journal_schema, f"d_{uuid.uuid4().hex[:8]}"
-    table = f"{schema}.{name}"
-    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
-    run_sql(db, ddl, admin=False)
-    login = connection_args(db, journal_schema=schema)
-    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
-    columns = "id long, v string, updated_at long, op string"
+    schema = journal_schema
+    name, table, merge = _merged_table(db, schema)
 
     def changes(rows: list[tuple[int, str, int, str]]) -> int:
-        return write_xa(spark.createDataFrame(rows, columns), table=table, **merge).stale
+        return write_xa(spark.createDataFrame(rows, CHANGES), table=table, **merge).stale
 
     assert changes([(k, "", 20, "d") for k in range(4)]) == 0
     tomb, kept = _tombstones(db, schema, name)
@@ -274,14 +288,9 @@ def test_prune_never_deletes_a_tombstone_younger_than_the_retention(spark, db, j
     """Tombstones follow the journal's retention only: `prune --older-than` below it (down
     to the grace with --force) deletes the jobs that old, and no tombstone younger than the
     retention; with a retention of 0 (keep everything), none at all."""
-    schema, name = journal_schema, f"d_{uuid.uuid4().hex[:8]}"
-    table = f"{schema}.{name}"
-    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
-    run_sql(db, ddl, admin=False)
-    login = connection_args(db, journal_schema=schema)
-    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
-    columns = "id long, v string, updated_at long, op string"
-    deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], columns)
+    schema = journal_schema
+    name, table, merge = _merged_table(db, schema)
+    deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], CHANGES)
     write_xa(deletes, table=table, **merge)
     tomb, _ = _tombstones(db, schema, name)
     days = "INTERVAL '{} days'" if db.kind == "postgres" else "INTERVAL {} DAY"
@@ -321,14 +330,10 @@ def test_a_table_of_tombstones_this_login_may_not_sweep_is_skipped(
     which it skipped; `xasink prune` does the same and reports it (text and JSON)."""
     schema, other = journal_schema, _other_schema(db)
     try:
-        login = connection_args(db, journal_schema=schema)
-        merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
-        columns = "id long, v string, updated_at long, op string"
-        tables = [f"{other}.a_{uuid.uuid4().hex[:8]}", f"{schema}.b_{uuid.uuid4().hex[:8]}"]
+        _, first, merge = _merged_table(db, schema, other, "a")  # the same merge, into either
+        tables = [first, _merged_table(db, schema, None, "b")[1]]
         for table in tables:
-            ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
-            run_sql(db, ddl, admin=False)
-            deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], columns)
+            deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], CHANGES)
             write_xa(deletes, table=table, **merge)
         listed = f"SELECT tomb_table, target_schema FROM {schema}.xasink_tombstones ORDER BY 1"
         locked, swept = (f"{s}.{t}" for t, s in run_sql(db, listed))
@@ -345,7 +350,7 @@ def test_a_table_of_tombstones_this_login_may_not_sweep_is_skipped(
         caplog.set_level(logging.WARNING, logger="xasink")
         retention._due.clear()  # the next write's end sweeps a round
         rows = [(9, "x", 1, "c"), (5, "", 20, "d")]
-        write_xa(spark.createDataFrame(rows, columns), table=tables[1], **merge)
+        write_xa(spark.createDataFrame(rows, CHANGES), table=tables[1], **merge)
         assert run_sql(db, f"SELECT id FROM {swept}") == [(5,)]
         assert run_sql(db, f"SELECT COUNT(*) FROM {locked}") == [(3,)]
         said = [r.getMessage() for r in caplog.records if locked in r.getMessage()]
@@ -375,15 +380,10 @@ def test_a_busy_table_without_old_tombstones_asks_for_no_early_round(spark, db, 
     from xasink.protocol.connecting import open_journal
     from xasink.tables.applier import STAGED_APPLY
 
-    schema, name = journal_schema, f"d_{uuid.uuid4().hex[:8]}"
-    table = f"{schema}.{name}"
-    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
-    run_sql(db, ddl, admin=False)
-    login = connection_args(db, journal_schema=schema)
-    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
-    columns = "id long, v string, updated_at long, op string"
+    schema = journal_schema
+    name, table, merge = _merged_table(db, schema)
     write_xa(
-        spark.createDataFrame([(1, "", 20, "d"), (2, "", 20, "d")], columns), table=table, **merge
+        spark.createDataFrame([(1, "", 20, "d"), (2, "", 20, "d")], CHANGES), table=table, **merge
     )
     tomb, _ = _tombstones(db, schema, name)
     spec = spec_for(db)
