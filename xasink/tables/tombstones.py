@@ -10,15 +10,15 @@ makes the table); a newer delete raises its order, an older one never lowers it.
 Each such table has one table of tombstones, beside it in its own schema, named from its
 identity (`tomb_table`) and typed like its key and order columns (a key an index holds
 only by a prefix, MySQL's TEXT, cannot key one: such a merge is refused), so the apply
-compares them exactly, in its own statements and transaction (`applier`). One for the table, not one
-per journal: two writers of a table with journals of their own (which share its apply
-lock, `protocol.applying`) must see each other's deletes. A merge makes it before any branch
-opens (`tombstone_tables`: DDL cannot run inside an XA branch, nor inside the apply's
-transaction on MySQL), and every journal whose merges write it lists it, with its target,
-in its own `xasink_tombstones`, so that the journal's retention deletes the tombstones
-older than the retention (`forget`): past it, a change older than a forgotten delete
-inserts the row again. Each journal sweeps by its own retention, so a table written
-through several keeps its deletes' order for the shortest of theirs.
+compares them exactly, in its own statements and transaction (`applier`). One for the
+table, not one per journal: two writers of a table with journals of their own (which
+share its apply lock, `protocol.applying`) must see each other's deletes. A merge makes it
+before any branch opens (`tombstone_tables`: DDL cannot run inside an XA branch, nor
+inside the apply's transaction on MySQL), and every journal whose merges write it lists
+it, with its target, in its own `xasink_tombstones`, so that the journal's retention
+deletes the tombstones older than the retention (`forget`): past it, a change older than
+a forgotten delete inserts the row again. Each journal sweeps by its own retention, so a
+table written through several keeps its deletes' order for the shortest of theirs.
 
 A stored row speaks for its key: a tombstone only speaks for a key the table does not hold
 (a row another writer put back outranks it), so each change is stale when the stored row is
