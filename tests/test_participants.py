@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterator
@@ -182,8 +183,12 @@ def test_a_task_dying_after_prepare_in_the_participant_keeps_exactly_once(spark,
 
 def test_the_first_write_goes_to_the_coordinator(spark, postgres, mariadb):
     audit = _audit(mariadb)
-    first = "first write of a transaction goes into its own"
-    with refused_transaction(postgres, first) as tx:
+    first = (
+        "The first write of a transaction goes into its own database (the one "
+        "xasink.transaction was given), which records the decision: write there first, then "
+        "into the others with tx.write(df, table, database=...)."
+    )
+    with refused_transaction(postgres, re.escape(first)) as tx:
         tx.write(_audit_frame(spark), audit, **_in(mariadb))
     assert ids_in(mariadb, audit) == []
     _clean(postgres, mariadb)

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from types import MappingProxyType
 from typing import Literal, TypedDict, cast
 
 from . import defaults
 from .errors import ConfigurationError
-from .masking import MASK, Redactor, mask_url
+from .masking import MASK, SECRET_KEY, Redactor, has_login, mask_url, url_secrets
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class ConnectionSpec:
     jars: tuple[str, ...] = ()
     connect_timeout: int = 10
     network_timeout: float = defaults.NETWORK_TIMEOUT
+    #: Statements run on every connection opened for this database (`Database.session_init`).
+    session_init: tuple[str, ...] = ()
 
     @property
     def masked_url(self) -> str:
@@ -40,7 +42,8 @@ class ConnectionSpec:
 
     @property
     def redact(self) -> Redactor:
-        return Redactor([self.password])
+        """Masks this spec's passwords: its own, its password-like properties, its URL's."""
+        return Redactor(secrets_of(self))
 
     def with_defaults(self, properties: tuple[tuple[str, str], ...]) -> ConnectionSpec:
         """This spec with more connection properties; the caller's own take precedence."""
@@ -56,6 +59,39 @@ class ConnectionSpec:
 
 def properties_tuple(properties: Mapping[str, object] | None) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(v)) for k, v in (properties or {}).items())
+
+
+def secrets_of(*values: object) -> list[str]:
+    """Every password `values` carry, for a Redactor: a `Database`'s or `ConnectionSpec`'s
+    (its own, its password-like properties, its URL's), a URL string's, a mapping's
+    password-like entries, and those of the items of a sequence and the fields of a
+    dataclass (a write's plan or request holds its spec). A public call's arguments are
+    such values: the secrets come from them, whatever the calling convention."""
+    found: list[str] = []
+    _collect(values, found, depth=4)
+    return found
+
+
+def _collect(value: object, found: list[str], depth: int) -> None:
+    if isinstance(value, (Database, ConnectionSpec)):
+        found += [value.password or "", *url_secrets(value.url)]
+        found += [str(v) for k, v in dict(value.properties).items() if SECRET_KEY.search(str(k))]
+    elif isinstance(value, str):
+        found += url_secrets(value)
+    elif depth <= 0 or isinstance(value, (bytes, bytearray, type)):
+        return
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if SECRET_KEY.search(str(key)) and item is not None:
+                found.append(str(item))
+            else:
+                _collect(item, found, depth - 1)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _collect(item, found, depth - 1)
+    elif is_dataclass(value):
+        for f in fields(value):
+            _collect(getattr(value, f.name), found, depth - 1)
 
 
 @dataclass(frozen=True)
@@ -96,7 +132,8 @@ class Database:
 
     Args:
         url: a JDBC URL (`jdbc:postgresql://...`, `jdbc:mariadb://...`, `jdbc:mysql://...`).
-        user, password: the login (a URL may carry it instead).
+        user, password: the login (or `?user=...&password=...` in the URL; a login before
+            the host, `app:pw@host`, is refused: neither JDBC driver reads it there).
         properties: further JDBC connection properties.
         jars: the JDBC driver's jars; None finds them on this machine.
         dialect, xa_datasource: for another JDBC driver, its dialect ("postgres",
@@ -105,6 +142,9 @@ class Database:
         connect_timeout: seconds to connect.
         network_timeout: seconds to wait for any answer; above any lock wait, since a
             staged apply is bounded by TCP keepalive, not by it.
+        session_init: a statement (or several) run on every connection a write opens,
+            before anything else (Spark JDBC's `sessionInitStatement`): `SET ROLE ...`,
+            `SET search_path ...`. xasink's own session settings follow it.
     """
 
     url: str
@@ -117,12 +157,22 @@ class Database:
     journal_schema: str | None = None
     connect_timeout: int = defaults.CONNECT_TIMEOUT
     network_timeout: float = defaults.NETWORK_TIMEOUT
+    session_init: str | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url:
             raise ConfigurationError(
                 "A database is a JDBC URL string (jdbc:postgresql://host/db) or "
                 f"xasink.Database(url, ...); got {type(self.url).__name__}."
+            )
+        if has_login(self.url):  # the message as any redaction leaves it: shown whole
+            raise ConfigurationError(
+                f"{mask_url(self.url)} names a login before its host (user@host or "
+                "user:***@host, the libpq habit), which neither pgjdbc nor MariaDB Connector/J "
+                "reads: each takes it for part of the host name, and quotes it in its errors. "
+                "Give the login apart: Database(url, user, password) in Python, the user and "
+                "password options of format('xasink'), --user and --password-env VAR on the "
+                "command line."
             )
         for name in ("connect_timeout", "network_timeout"):
             if not getattr(self, name) > 0:
@@ -133,6 +183,7 @@ class Database:
         object.__setattr__(
             self, "jars", None if jars is None else tuple([jars] if isinstance(jars, str) else jars)
         )
+        object.__setattr__(self, "session_init", _statements(self.session_init))
 
     def __hash__(self) -> int:  # equal values hash alike; `properties` is a mapping
         return hash((self.url, self.user, self.dialect, self.journal_schema))
@@ -156,7 +207,7 @@ class Database:
         return f"Database({', '.join(shown)})"
 
     def _rest(self) -> list[tuple[str, object]]:
-        props = {k: MASK if "password" in k.lower() else v for k, v in self.properties.items()}
+        props = {k: MASK if SECRET_KEY.search(str(k)) else v for k, v in self.properties.items()}
         return [
             ("properties", props),
             ("jars", self.jars),
@@ -164,6 +215,17 @@ class Database:
             ("xa_datasource", self.xa_datasource),
             ("journal_schema", self.journal_schema),
         ]
+
+
+def _statements(given: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`session_init` as a tuple of statements, each a non-empty string."""
+    statements = (given,) if isinstance(given, str) else tuple(given or ())
+    if not all(isinstance(s, str) and s.strip() and "\x00" not in s for s in statements):
+        raise ConfigurationError(
+            "session_init takes a SQL statement, or a list of them, each a non-empty string; "
+            f"got {given!r}."
+        )
+    return statements
 
 
 @dataclass(frozen=True)
@@ -232,6 +294,10 @@ class WriteOptions(TypedDict, total=False):
     order: the column whose highest value per key wins (upsert, merge).
     create: "if_missing" (the default) creates the table from the DataFrame's schema;
         "never" refuses a missing table.
+    create_table_options, create_table_column_types: for a table the write creates (Spark
+        JDBC's createTableOptions, createTableColumnTypes): DDL after its column list
+        ("WITH (fillfactor=70)", "ENGINE=InnoDB ..."), and column -> type to use instead
+        of the mapped one ({"name": "VARCHAR(64)"}). Written into the DDL as given.
     writer_properties: how the rows load (`WriterProperties`).
     """
 
@@ -241,6 +307,8 @@ class WriteOptions(TypedDict, total=False):
     order: str | None
     op_values: Mapping[str, str | Sequence[str]] | None
     create: defaults.Create
+    create_table_options: str | None
+    create_table_column_types: Mapping[str, str] | None
     writer_properties: WriterProperties | None
 
 

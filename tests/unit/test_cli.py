@@ -277,21 +277,97 @@ def test_a_participants_password_is_masked_in_every_error(monkeypatch, recover_c
     assert SECRET not in err and "participant login app/*** refused" in err
 
 
-def test_recover_masks_its_participants_passwords_in_a_java_error():
-    """`redacting_java_errors`, as `xasink.recover` wears it: the participants' logins too."""
+# -- a password given inline is refused, never echoed -------------------------------------
+def _refused(capsys, argv):
+    """The command's refusal: exit 2, nothing on stdout; returns stderr."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's
+        status = exc.code
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (2, "")
+    return captured.err
+
+
+@pytest.mark.parametrize(
+    ("given", "instead"),
+    [
+        (["--password", SECRET], "--password-env VAR"),
+        ([f"--password={SECRET}"], "--password-env VAR"),
+        (
+            ["--participant", "jdbc:mariadb://p/app", "--participant-password", SECRET],
+            "--participant-password-env VAR",
+        ),
+    ],
+)
+def test_a_password_on_the_command_line_is_refused_without_echoing_it(
+    capsys, recover_calls, given, instead
+):
+    """`--password` is a natural guess: argparse took it for an abbreviation of
+    `--password-env`, and printed the password as a variable that is not set."""
+    err = _refused(capsys, ["recover", "--url", URL, *given])
+    assert SECRET not in err
+    assert f"pass it through {instead}" in err
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--pass", SECRET],
+        ["--passw", SECRET],
+        [f"--pass={SECRET}"],
+        ["--pwd", SECRET],
+        ["--participant", "jdbc:mariadb://p/app", "--participant-pass", SECRET],
+    ],
+)
+def test_no_option_is_abbreviated_and_a_password_like_ones_value_is_not_echoed(
+    capsys, recover_calls, given
+):
+    err = _refused(capsys, ["recover", "--url", URL, *given])
+    assert SECRET not in err
+    assert "unrecognized arguments: " in err and "***" in err
+
+
+def test_an_abbreviated_option_is_not_taken(capsys, recover_calls):
+    err = _refused(capsys, ["recover", "--url", URL, "--dry"])
+    assert "unrecognized arguments: --dry" in err
+
+
+@pytest.mark.parametrize("option", ["--password-env", "--participant-password-env"])
+def test_a_password_env_value_that_is_no_variable_name_is_not_echoed(capsys, recover_calls, option):
+    given = [option, SECRET]
+    if option != "--password-env":
+        given = ["--participant", "jdbc:mariadb://p/app", *given]
+    err = _refused(capsys, ["recover", "--url", URL, *given])
+    assert SECRET not in err
+    assert f"argument {option}: takes the name of an environment variable" in err
+
+
+def test_recover_masks_its_participants_passwords_in_a_java_error(monkeypatch):
+    """`xasink.recover`, called as the public function is: the passwords are inside
+    `Database` values (its own and each participant's, properties and URLs too)."""
     import jaydebeapi
 
+    import xasink
+    from xasink import operations
     from xasink.errors import XasinkError
-    from xasink.runtime.jdbc import redacting_java_errors
 
-    @redacting_java_errors
-    def call(**kwargs):
-        raise jaydebeapi.DatabaseError(f"participant login app/{SECRET} failed")
+    secrets = [SECRET, "part-pw-456", "prop-pw-789", "url-pw-012"]
 
-    participant = {"url": "jdbc:mariadb://p/app", "password": SECRET}
+    def failing(database):
+        raise jaydebeapi.DatabaseError(f"logins {' '.join(secrets)} failed")
+
+    monkeypatch.setattr(operations, "make_spec", failing)
+    participants = [
+        Database("jdbc:mariadb://p/app", user="app", password=secrets[1]),
+        Database("jdbc:mariadb://q/app", properties={"pwd": secrets[2]}),
+        f"jdbc:postgresql://r/app?user=app&password={secrets[3]}",
+    ]
     with pytest.raises(XasinkError) as raised:
-        call(password="own-pw", participants=[participant, "jdbc:postgresql://q/app"])
-    assert SECRET not in str(raised.value) and "app/***" in str(raised.value)
+        xasink.recover(Database(URL, user="app", password=SECRET), participants=participants)
+    text = str(raised.value)
+    assert not [s for s in secrets if s in text], text
+    assert "logins *** *** *** *** failed" in text
 
 
 def test_jobs_prints_a_table_and_exits_1_when_something_blocks(monkeypatch):

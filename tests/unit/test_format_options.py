@@ -110,7 +110,7 @@ def test_other_options_are_driver_properties_credentials_are_not(options):
             "xasink.mode": "upsert",
         }
     )
-    spec = parse(options, ["id", "v"], overwrite=False).request.spec
+    spec = parse(options, ["id", "v"], overwrite=False, driver_properties=declared).request.spec
     assert (spec.user, spec.password) == ("app", "hunter2")
     assert spec.properties == (("sslmode", "require"),)
 
@@ -271,3 +271,160 @@ def test_a_lease_shorter_than_three_heartbeat_intervals_is_refused(options):
     assert "xasink.heartbeatInterval = 10" in message
     options["xasink.heartbeatInterval"] = "5"
     assert parse(options, ["id", "v"], overwrite=False).lease == 20
+
+
+# -- every option is xasink's, Spark JDBC's, or the JDBC driver's: never ignored -------------
+#: The connection properties a fake pgjdbc declares (the unit layer asks no JVM).
+PGJDBC = ("ApplicationName", "currentSchema", "options", "socketTimeout", "sslmode")
+
+
+def declared(spec) -> tuple[str, ...]:
+    return PGJDBC
+
+
+def undeclared(spec) -> tuple[str, ...]:
+    pytest.fail("the driver was asked for its properties, though no option needs them")
+
+
+def test_mode_may_go_unprefixed_like_key(options):
+    options.update({"mode": "upsert", "key": "id"})
+    parsed = parse(options, ["id", "v"], overwrite=False, driver_properties=undeclared)
+    assert (parsed.request.options.mode, parsed.request.options.key) == ("upsert", ("id",))
+    options["xasink.mode"] = "merge"
+    assert parse_error(options) == "Options 'mode' and 'xasink.mode' disagree."
+
+
+def test_the_save_mode_and_the_mode_option_must_agree(options):
+    options["mode"] = "overwrite"
+    assert parse(options, ["id"], overwrite=True).request.options.mode == "overwrite"
+    assert parse_error(options) == (
+        "mode('append') and mode='overwrite' disagree: use mode('overwrite') instead of mode."
+    )
+    options["mode"] = "upsert"
+    assert parse_error(options, overwrite=True).startswith(
+        "mode('overwrite') and mode='upsert' disagree: use mode('append') with mode='upsert'"
+    )
+
+
+def test_driver_properties_take_the_drivers_own_spelling(options):
+    # Spark hands a Python data source its option names lower-cased; pgjdbc reads
+    # `ApplicationName` only so spelled.
+    options.update({"applicationname": "probe", "sslmode": "require"})
+    spec = parse(options, ["id"], overwrite=False, driver_properties=declared).request.spec
+    assert spec.properties == (("ApplicationName", "probe"), ("sslmode", "require"))
+
+
+@pytest.mark.parametrize(
+    ("name", "nearest"),
+    [
+        ("mdoe", "mode"),
+        ("kye", "key"),
+        ("sslmdoe", "sslmode"),
+        ("applicationnam", "ApplicationName"),
+        ("numpartition", "numPartitions"),
+        ("sessioninitstatment", "sessionInitStatement"),
+        ("createtableoption", "createTableOptions"),
+    ],
+)
+def test_an_option_nobody_knows_is_refused_with_the_nearest_known_one(options, name, nearest):
+    options[name] = "x"
+    with pytest.raises(ConfigurationError) as caught:
+        parse(options, ["id", "v"], overwrite=False, driver_properties=declared)
+    assert str(caught.value) == (
+        f"format('xasink') has no option {name!r}, and the JDBC driver declares no connection "
+        f"property of that name: did you mean {nearest!r}? Nothing was written."
+    )
+
+
+def test_an_unknown_xasink_option_names_the_nearest(options):
+    options["xasink.opvalue"] = "{}"
+    assert parse_error(options).endswith("Did you mean 'xasink.opValues'?")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("queryTimeout", "xasink.networkTimeout"),
+        ("pushDownPredicate", "reads"),
+        ("cascadeTruncate", "never truncates"),
+        ("fetchsize", "reads"),
+        ("partitionColumn", "reads"),
+        ("customSchema", "reads"),
+        ("keytab", "Kerberos"),
+        ("connectionProvider", "xasink.xaDataSource"),
+        ("tableComment", "COMMENT"),
+        ("truncate", "never dropped"),
+        ("isolationLevel", "READ COMMITTED"),
+    ],
+)
+def test_spark_jdbc_options_without_a_meaning_here_are_refused_with_a_reason(options, name, reason):
+    options[name.lower()] = "1"  # as Spark hands them over
+    message = parse_error(options)
+    assert message.startswith(f"format('xasink') does not take option {name!r}: ")
+    assert reason in message
+
+
+def test_session_init_statement_is_the_databases_session_init(options):
+    options["sessioninitstatement"] = "SET ROLE writer"
+    spec = parse(options, ["id"], overwrite=False, driver_properties=undeclared).request.spec
+    assert spec.session_init == ("SET ROLE writer",)
+
+
+def test_create_table_options_and_column_types(options):
+    options.update(
+        {
+            "createtableoptions": "WITH (fillfactor=70)",
+            "createtablecolumntypes": "NAME VARCHAR(64), v DECIMAL(12, 2), `id` BIGINT",
+        }
+    )
+    request = parse(options, ["id", "name", "v"], overwrite=False).request
+    assert request.new_table.options == "WITH (fillfactor=70)"
+    assert request.new_table.column_types == (
+        ("name", "VARCHAR(64)"),
+        ("v", "DECIMAL(12, 2)"),
+        ("id", "BIGINT"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"createtableoptions": "WITH (fillfactor=70); DROP TABLE t"},
+            "createTableOptions cannot hold ';' (DDL written as given: one statement, no "
+            "comments); got 'WITH (fillfactor=70); DROP TABLE t'.",
+        ),
+        (
+            {"createtableoptions": "ENGINE=InnoDB /* x */"},
+            "createTableOptions cannot hold '/*' ",
+        ),
+        ({"createtableoptions": "WITH (fillfactor=70"}, "createTableOptions has unbalanced"),
+        (
+            {"createtablecolumntypes": "nmae TEXT"},
+            "createTableColumnTypes names no column 'nmae' of the created table (it gets "
+            "id, name, v): did you mean 'name'?",
+        ),
+        (
+            {"createtablecolumntypes": "name TEXT, name VARCHAR(3)"},
+            "createTableColumnTypes names column 'name' twice.",
+        ),
+        (
+            {"createtablecolumntypes": "name VARCHAR(64) NOT NULL"},
+            "createTableColumnTypes['name'] takes a column type only",
+        ),
+        (
+            {"createtablecolumntypes": "name ENUM('a', 'b')"},
+            "createTableColumnTypes['name'] takes a column type only",
+        ),
+        (
+            {"createtablecolumntypes": "name"},
+            "createTableColumnTypes takes 'column TYPE, column TYPE, ...'",
+        ),
+        (
+            {"createtableoptions": "WITH (fillfactor=70)", "xasink.create": "never"},
+            "createTableOptions shapes a table xasink creates, and create='never' creates none",
+        ),
+    ],
+)
+def test_unsafe_create_options_are_refused(options, extra, message):
+    assert parse_error({**options, **extra}, columns=("id", "name", "v")).startswith(message)

@@ -128,14 +128,18 @@ def test_no_driver_found_names_the_places_and_the_fix(tmp_path, monkeypatch):
     message = str(caught.value)
     assert message.startswith(
         f"No JDBC driver jar found (file names postgresql*.jar). Looked in: jars=[...] and "
-        f"$XASINK_JARS; {tmp_path}. Supply one with jars=['/path/driver.jar'] (CLI: --jars), "
-        "set XASINK_JARS, or put it in "
+        f"$XASINK_JARS; {tmp_path}. Supply one with Database(url, jars=['/path/driver.jar']) "
+        '(CLI: --jars; format("xasink"): xasink.jars), set XASINK_JARS, or put it in '
     )
     assert message.endswith(
         "To install: apt-get install libpostgresql-jdbc-java, or download postgresql-<version>.jar."
     )
-    with pytest.raises(DriverNotFoundError, match=r"^No JDBC driver jar given for this database"):
+    with pytest.raises(DriverNotFoundError) as caught:
         resolve_classpath(())
+    assert str(caught.value).startswith(  # write_xa has no jars keyword: its Database has
+        "No JDBC driver jar given for this database. Pass Database(url, xa_datasource=..., "
+        "jars=['/path/driver.jar']) or set XASINK_JARS. Looked in: "
+    )
 
 
 def test_check_cache_expires_and_forgets_per_connection():

@@ -102,12 +102,21 @@ def test_one_op_value_may_mean_insert_and_update():
             ("merge", "id"),
             "mode='merge' needs op='<column>': the column saying insert, update or delete.",
         ),
-        (("upsert", "id", "op"), "op and op_values apply to mode='merge' only."),
+        (
+            ("upsert", "id", "op"),
+            "op and op_values apply to mode='merge' only (change rows), not to "
+            "mode='upsert': did you mean mode='merge'?",
+        ),
         (
             ("append", None, None, None, {"delete": "d"}),
-            "op and op_values apply to mode='merge' only.",
+            "op and op_values apply to mode='merge' only (change rows), not to "
+            "mode='append': did you mean mode='merge'?",
         ),
-        (("overwrite", None, None, "ts"), "order applies to mode='upsert' and mode='merge' only."),
+        (
+            ("overwrite", None, None, "ts"),
+            "order applies to mode='upsert' and mode='merge' only (the newest row per key "
+            "wins), not to mode='overwrite': did you mean mode='upsert'?",
+        ),
         (("upsert", ["id", "id"]), "key, op and order must name different columns."),
         (("merge", "id", "id"), "key, op and order must name different columns."),
         (("upsert", "id", None, "id"), "key, op and order must name different columns."),

@@ -113,3 +113,48 @@ def test_phase_one_failure_names_the_job_and_hides_the_password(fakes):
         f"Writing job {JOB} into events failed by the driver (a small frame, one branch) "
         "(ValueError: bad ***). "
     )
+
+
+#: A PythonException's text from a worker whose interpreter lacks xasink (PySpark 4.3).
+WORKER_TRACEBACK = (
+    "An exception was thrown from the Python worker:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/'
+    'worker_util.py", line 75, in read_command\n'
+    "    command = serializer.loads(file)\n"
+    "              ^^^^^^^^^^^^^^^^^^^^^^\n"
+    '  File "/venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/'
+    'serializers.py", line 483, in loads\n'
+    "    return cloudpickle.loads(obj, encoding=encoding)\n"
+    "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    "ModuleNotFoundError: No module named 'xasink'"
+)
+
+
+class PythonException(Exception):
+    """As PySpark names the exception a Python worker's failure reaches the driver as."""
+
+
+def test_phase_one_failure_quotes_the_workers_own_exception(fakes):
+    """A PythonException's first line only says that a worker raised: the message quotes
+    the worker's own exception line, and for a module the workers cannot import, says which
+    interpreter they must run."""
+    error = phase_one_failed(fakes.plan(), PythonException(WORKER_TRACEBACK))
+    assert str(error) == (
+        f"Writing job {JOB} into events failed in Spark (PythonException: "
+        "ModuleNotFoundError: No module named 'xasink'). Every branch of the job is rolled "
+        "back: nothing was written. Spark's Python workers cannot import xasink: the "
+        "interpreter they run lacks it. Run them with one that has xasink: set "
+        "PYSPARK_PYTHON to it before Spark starts (spark-submit: --conf "
+        "spark.pyspark.python=...), or activate its virtual environment, whose python3 they "
+        "then run; on a cluster, install xasink on every node. Then run the write again."
+    )
+    chained = (
+        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+        '  File "w.py", line 1, in f\nKeyError: 1\n\nDuring handling of the above exception, '
+        'another exception occurred:\n\nTraceback (most recent call last):\n  File "w.py", '
+        "line 2, in g\nValueError: bad value\nsecond line of its message"
+    )
+    assert "(PythonException: ValueError: bad value). " in str(
+        phase_one_failed(fakes.plan(), PythonException(chained))
+    )

@@ -20,9 +20,9 @@ from ..protocol.health import check_health
 from ..protocol.listing import list_jobs
 from ..protocol.retention import Swept, retention_days, set_retention
 from ..rendering import check_json, check_prometheus, check_text, duration
-from ..spec import Database
+from ..spec import Database, secrets_of
 from ..tables.applier import STAGED_APPLY
-from .parser import EXIT_ERROR, EXIT_OK, EXIT_UNRESOLVED, parser
+from .parser import EXIT_ERROR, EXIT_OK, EXIT_UNRESOLVED, parse
 
 
 def _database(args: argparse.Namespace) -> Database:
@@ -223,7 +223,7 @@ def main(
 ) -> int:
     """Run one command; its report goes to `out`, errors to `err` (default: the process's
     stdout and stderr). Returns the exit status."""
-    args = parser().parse_args(argv)
+    args = parse(argv)
     args.out, args.err = out or sys.stdout, err or sys.stderr
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -246,10 +246,11 @@ def main(
 
 
 def _secrets(args: argparse.Namespace) -> Redactor:
-    """Masks every password the command was given: --password-env's and each
-    --participant-password-env's."""
+    """Masks every password the command was given: --password-env's, each
+    --participant-password-env's, and any in its URLs."""
     names = [args.password_env, *(getattr(args, "participant_password_env", None) or [])]
-    return Redactor([os.environ.get(n) for n in names if n])
+    urls = [args.url, *(getattr(args, "participant", None) or [])]
+    return Redactor([*(os.environ.get(n) for n in names if n), *secrets_of(urls)])
 
 
 if __name__ == "__main__":

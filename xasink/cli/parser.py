@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..defaults import GRACE, LOCK_WAIT, NETWORK_TIMEOUT, RETENTION_DAYS
 from ..dialects import DIALECTS
-from ..masking import Redactor
+from ..masking import MASK, Redactor
 from ..protocol.retention import MINIMUM_DAYS
 
 #: Done and nothing left in doubt; something left (live jobs, a dry run, lost or failed
@@ -16,13 +18,74 @@ from ..protocol.retention import MINIMUM_DAYS
 EXIT_OK, EXIT_UNRESOLVED, EXIT_ERROR = 0, 1, 2
 
 
+#: An environment variable's name: what --password-env takes, and all it ever echoes.
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: An unknown option whose value may be a secret (`--pass`, `--pwd`, `--db-secret`).
+_SECRET_OPTION = re.compile(r"(?i)-.*(pass|pwd|secret|token)")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, except that a rejected argument is echoed with any URL password masked
-    (a JDBC URL typed in the wrong place would otherwise be printed whole)."""
+    """argparse, except that no option is taken by an abbreviation (`--password SECRET`
+    would be `--password-env`'s, the password printed as a variable's name), and that a
+    rejected argument is echoed with any URL password masked (a JDBC URL typed in the
+    wrong place would otherwise be printed whole)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # every subparser is one too
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {Redactor()(message)}\n")
+
+
+class _Inline(argparse.Action):
+    """A password given on the command line (`--password SECRET`, the natural guess):
+    refused with where it goes instead, and never echoed."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, instead: str) -> None:
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+        self.instead = instead
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        parser.error(
+            f"argument {self.option_strings[0]}: pass it through {self.instead} (the name of "
+            "an environment variable that holds it): a password on the command line shows in "
+            "the process list and the shell's history"
+        )
+
+
+def _variable(text: str) -> str:
+    """The name of an environment variable (argparse says which option refused it, never
+    the value, which may be the password itself)."""
+    if not _VARIABLE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            "takes the name of an environment variable that holds the password (letters, "
+            "digits and _, e.g. PGPASSWORD), not the password itself"
+        )
+    return text
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command's arguments. An unknown one is echoed, except the value of a
+    password-like option (`--pass SECRET`, `--pwd=SECRET`)."""
+    command = parser()
+    args, unknown = command.parse_known_args(argv)
+    if unknown:
+        command.error(f"unrecognized arguments: {' '.join(_unechoed(unknown))}")
+    return args
+
+
+def _unechoed(unknown: Sequence[str]) -> list[str]:
+    shown: list[str] = []
+    for i, token in enumerate(unknown):
+        if i and _SECRET_OPTION.match(unknown[i - 1]) and "=" not in unknown[i - 1]:
+            shown.append(MASK)
+        elif _SECRET_OPTION.match(token) and "=" in token:
+            shown.append(f"{token.split('=', 1)[0]}={MASK}")
+        else:
+            shown.append(token)
+    return shown
 
 
 def _connection_options() -> _Parser:
@@ -32,10 +95,12 @@ def _connection_options() -> _Parser:
     common.add_argument("--user", help="database user")
     common.add_argument(
         "--password-env",
+        type=_variable,
         metavar="VAR",
         help="name of the environment variable that holds the password (never pass it inline, "
         "nor as user:password@ in --url: both are visible in the process list)",
     )
+    common.add_argument("--password", action=_Inline, instead="--password-env VAR")
     common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
     common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
     common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
@@ -184,8 +249,12 @@ def _add_participants(recover: argparse.ArgumentParser) -> None:
         "--participant-password-env",
         action="append",
         default=[],
+        type=_variable,
         metavar="VAR",
         help="each --participant's password variable, in order (once: for all)",
+    )
+    recover.add_argument(
+        "--participant-password", action=_Inline, instead="--participant-password-env VAR"
     )
 
 
@@ -249,4 +318,4 @@ def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
     check.set_defaults(refuse=check.error)
 
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_UNRESOLVED", "parser"]
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_UNRESOLVED", "parse", "parser"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +47,8 @@ class Dialect:
     name: ClassVar[str] = "generic"
     jar_kinds: ClassVar[tuple[str, ...]] = ()
     datasource_classes: ClassVar[tuple[str, ...]] = ()
+    #: The java.sql.Driver of each XADataSource class: it declares the connection properties.
+    driver_classes: ClassVar[Mapping[str, str]] = {}
     default_port: ClassVar[int | None] = None
     quote_char: ClassVar[str] = '"'
     text_type: ClassVar[str] = "VARCHAR(1000)"
@@ -352,6 +354,10 @@ class Dialect:
         """The statement failed because a table does not exist (and for no other reason)."""
         return sql_state(exc) in ("42P01", "42S02") or sql_error_code(exc) == 1146
 
+    def is_existing_table(self, exc: BaseException) -> bool:
+        """CREATE TABLE failed because the table exists (readable by this login or not)."""
+        return sql_state(exc) in ("42P07", "42S01") or sql_error_code(exc) == 1050
+
     def is_lock_timeout(self, exc: BaseException) -> bool:
         """The statement gave up waiting for a lock another transaction holds."""
         return sql_state(exc) == "55P03" or sql_error_code(exc) in (1205, 3572)
@@ -384,6 +390,11 @@ class Dialect:
     def drop_index(self, conn: JdbcConnection, table: str, name: str) -> None:
         """Drop `table`'s index `name` if it has one (an earlier layout's)."""
         execute(conn, f"DROP INDEX IF EXISTS {self.quote(name)}")
+
+    def nullable_sql(self, table: TableRef, column: str, sql_type: str) -> str:
+        """The ALTER that lets rows leave out `column` (of type `sql_type`) of `table`."""
+        column = self.quote(column)
+        return f"ALTER TABLE {self.qualified(table)} ALTER COLUMN {column} DROP NOT NULL"
 
     def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
         """Add `column` (its name and type) to `table` unless it has it."""

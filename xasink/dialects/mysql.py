@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
@@ -40,6 +40,10 @@ class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
     jar_kinds: ClassVar[tuple[str, ...]] = ("mariadb", "mysql")
     datasource_classes: ClassVar[tuple[str, ...]] = (MARIADB_DATASOURCE, MYSQL_DATASOURCE)
+    driver_classes: ClassVar[Mapping[str, str]] = {
+        MARIADB_DATASOURCE: "org.mariadb.jdbc.Driver",
+        MYSQL_DATASOURCE: "com.mysql.cj.jdbc.Driver",
+    }
     default_port: ClassVar[int | None] = 3306
     quote_char: ClassVar[str] = "`"
     text_type: ClassVar[str] = "VARCHAR(512)"
@@ -176,6 +180,9 @@ class MySQLDialect(Dialect):
         except Exception as exc:
             if sql_error_code(exc) != 1091:  # no such index
                 raise
+
+    def nullable_sql(self, table: TableRef, column: str, sql_type: str) -> str:
+        return f"ALTER TABLE {self.qualified(table)} MODIFY {self.quote(column)} {sql_type} NULL"
 
     def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
         try:  # MySQL has no ADD COLUMN IF NOT EXISTS

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 from urllib.parse import urlencode
 
@@ -21,6 +21,9 @@ class PostgresDialect(Dialect):
     name: ClassVar[str] = "postgres"
     jar_kinds: ClassVar[tuple[str, ...]] = ("postgres",)
     datasource_classes: ClassVar[tuple[str, ...]] = ("org.postgresql.xa.PGXADataSource",)
+    driver_classes: ClassVar[Mapping[str, str]] = {
+        "org.postgresql.xa.PGXADataSource": "org.postgresql.Driver"
+    }
     default_port: ClassVar[int | None] = 5432
     text_type: ClassVar[str] = "TEXT"
     long_text_type: ClassVar[str] = "TEXT"

@@ -7,6 +7,7 @@ connection) settles it, never a plain read, which could miss a commit that lands
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,16 +35,39 @@ log = logging.getLogger("xasink")
 def phase_one_failed(plan: WritePlan, exc: Exception, on_driver: bool = False) -> WriteError:
     """Spark gave up on a partition (every attempt failed) or on the job, or the driver's
     own write of a small frame failed: say so as xasink's own error, with the first
-    failure's own words. The original exception stays as the cause."""
+    failure's own words (a worker's own exception line, and what to do when the workers
+    cannot import a module). The original exception stays as the cause."""
     text = plan.spec.redact(exc)
     ours = [ln.strip() for ln in text.splitlines() if "WriteError:" in ln]
-    cause = ours[0].split("WriteError:", 1)[1].strip() if ours else text.strip().split("\n")[0]
+    cause = ours[0].split("WriteError:", 1)[1].strip() if ours else _worker_line(text)
     where = "by the driver (a small frame, one branch)" if on_driver else "in Spark"
+    missing = _MISSING_MODULE.match(cause)
+    remedy = (
+        f"Spark's Python workers cannot import {missing[1]}: the interpreter they run lacks "
+        "it. Run them with one that has xasink: set PYSPARK_PYTHON to it before Spark starts "
+        "(spark-submit: --conf spark.pyspark.python=...), or activate its virtual "
+        "environment, whose python3 they then run; on a cluster, install xasink on every "
+        "node. Then run the write again."
+        if missing
+        else "Fix the cause and run the write again."
+    )
     return WriteError(
         f"Writing job {plan.job_id} into {plan.target} failed {where} ({type(exc).__name__}: "
-        f"{cause[:1500]}). Every branch of the job is rolled back: nothing was written. Fix "
-        "the cause and run the write again."
+        f"{cause[:1500]}). Every branch of the job is rolled back: nothing was written. "
+        f"{remedy}"
     )
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+
+
+def _worker_line(text: str) -> str:
+    """The exception line of the last Python traceback in `text` (a PythonException's
+    first line only says that a worker raised), else `text`'s first line."""
+    _, header, after = text.strip().rpartition(_TRACEBACK)
+    lines = [ln for ln in after.splitlines() if ln.strip() and not ln[0].isspace()]
+    return lines[0].strip() if header and lines else text.strip().split("\n")[0]
 
 
 def select_winners(

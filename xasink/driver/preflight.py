@@ -62,7 +62,15 @@ def preflight(
             # A remembered description may only let a write on: a refusal rests on a fresh one
             # (a column added a moment ago is there now).
             existing, created = ensure_table(
-                conn, dialect, target, schema, options, request.create, spec.redact
+                conn,
+                dialect,
+                target,
+                schema,
+                options,
+                request.create,
+                spec.redact,
+                spec.user,
+                request.new_table,
             )
             checks.put(spec, ("table", target), tuple(existing))
             options, targets = _fitted(conn, request, schema, existing)

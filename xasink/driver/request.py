@@ -15,6 +15,7 @@ from ..spec import CommitProperties, ConnectionSpec, TableRef, WriterProperties
 from ..tables.catalog import check_create
 from ..tables.columns import TableColumn
 from ..tables.modes import ModeOptions
+from ..tables.new_table import NewTable
 from ..tables.staging import ApplyPlan
 from ..xid import BranchId
 
@@ -31,6 +32,8 @@ class JobRequest:
     commit: CommitProperties = field(default_factory=CommitProperties)
     journal_schema: str | None = None
     sink: SinkBatch | None = None
+    #: The column types and options of the table, when the write creates it.
+    new_table: NewTable = field(default_factory=NewTable)
     #: The test suite's armed faults (xasink._testing), taken when the request is made.
     faults: tuple[Fault, ...] = field(default_factory=armed)
 

@@ -13,6 +13,7 @@ from ..protocol.actions import BranchAction
 from ..protocol.connecting import make_spec
 from ..spec import CommitProperties, ConnectionSpec, Database, TableRef, WriterProperties
 from ..tables.modes import ModeOptions
+from ..tables.new_table import NewTable
 from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .job import Job
 from .plan import apply_plan_for
@@ -97,11 +98,14 @@ def write_request(
     create: defaults.Create,
     writer: WriterProperties,
     query_id: str | None,
+    new_table: NewTable,
 ) -> JobRequest:
     """One `tx.write`'s request: its table and mode, on the transaction's database."""
     s = settings
     sink = sink_batch(s.sink_id, s.batch_id, query_id)
-    return JobRequest(s.spec, table, options, create, writer, s.commit, s.journal_schema, sink)
+    return JobRequest(
+        s.spec, table, options, create, writer, s.commit, s.journal_schema, sink, new_table
+    )
 
 
 def add_write(

@@ -15,7 +15,7 @@ from ..defaults import GRACE, LOCK_WAIT
 from ..errors import ConfigurationError, JournalError
 from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection
-from ..spec import ConnectionSpec, Database
+from ..spec import ConnectionSpec, Database, secrets_of
 from ..xid import valid_job_id
 from . import links
 from .actions import BranchAction, RecoveryAction, RecoveryReport
@@ -232,7 +232,7 @@ def recover(
         conn = session.connection
         report = _recover(spec, conn, journal, table, job, grace, dry_run, presume_abort_tag)
         if presume_abort_tag is None and journal.exists(conn):
-            redact = Redactor([spec.password, *(p.password for p in participants)])
+            redact = Redactor(secrets_of(spec, participants))
             with given(participants, staged, lock_wait_timeout) as opener:
                 finish_participants(
                     journal,

@@ -36,6 +36,7 @@ def make_spec(database: Database | str) -> ConnectionSpec:
         jars=tuple(db.jars or ()),
         connect_timeout=db.connect_timeout,
         network_timeout=float(db.network_timeout),
+        session_init=tuple(db.session_init or ()),  # a tuple of statements by now
     )
     return replace(spec, jars=tuple(classpath_for(spec)))
 
@@ -51,6 +52,7 @@ def journal_connection(
         if session is None:
             with step("reachability probe"):
                 check_reachable(spec)
+            sessions.check_properties(spec)
             session = open_session(spec)
         try:
             sessions.bind_lock_wait(session, get_dialect(spec.dialect), lock_wait)

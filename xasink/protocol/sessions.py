@@ -20,11 +20,13 @@ heartbeat thread's sessions are its own: it closes them itself, a beat may be in
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import jpype
@@ -97,6 +99,13 @@ def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
         attach_as_daemon()
         keep_fault_handlers()
         return cached
+    datasource = dialect.new_datasource(spec, _datasource_class(spec, dialect))
+    _datasources[spec] = datasource
+    return datasource
+
+
+def _datasource_class(spec: ConnectionSpec, dialect: Dialect) -> str:
+    """The XADataSource class the jars hold (the JVM started with them)."""
     ensure_jvm(_local_jars(spec))
     attach_as_daemon()
     candidates = (spec.xa_datasource,) if spec.xa_datasource else dialect.datasource_classes
@@ -109,14 +118,63 @@ def _datasource(spec: ConnectionSpec, dialect: Dialect) -> Any:
             jclass(name)
         except (TypeError, ImportError, jpype.JException):
             continue
-        datasource = dialect.new_datasource(spec, name)
-        _datasources[spec] = datasource
-        return datasource
+        return name
     raise ConfigurationError(
         f"None of the XADataSource classes {', '.join(candidates)} is in the driver jars "
         f"{', '.join(spec.jars) or '(none)'}. Check the jar, or name the class: "
         "Database(url, xa_datasource=...)."
     )
+
+
+#: The property names each database's driver declares, and the specs whose properties
+#: this process has checked against them.
+_declared: dict[ConnectionSpec, tuple[str, ...]] = {}
+_checked: set[ConnectionSpec] = set()
+
+
+def declared_properties(spec: ConnectionSpec) -> tuple[str, ...]:
+    """The connection properties the JDBC driver behind `spec` declares
+    (`java.sql.Driver.getPropertyInfo`), in its spelling; () when it declares none. Asked
+    once per process and database (a stream's planner parses its options every batch)."""
+    bare = replace(spec, properties=())
+    if bare not in _declared:
+        _declared[bare] = _ask_driver(bare)
+    return _declared[bare]
+
+
+def _ask_driver(spec: ConnectionSpec) -> tuple[str, ...]:
+    dialect = get_dialect(spec.dialect)
+    name = _datasource_class(spec, dialect)
+    url = dialect.datasource_url(spec, name)
+    try:
+        driver_class = dialect.driver_classes.get(name)
+        if driver_class is not None:
+            driver = jclass(driver_class)()
+        else:  # another driver: the one that takes the URL
+            driver = jclass("java.sql.DriverManager").getDriver(url)
+        info = driver.getPropertyInfo(url, jclass("java.util.Properties")())
+    except (TypeError, ImportError, jpype.JException) as exc:
+        log.warning("xasink: the JDBC driver's properties are unknown: %s", spec.redact(exc))
+        return ()
+    return tuple(str(item.name) for item in info or ())
+
+
+def check_properties(spec: ConnectionSpec) -> None:
+    """Refuse a connection property (`Database(properties=...)`) that the JDBC driver does
+    not declare: drivers ignore such a property, so a misspelt one would change nothing."""
+    if not spec.properties or spec in _checked:
+        return
+    names = declared_properties(spec)  # none declared: nothing to check against
+    unknown = [name for name, _ in spec.properties if names and name not in names]
+    if unknown:
+        name = unknown[0]
+        near = [n for n in names if n.lower() == name.lower()]
+        near = near or difflib.get_close_matches(name, names, n=1)
+        raise ConfigurationError(
+            f"Database(properties=...) holds {name!r}, which the JDBC driver does not "
+            f"declare (it would ignore it){f': did you mean {near[0]!r}?' if near else '.'}"
+        )
+    _checked.add(spec)
 
 
 def open_session(spec: ConnectionSpec) -> XaSession:
@@ -135,6 +193,7 @@ def open_session(spec: ConnectionSpec) -> XaSession:
         ) from failure
     try:
         statement = session.connection.createStatement()
+        _initialize(spec, statement)
         for sql in dialect.session_sql():
             statement.execute(sql)
         statement.close()
@@ -142,6 +201,21 @@ def open_session(spec: ConnectionSpec) -> XaSession:
         session.close()
         raise
     return session
+
+
+def _initialize(spec: ConnectionSpec, statement: Any) -> None:
+    """The caller's `session_init` statements, first: xasink's own session settings (time
+    zone, READ COMMITTED) follow, so that none of them can be undone by it. A failure
+    refuses the connection, so the write fails before anything is written."""
+    for sql in spec.session_init:
+        try:
+            statement.execute(sql)
+        except jpype.JException as exc:
+            raise PreflightError(
+                "The session_init statement (sessionInitStatement) failed on "
+                f"{spec.masked_url}: {spec.redact(java_message(exc))}. Every connection a "
+                "write opens runs it first; fix the statement or drop it."
+            ) from None
 
 
 # -- a session's lock bound -----------------------------------------------------------
@@ -245,9 +319,11 @@ def kept_on_success(spec: ConnectionSpec, role: str, session: XaSession) -> Iter
 
 __all__ = [
     "bind_lock_wait",
+    "check_properties",
     "check_reachable",
     "classpath_for",
     "close_all",
+    "declared_properties",
     "give",
     "kept_on_success",
     "open_session",

@@ -126,13 +126,14 @@ def resolve_classpath(kinds: Sequence[str], jars: Sequence[str] | None = None) -
     places = "; ".join([f"jars=[...] and ${JARS_ENV}"] + [str(d) for d in search_dirs()])
     if not kinds:
         raise DriverNotFoundError(
-            f"No JDBC driver jar given for this database. Pass write_xa(..., jars=["
-            f"'/path/driver.jar']) or set {JARS_ENV}. Looked in: {places}."
+            "No JDBC driver jar given for this database. Pass Database(url, xa_datasource=..., "
+            f"jars=['/path/driver.jar']) or set {JARS_ENV}. Looked in: {places}."
         )
     patterns = ", ".join(p for k in kinds for p in DRIVER_JAR_PATTERNS[k])
     hints = "; ".join(INSTALL_HINTS[k] for k in kinds)
     raise DriverNotFoundError(
         f"No JDBC driver jar found (file names {patterns}). Looked in: {places}. Supply one "
-        f"with jars=['/path/driver.jar'] (CLI: --jars), set {JARS_ENV}, or put it in "
+        "with Database(url, jars=['/path/driver.jar']) (CLI: --jars; format(\"xasink\"): "
+        f"xasink.jars), set {JARS_ENV}, or put it in "
         f"{_PROJECT_JARS}. To install: {hints}."
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import jaydebeapi
@@ -15,6 +15,7 @@ import jpype
 from .._testing import statements
 from ..errors import XasinkError
 from ..masking import Redactor
+from ..spec import secrets_of
 
 Param = int | float | str | bytes | bool | None
 
@@ -281,24 +282,18 @@ def java_errors_redacted(name: str, redact: Callable[[str], str]) -> Iterator[No
         ) from None
 
 
-def _passwords(login: Mapping[str, Any]) -> list[str | None]:
-    """A login's password and its password-like JDBC properties."""
-    properties = login.get("properties") or {}
-    return [login.get("password")] + [
-        str(v) for k, v in dict(properties).items() if "pass" in str(k).lower()
-    ]
-
-
 def redacting_java_errors(func: F) -> F:
     """No raw Java exception leaves a public call: it becomes an XasinkError whose message
-    has the call's passwords (argument, `properties`, and each of its `participants`') and URL
-    credentials masked."""
+    has every password the call's arguments carry masked (a `Database`, a participant, a
+    write's request or plan: `secrets_of`), and URL credentials. The arguments are read
+    only when a Java exception is raised."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        logins = [kwargs, *(p for p in kwargs.get("participants") or () if isinstance(p, Mapping))]
-        secrets = [s for login in logins for s in _passwords(login)]
-        with java_errors_redacted(func.__name__, Redactor(secrets)):
+        def redact(text: str) -> str:
+            return Redactor(secrets_of(args, kwargs))(text)
+
+        with java_errors_redacted(func.__name__, redact):
             return func(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

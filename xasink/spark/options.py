@@ -1,18 +1,23 @@
 """`format("xasink")`'s options, read into the same request `write_xa` builds.
 
 Spark JDBC's option names are used where they exist (`url`, `dbtable`, `user`, `password`,
-`batchsize`, `numPartitions`); xasink's own are `xasink.<name>` (`key`, `op` and `order` also
-without the prefix). As with Spark JDBC, any other option is passed to the JDBC driver as a
-connection property; an unknown `xasink.` option is an error. Keys are case-insensitive.
+`batchsize`, `numPartitions`, `sessionInitStatement`, `createTableOptions`,
+`createTableColumnTypes`); xasink's own are `xasink.<name>` (`mode`, `key`, `op` and `order`
+also without the prefix). Spark JDBC's options that mean nothing here are refused with the
+reason (option_names). Any other option is a JDBC connection property, as with Spark JDBC,
+if the JDBC driver declares one of that name: it is passed on in the driver's spelling
+(Spark hands a Python data source its option names lower-cased, and drivers read them
+case-sensitively); a name nobody knows (a misspelt option) is refused, naming the nearest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar, cast
 
 from .. import defaults
@@ -20,47 +25,38 @@ from ..driver.request import JobRequest
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..protocol.connecting import make_spec
-from ..spec import CommitProperties, Database, TableRef, WriterProperties
-from ..tables.modes import APPEND, OVERWRITE, ModeOptions
-
-#: Spark JDBC options xasink has no use for (it picks the XADataSource itself; a stream's
-#: sink is named by Spark's query id, which survives any spelling of its checkpoint path).
-_IGNORED = frozenset({"driver", "path", "checkpointlocation"})
-#: Spark JDBC options that cannot mean what they mean there.
-_REFUSED = {
-    "createtablecolumntypes": "create the table yourself, or let xasink create it from the "
-    "DataFrame's schema (xasink.create=if_missing)",
-    "truncate": "overwrite replaces the rows in one transaction; the table is never dropped",
-    "isolationlevel": "every xasink session runs at READ COMMITTED, which its commit "
-    "protocol needs",
-    "query": "write into a table (dbtable)",
-}
-_OWN = (
-    "mode",
-    "key",
-    "op",
-    "order",
-    "opvalues",
-    "create",
-    "bulk",
-    "driverwritebytes",
-    "jars",
-    "dialect",
-    "xadatasource",
-    "journalschema",
-    "connecttimeout",
-    "lockwaittimeout",
-    "grace",
-    "recoverfirst",
-    "commitretries",
-    "commitparallelism",
-    "heartbeatinterval",
-    "leaseseconds",
-    "starttimeout",
-    "networktimeout",
-    "sinkid",
+from ..protocol.sessions import declared_properties
+from ..spec import (
+    CommitProperties,
+    ConnectionSpec,
+    Database,
+    TableRef,
+    WriterProperties,
+    properties_tuple,
 )
-_UNPREFIXED = ("key", "op", "order")
+from ..tables.modes import APPEND, OVERWRITE, ModeOptions
+from ..tables.new_table import OPTIONS as CREATE_OPTIONS
+from ..tables.new_table import NewTable
+from .option_names import (
+    IGNORED,
+    KNOWN,
+    OWN,
+    REFUSED,
+    SPARK,
+    UNPREFIXED,
+    did_you_mean,
+    nearest,
+)
+
+log = logging.getLogger("xasink")
+
+_OWN = {o.lower(): o for o in OWN}
+#: The names format("xasink") takes itself (lower-cased), beside its `xasink.` options.
+_TAKEN = frozenset(n.lower() for n in (*UNPREFIXED, *SPARK, *IGNORED))
+_REFUSED = {name.lower(): (name, why) for name, why in REFUSED.items()}
+
+#: What a JDBC driver declares for a spec: its connection properties' names.
+DriverProperties = Callable[[ConnectionSpec], Sequence[str]]
 
 
 @dataclass(frozen=True)
@@ -88,13 +84,16 @@ def parse(
     *,
     overwrite: bool,
     streaming: bool = False,
+    driver_properties: DriverProperties = declared_properties,
 ) -> FormatRequest:
-    """Validate the options of one write (each message names the option to fix)."""
+    """Validate the options of one write (each message names the option to fix).
+    `driver_properties` asks the JDBC driver for its property names (started only when an
+    option is left for it)."""
     given = {str(k).lower(): str(v) for k, v in options.items()}
-    own = _own_options(given)
-    for name, why in _REFUSED.items():
+    for name, (spelled, why) in _REFUSED.items():
         if name in given:
-            raise ConfigurationError(f"format('xasink') does not take option {name!r}: {why}.")
+            raise ConfigurationError(f"format('xasink') does not take option {spelled!r}: {why}.")
+    own = _own_options(given)
     url = given.get("url")
     table = given.get("dbtable")
     if not url or not table:
@@ -102,36 +101,20 @@ def parse(
             "format('xasink') needs .option('url', 'jdbc:...') and .option('dbtable', "
             "'table'): the database and the table to write."
         )
-    mode = _mode(own.get("mode"), overwrite)
-    properties = {
-        k: v
-        for k, v in given.items()
-        if k not in ("url", "dbtable", "user", "password", "batchsize", "numpartitions")
-        and k not in _IGNORED
-        and not k.startswith("xasink.")
-        and k not in _UNPREFIXED
-    }
-    database = Database(
-        url,
-        user=given.get("user"),
-        password=given.get("password"),
-        properties=properties,
-        dialect=own.get("dialect"),
-        xa_datasource=own.get("xadatasource"),
-        jars=_list(own.get("jars")),
-        connect_timeout=_whole(own, "connecttimeout", defaults.CONNECT_TIMEOUT),
-        network_timeout=_number(own, "networktimeout", defaults.NETWORK_TIMEOUT),
-        journal_schema=own.get("journalschema"),
-    )
-    spec = make_spec(database)
+    spelled = "xasink.mode" if "xasink.mode" in given else "mode"
+    mode = _mode(own.get("mode"), overwrite, spelled)
+    database = _database(url, given, own)
+    spec = _with_properties(make_spec(database), given, driver_properties)
     key = _list(own.get("key"))
+    mode_options = ModeOptions.build(
+        mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
+    )
+    create = cast(defaults.Create, own.get("create", defaults.CREATE))  # JobRequest checks it
     request = JobRequest(
         spec=spec,
         target=TableRef.parse(table),
-        options=ModeOptions.build(
-            mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
-        ),
-        create=cast(defaults.Create, own.get("create", defaults.CREATE)),  # JobRequest checks it
+        options=mode_options,
+        create=create,
         writer=WriterProperties(
             batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
             bulk=_flag(own, "bulk", True),
@@ -145,6 +128,13 @@ def parse(
             lock_wait_timeout=_number(own, "lockwaittimeout", defaults.LOCK_WAIT),
         ),
         journal_schema=database.journal_schema,
+        new_table=NewTable.build(
+            given.get("createtableoptions"),
+            given.get("createtablecolumntypes"),
+            mode_options.written(columns),
+            create,
+            CREATE_OPTIONS,
+        ),
     )
     sink_id = own.get("sinkid") or None
     if sink_id is not None:
@@ -153,15 +143,60 @@ def parse(
     if branches is None and spec.dialect == "postgres":
         branches = defaults.POSTGRES_BRANCHES
     interval = _positive(own, "heartbeatinterval", defaults.HEARTBEAT_INTERVAL)
+    keyed = {**given, "xasink.mode": own.get("mode", "")}  # either spelling names the stream
     return FormatRequest(
         request=request,
         max_branches=branches,
         heartbeat_interval=interval,
         sink_id=sink_id,
-        stream_key=_stream_key(given, spec.masked_url) if streaming else None,
+        stream_key=_stream_key(keyed, spec.masked_url) if streaming else None,
         lease=_lease(own, interval),
         start_timeout=_number(own, "starttimeout", defaults.START_TIMEOUT),
     )
+
+
+def _database(url: str, given: Mapping[str, str], own: Mapping[str, str]) -> Database:
+    """The database the options name, without connection properties (`_with_properties`)."""
+    return Database(
+        url,
+        user=given.get("user"),
+        password=given.get("password"),
+        dialect=own.get("dialect"),
+        xa_datasource=own.get("xadatasource"),
+        jars=_list(own.get("jars")),
+        connect_timeout=_whole(own, "connecttimeout", defaults.CONNECT_TIMEOUT),
+        network_timeout=_number(own, "networktimeout", defaults.NETWORK_TIMEOUT),
+        journal_schema=own.get("journalschema"),
+        session_init=given.get("sessioninitstatement"),
+    )
+
+
+def _with_properties(
+    spec: ConnectionSpec, given: Mapping[str, str], declared: DriverProperties
+) -> ConnectionSpec:
+    """`spec` with the options format("xasink") does not take itself, as connection
+    properties in the JDBC driver's spelling; one the driver does not declare either is
+    refused (a driver that declares none gets them as given, with a warning)."""
+    left = {k: v for k, v in given.items() if k not in _TAKEN and not k.startswith("xasink.")}
+    if not left:
+        return spec
+    names = declared(spec)
+    if not names:
+        log.warning(
+            "xasink: the JDBC driver declares no connection properties, so option(s) %s "
+            "are passed to it unchecked",
+            ", ".join(sorted(left)),
+        )
+        return replace(spec, properties=properties_tuple(left))
+    spelling = {n.lower(): n for n in names}
+    for name in left:
+        if name not in spelling:
+            hint = did_you_mean(name, [*KNOWN, *names])
+            raise ConfigurationError(
+                f"format('xasink') has no option {name!r}, and the JDBC driver declares no "
+                f"connection property of that name{hint or '.'} Nothing was written."
+            )
+    return replace(spec, properties=tuple((spelling[k], v) for k, v in left.items()))
 
 
 def _lease(own: Mapping[str, str], interval: float) -> float:
@@ -182,11 +217,13 @@ def _own_options(given: Mapping[str, str]) -> dict[str, str]:
     own = {k[len("xasink.") :]: v for k, v in given.items() if k.startswith("xasink.")}
     unknown = sorted(set(own) - set(_OWN))
     if unknown:
+        prefixed = [f"xasink.{o}" for o in OWN]
+        near = nearest(f"xasink.{unknown[0]}", prefixed)
         raise ConfigurationError(
             f"Unknown option(s) {', '.join('xasink.' + u for u in unknown)}; xasink's options "
-            f"are {', '.join('xasink.' + o for o in _OWN)}."
+            f"are {', '.join(prefixed)}.{f' Did you mean {near!r}?' if near else ''}"
         )
-    for name in _UNPREFIXED:
+    for name in UNPREFIXED:
         if name in given:
             if name in own and own[name] != given[name]:
                 raise ConfigurationError(f"Options {name!r} and 'xasink.{name}' disagree.")
@@ -194,14 +231,21 @@ def _own_options(given: Mapping[str, str]) -> dict[str, str]:
     return own
 
 
-def _mode(mode: str | None, overwrite: bool) -> str:
-    """Spark's save mode (append/overwrite) and xasink.mode (upsert/merge) together."""
+def _mode(mode: str | None, overwrite: bool, spelled: str) -> str:
+    """Spark's save mode (append/overwrite) and the mode option (`spelled`: `mode` or
+    `xasink.mode`) together: upsert and merge go with .mode("append"); a mode option of
+    append or overwrite must be the save mode's."""
     if mode is None:
         return OVERWRITE if overwrite else APPEND
     if overwrite and mode != OVERWRITE:
         raise ConfigurationError(
-            f"mode('overwrite') and xasink.mode={mode!r} disagree: use mode('append') with "
-            f"xasink.mode={mode!r}, or drop xasink.mode."
+            f"mode('overwrite') and {spelled}={mode!r} disagree: use mode('append') with "
+            f"{spelled}={mode!r}, or drop {spelled}."
+        )
+    if not overwrite and mode == OVERWRITE:
+        raise ConfigurationError(
+            f"mode('append') and {spelled}='overwrite' disagree: use mode('overwrite') "
+            f"instead of {spelled}."
         )
     return mode
 

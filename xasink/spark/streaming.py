@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .. import defaults
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..spec import CommitProperties, Database, WriteOptions, write_options
+from ..tables.modes import check_mode
+from .arguments import check_database, check_properties, check_table
 from .write import write_xa
 
 if TYPE_CHECKING:
@@ -47,6 +50,17 @@ def foreach_batch(
     if "batch_id" in options:
         raise ConfigurationError("foreach_batch sets batch_id itself; pass sink_id=... only.")
     given = write_options("foreach_batch", options)
+    check_database("foreach_batch(database, table)", database, table)
+    check_table("foreach_batch(database, table)", table)
+    check_properties("foreach_batch", commit_properties=commit_properties, **given)
+    # Before the stream starts: a keyword its mode does not use, a mode missing one.
+    check_mode(
+        given.get("mode", defaults.MODE),
+        given.get("key"),
+        given.get("op"),
+        given.get("order"),
+        given.get("op_values"),
+    )
     db = Database.of(database)
 
     def write_batch(df: DataFrame, batch_id: int) -> None:

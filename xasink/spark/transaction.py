@@ -50,9 +50,12 @@ from ..spec import (
     TableRef,
     WriteOptions,
     WriterProperties,
+    secrets_of,
     write_options,
 )
 from ..tables.modes import APPEND, ModeOptions
+from ..tables.new_table import NewTable
+from .arguments import check_write
 from .frame import branch_count, shape_frame, writes_on_driver
 from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
 from .small_writes import HeldWrite, hold, promote
@@ -122,6 +125,7 @@ class Transaction:
                 "the block and run the transaction again."
             ) from self._failed
         given = write_options("tx.write", options)
+        check_write("tx.write(df, table)", df, table, given)
         settings = self._settings if database is None else elsewhere(self._settings, database)
         try:
             with java_errors_redacted("tx.write", self.redactor(settings.spec)):
@@ -151,8 +155,14 @@ class Transaction:
             )
         staged_append = options.mode == APPEND and not s.per_branch_appends
         options = dataclasses.replace(options, stage_append=staged_append)
+        new_table = NewTable.build(
+            given.get("create_table_options"),
+            given.get("create_table_column_types"),
+            options.written(df.columns),
+            create,
+        )
         query = streaming_query_id(df.sparkSession) if s.sink_id else None
-        request = write_request(s, TableRef.parse(table), options, create, writer, query)
+        request = write_request(s, TableRef.parse(table), options, create, writer, query, new_table)
         with step("spark conf, jars, branch count"):
             memory = conf(df.sparkSession, PYSPARK_MEMORY)
             check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
@@ -258,9 +268,9 @@ class Transaction:
         coordinator = self._job
         if coordinator is None:
             raise ConfigurationError(
-                "The first write of a transaction goes into its own database (the url of "
-                "xasink.transaction), which records the decision: write there first, then "
-                "tx.write(..., url=...) into the others."
+                "The first write of a transaction goes into its own database (the one "
+                "xasink.transaction was given), which records the decision: write there first, "
+                "then into the others with tx.write(df, table, database=...)."
             )
         if self._held is not None:
             self._promote(coordinator)
@@ -284,7 +294,7 @@ class Transaction:
     def redactor(self, *more: ConnectionSpec) -> Redactor:
         """Every password of the transaction's databases (and of `more`), for its errors."""
         specs = [self._settings.spec, *(m.job.spec for m in self._members.values()), *more]
-        return Redactor(s.password for s in specs)
+        return Redactor(secrets_of(specs))
 
     @property
     def _named(self) -> str:

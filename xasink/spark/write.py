@@ -20,6 +20,7 @@ from ..runtime.shutdown import tracked
 from ..runtime.timing import Stopwatch, step
 from ..spec import CommitProperties, Database, WriteOptions, write_options
 from ..tables.modes import APPEND
+from .arguments import check_database, check_properties, check_write
 from .block import run
 from .transaction import Transaction
 
@@ -71,6 +72,10 @@ class WriteResult:
     stale: int = 0
 
 
+#: How write_xa's messages name it: the order of its arguments is half of what they say.
+_WRITE_XA = "write_xa(df, database, table)"
+
+
 @tracked  # the interpreter's exit waits for it (xasink.runtime.shutdown)
 @redacting_java_errors
 def write_xa(
@@ -105,6 +110,8 @@ def write_xa(
     clock = Stopwatch()
     with step("arguments"):
         given = write_options("write_xa", options)
+        check_database(_WRITE_XA, database, table)
+        check_write(_WRITE_XA, df, table, given, commit_properties)
         alone = given.get("mode", defaults.MODE) == APPEND  # its branches write the table
         settings = TransactionSettings.of(database, commit_properties, alone, sink_id, batch_id)
     tx = Transaction(settings, clock)
@@ -141,6 +148,8 @@ def transaction(
     (`tx.result.skipped`). `commit_properties` are write_xa's; see docs/transactions.md.
     """
     with step("arguments"):
+        check_database("xasink.transaction(database)", database)
+        check_properties("xasink.transaction(database)", commit_properties=commit_properties)
         settings = TransactionSettings.of(
             database, commit_properties, per_branch_appends, sink_id, batch_id
         )

@@ -14,13 +14,23 @@ from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, execute, java_message
 from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
-from .modes import ModeOptions
+from .modes import APPEND, MERGE, OVERWRITE, UPSERT, ModeOptions
+from .new_table import NewTable
 from .order_precision import order_refusal, string_refusal
 from .types import column_ddl_type, compatibility_problem
 
 log = logging.getLogger("xasink")
 
 CREATE_CHOICES = ("if_missing", "never")
+#: The privileges a write needs on its table, by mode (SELECT: its columns are read first).
+_PRIVILEGES = {
+    APPEND: "SELECT, INSERT",
+    OVERWRITE: "SELECT, INSERT, DELETE",
+    UPSERT: "SELECT, INSERT, UPDATE",
+    MERGE: "SELECT, INSERT, UPDATE, DELETE",
+}
+#: A created table shaped by the DataFrame's schema alone.
+NO_SHAPE = NewTable()
 
 
 def check_create(create: str) -> None:
@@ -32,18 +42,26 @@ def check_create(create: str) -> None:
 
 
 def create_table_sql(
-    dialect: Dialect, table: TableRef, schema: StructType, key: Sequence[str]
+    dialect: Dialect,
+    table: TableRef,
+    schema: StructType,
+    key: Sequence[str],
+    new_table: NewTable = NO_SHAPE,
 ) -> str:
-    """CREATE TABLE from the DataFrame's schema; the key columns become the primary key."""
+    """CREATE TABLE from the DataFrame's schema; the key columns become the primary key.
+    `new_table`'s column types replace the mapped ones, its options follow the columns."""
     columns = []
     for field in schema.fields:
         is_key = field.name in key
-        sql_type = column_ddl_type(dialect.name, field.name, field.dataType, key=is_key)
+        sql_type = new_table.type_of(field.name) or column_ddl_type(
+            dialect.name, field.name, field.dataType, key=is_key
+        )
         null = " NOT NULL" if is_key or not field.nullable else ""
         columns.append(f"{dialect.quote(field.name)} {sql_type}{null}")
     if key:
         columns.append(f"PRIMARY KEY ({', '.join(dialect.quote(k) for k in key)})")
-    return f"CREATE TABLE {dialect.qualified(table)} ({', '.join(columns)})"
+    sql = f"CREATE TABLE {dialect.qualified(table)} ({', '.join(columns)})"
+    return f"{sql} {new_table.options}" if new_table.options else sql
 
 
 def ensure_table(
@@ -54,25 +72,42 @@ def ensure_table(
     options: ModeOptions,
     create: str,
     redact: Redactor,
+    user: str | None = None,
+    new_table: NewTable = NO_SHAPE,
 ) -> tuple[list[TableColumn], bool]:
-    """The table's columns, creating the table first when it is missing and allowed.
+    """The table's columns, creating the table first when it is missing and allowed
+    (shaped by `new_table`, which an existing table does not need).
 
     Returns (columns, created). DDL runs here, before any branch: a later failure leaves
-    the new table empty."""
+    the new table empty. A table this login may not read looks missing until CREATE says
+    it exists: then the refusal names the GRANT the write needs."""
     try:
         return _described(conn, dialect, table, redact), False
     except PreflightError:
         if create == "never":
             raise
     written = StructType([schema[c] for c in options.written(schema.names)])
-    sql = create_table_sql(dialect, table, written, options.key)
+    sql = create_table_sql(dialect, table, written, options.key, new_table)
     try:
         execute(conn, sql)
     except Exception as exc:
-        raise PreflightError(
-            f"Creating table {table} failed: {redact(java_message(exc))}. Create it yourself "
-            "(and pass create='never'), or check the user's CREATE privilege."
-        ) from None
+        if not dialect.is_existing_table(exc):
+            raise PreflightError(
+                f"Creating table {table} failed: {redact(java_message(exc))}. Create it "
+                "yourself (and pass create='never'), or check the user's CREATE privilege."
+            ) from None
+        # There after all: another writer's a moment ago, or one this login may not read.
+        try:
+            types = column_types(conn, dialect, table)
+        except Exception as again:
+            grant = f"GRANT {_PRIVILEGES[options.mode]} ON {dialect.qualified(table)}"
+            raise PreflightError(
+                f"Table {table} exists, but this login may not read it "
+                f"({redact(java_message(again))}); nothing was written. Have its owner grant "
+                f"what mode={options.mode!r} needs: {grant} TO {dialect.grantee(conn, user)}; or "
+                "write into another table."
+            ) from None
+        return describe_table(conn, dialect, table, types), False
     log.info("xasink: created table %s", table)
     return _described(conn, dialect, table, redact), True
 
@@ -108,7 +143,8 @@ def check_fit(
     ]
     written = {dialect.column_key(n) for n in names}
     problems += [
-        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it"
+        f"column {c.name!r} is NOT NULL without a default, and the DataFrame does not write it "
+        f"(to let rows leave it out: {dialect.nullable_sql(table, c.name, c.sql_type)})"
         for c in columns
         if not c.nullable and not c.has_default and dialect.column_key(c.name) not in written
     ]
@@ -124,17 +160,32 @@ def check_fit(
         ) or string_refusal(conn, dialect, table, fields[at].dataType, targets[at])
         if refusal:
             raise SchemaMismatchError(refusal)
-    if options.routed:
+    if options.key:
         spelled = dict(zip((f.name for f in fields), names, strict=True))
         key = [spelled[k] for k in options.key]
         if frozenset(key) not in unique_keys(conn, dialect, table):
-            raise SchemaMismatchError(
-                f"mode={options.mode!r} matches rows on ({', '.join(key)}), but {table} has no "
-                "primary key or unique index on exactly these columns. Add one, e.g. ALTER "
-                f"TABLE {dialect.qualified(table)} ADD PRIMARY KEY "
-                f"({', '.join(dialect.quote(k) for k in key)})."
-            )
+            raise SchemaMismatchError(_keyless(dialect, table, options, key))
     return targets
+
+
+def _keyless(dialect: Dialect, table: TableRef, options: ModeOptions, key: list[str]) -> str:
+    """Why `key` needs a unique key on `table`: upsert and merge match rows on it; append
+    and overwrite use it only as the primary key of a table they create, so on a table
+    without it, it would change nothing (a forgotten mode='upsert')."""
+    columns = ", ".join(key)
+    if not options.routed:
+        return (
+            f"key=({columns}) has no use in mode={options.mode!r} on {table}, which has no "
+            "primary key or unique index on exactly these columns (append and overwrite "
+            "use a key only as the primary key of a table they create): did you mean "
+            "mode='upsert', insert or update by key? Else drop key. Nothing was written."
+        )
+    return (
+        f"mode={options.mode!r} matches rows on ({columns}), but {table} has no "
+        "primary key or unique index on exactly these columns. Add one, e.g. ALTER "
+        f"TABLE {dialect.qualified(table)} ADD PRIMARY KEY "
+        f"({', '.join(dialect.quote(k) for k in key)})."
+    )
 
 
 def table_columns(
@@ -142,21 +193,27 @@ def table_columns(
 ) -> dict[str, str]:
     """The table's columns (name → the database's type name), or a PreflightError."""
     try:
-        statement = conn.prepareStatement(f"SELECT * FROM {dialect.qualified(table)} WHERE 1=0")
-        try:
-            meta = statement.executeQuery().getMetaData()
-            return {
-                str(meta.getColumnName(i)): str(meta.getColumnTypeName(i)).lower()
-                for i in range(1, int(meta.getColumnCount()) + 1)
-            }
-        finally:
-            statement.close()
+        return column_types(conn, dialect, table)
     except Exception as exc:
         raise PreflightError(
             f"Target table {table} does not exist or cannot be read: "
             f"{redact(java_message(exc))}. Create it first (or check the schema, the name's "
             "case, and the user's privileges)."
         ) from None
+
+
+def column_types(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> dict[str, str]:
+    """The table's columns (name → the database's type name), as a query of it returns
+    them: it fails where this login may not read the table."""
+    statement = conn.prepareStatement(f"SELECT * FROM {dialect.qualified(table)} WHERE 1=0")
+    try:
+        meta = statement.executeQuery().getMetaData()
+        return {
+            str(meta.getColumnName(i)): str(meta.getColumnTypeName(i)).lower()
+            for i in range(1, int(meta.getColumnCount()) + 1)
+        }
+    finally:
+        statement.close()
 
 
 def match_columns(

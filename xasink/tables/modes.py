@@ -66,21 +66,8 @@ class ModeOptions:
         op_values: Mapping[str, str | Sequence[str]] | None,
         frame_columns: Sequence[str],
     ) -> ModeOptions:
-        if not _is_mode(mode):
-            raise ConfigurationError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
         keys = (key,) if isinstance(key, str) else tuple(key or ())
-        if mode in (UPSERT, MERGE) and not keys:
-            raise ConfigurationError(
-                f"mode={mode!r} needs key=[...]: the column(s) that identify a row."
-            )
-        if mode == MERGE and not op:
-            raise ConfigurationError(
-                "mode='merge' needs op='<column>': the column saying insert, update or delete."
-            )
-        if mode != MERGE and (op or op_values):
-            raise ConfigurationError("op and op_values apply to mode='merge' only.")
-        if order and mode not in (UPSERT, MERGE):
-            raise ConfigurationError("order applies to mode='upsert' and mode='merge' only.")
+        checked = check_mode(mode, keys, op, order, op_values)
         steering = [c for c in (op, order) if c]
         if (
             len(set(keys)) != len(keys)
@@ -94,10 +81,10 @@ class ModeOptions:
                 f"The DataFrame has no column(s) {', '.join(map(repr, missing))}; it has "
                 f"{', '.join(frame_columns)}."
             )
-        if mode != MERGE:
-            return cls(mode, keys, op, order)
+        if checked != MERGE:
+            return cls(checked, keys, op, order)
         values, skip = _op_values(CDC_OP_VALUES if op_values is None else op_values)
-        return cls(mode, keys, op, order, values, op_values is None, skip)
+        return cls(checked, keys, op, order, values, op_values is None, skip)
 
     @property
     def staged(self) -> bool:
@@ -125,6 +112,40 @@ class ModeOptions:
         """The DataFrame columns that steer the write (the staging table has each as a
         column of its own; the target never has `op`)."""
         return tuple(c for c in (self.op, self.order) if c)
+
+
+def check_mode(
+    mode: str,
+    key: str | Sequence[str] | None,
+    op: str | None,
+    order: str | None,
+    op_values: Mapping[str, str | Sequence[str]] | None,
+) -> Mode:
+    """`mode`, refused when it is not one, lacks what it needs (docs/modes.md's table), or
+    is given what it does not use: an `op` or `order` it would ignore is a forgotten mode.
+    (A key of append or overwrite is the primary key of a table they create: the table
+    decides, at preflight.)"""
+    if not _is_mode(mode):
+        raise ConfigurationError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+    if mode in (UPSERT, MERGE) and not key:
+        raise ConfigurationError(
+            f"mode={mode!r} needs key=[...]: the column(s) that identify a row."
+        )
+    if mode == MERGE and not op:
+        raise ConfigurationError(
+            "mode='merge' needs op='<column>': the column saying insert, update or delete."
+        )
+    if mode != MERGE and (op or op_values):
+        raise ConfigurationError(
+            f"op and op_values apply to mode='merge' only (change rows), not to "
+            f"mode={mode!r}: did you mean mode='merge'?"
+        )
+    if order and mode not in (UPSERT, MERGE):
+        raise ConfigurationError(
+            f"order applies to mode='upsert' and mode='merge' only (the newest row per "
+            f"key wins), not to mode={mode!r}: did you mean mode='upsert'?"
+        )
+    return mode
 
 
 def _op_values(
