@@ -249,7 +249,8 @@ def test_prune_deletes_only_long_finished_jobs(db):
     finished = [j for j, s in job_states(db).items() if s in ("committed", "aborted", "abandoned")]
     prunable = set(finished) - _marked_jobs(db) - _kept_jobs(db)
     dry = xasink_cli(db, "prune", "--older-than", "1", "--dry-run", "--json")
-    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": len(prunable)}
+    expected = {"dry_run": True, "jobs": len(prunable), "tombstones": 0, "skipped": []}
+    assert json.loads(dry.stdout) == expected, dry.stdout
     assert xasink_cli(db, "prune", "--older-than", "3650").stdout.startswith(
         "deleted the journal rows of 0 job(s)"
     )

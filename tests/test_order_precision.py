@@ -224,3 +224,97 @@ def test_an_order_column_that_holds_the_values_keeps_every_newer_change(spark, d
         expected = orders[[s[3] for s in steps].index(stored)]
         assert _rows(db, table) == [(1, stored, expected)]
     _clean(db)
+
+
+#: A string order column compared by code point, trailing spaces too, on each
+#: MySQL-protocol server: MySQL's binary NO PAD collation, MariaDB's.
+NO_PAD_BIN = {"mysql": "utf8mb4_0900_bin", "mariadb": "utf8mb4_nopad_bin"}
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_string_order_column_whose_collation_equates_strings_is_refused(spark, mysql_family):
+    """MySQL and MariaDB compare strings by the column's collation, and the default ones
+    ignore case and accents: 'a' and 'A' would be one order, and the newer change skipped
+    as a replay. Such a column is refused before anything is written, naming it and a
+    binary collation; one with a binary collation is taken."""
+    db, login = mysql_family, connection_args(mysql_family)
+    for column in ("VARCHAR(20)", "VARCHAR(20) COLLATE utf8mb4_unicode_ci", "CHAR(20)"):
+        table = _table(db, column)
+        run_sql(db, f"INSERT INTO {table} VALUES (1, 'seed', 'a')", admin=False)
+        df = spark.createDataFrame([(1, "new", "A")], "id int, v string, ts string")
+        with pytest.raises(SchemaMismatchError, match=r"(?s)column 'ts'.*COLLATE utf8mb4_bin"):
+            write_xa(df, table=table, **UPSERT, **login)
+        assert _rows(db, table) == [(1, "seed", "a")], column
+    for collation in ("utf8mb4_bin", NO_PAD_BIN["mysql" if db.kind == "mysql" else "mariadb"]):
+        table = _table(db, f"VARCHAR(20) COLLATE {collation}")  # by code point: taken
+        run_sql(db, f"INSERT INTO {table} VALUES (1, 'seed', 'a')", admin=False)
+        df = spark.createDataFrame([(1, "new", "A")], "id int, v string, ts string")
+        assert write_xa(df, table=table, **UPSERT, **login).stale == 1  # 'A' < 'a'
+        df = spark.createDataFrame([(1, "new", "b")], "id int, v string, ts string")
+        assert write_xa(df, table=table, **UPSERT, **login).stale == 0
+        assert _rows(db, table) == [(1, "new", "b")]
+    _clean(db)
+
+
+def _collation_apart_from_default(db) -> str:
+    """A deterministic collation that ranks 'a' and 'B' the other way from the database's
+    default (a linguistic one puts 'a' first, code points 'B')."""
+    if db.kind == "postgres":
+        linguistic_default = run_sql(db, "SELECT 'a' < 'B'")[0][0]
+        return 'COLLATE "C"' if linguistic_default else 'COLLATE "und-x-icu"'
+    return f"COLLATE {NO_PAD_BIN['mysql' if db.kind == 'mysql' else 'mariadb']}"
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_string_order_ranks_alike_within_a_write_and_across_writes(spark, db):
+    """Within a write the newest change of a key is chosen by the same comparison as
+    across writes, the order column's own collation: two changes of one key, written
+    together or one after the other, leave the same row. PostgreSQL: 'a' and 'B', which
+    a linguistic collation and code points rank apart; MySQL and MariaDB: 'a' and 'a ',
+    which a binary NO PAD column keeps apart (the staging table's own collation did not:
+    the write was refused as two changes of one order)."""
+    table = _table(db, f"VARCHAR(20) {_collation_apart_from_default(db)}")
+    login = connection_args(db)
+    first, second = ("a", "B") if db.kind == "postgres" else ("a", "a ")
+    # Which of the two the column itself takes for the newer, asked of the server.
+    run_sql(
+        db, f"INSERT INTO {table} VALUES (2, 'x', '{first}'), (3, 'y', '{second}')", admin=False
+    )
+    newest = run_sql(db, f"SELECT id FROM {table} ORDER BY ts DESC")[0][0]
+    run_sql(db, f"DELETE FROM {table}", admin=False)
+    changes = {"x": (1, "x", first), "y": (1, "y", second)}
+    winner = changes["x" if int(newest) == 2 else "y"]
+    schema = "id int, v string, ts string"
+    both = spark.createDataFrame(list(changes.values()), schema)
+    assert write_xa(both, table=table, **UPSERT, **login).stale == 0
+    assert _rows(db, table) == [winner]
+    (loser,) = set(changes.values()) - {winner}
+    assert (
+        write_xa(spark.createDataFrame([loser], schema), table=table, **UPSERT, **login).stale == 1
+    )
+    assert _rows(db, table) == [winner]
+    _clean(db)
+
+
+def test_a_string_order_column_whose_collation_equates_strings_is_refused_on_postgres(
+    spark, postgres
+):
+    """PostgreSQL: a nondeterministic collation (ICU's, case-insensitive here) takes 'a'
+    and 'A' for equal, and character(n) ignores trailing spaces: refused, naming the
+    column; text with a deterministic collation is taken."""
+    db = postgres
+    run_sql(
+        db,
+        "CREATE COLLATION IF NOT EXISTS xasink_test_ci (provider = icu, locale = "
+        "'und-u-ks-level2', deterministic = false)",
+    )
+    login = connection_args(db)
+    for column in ("VARCHAR(20) COLLATE xasink_test_ci", "CHARACTER(20)"):
+        table = _table(db, column)
+        df = spark.createDataFrame([(1, "new", "A")], "id int, v string, ts string")
+        with pytest.raises(SchemaMismatchError, match=r"(?s)column 'ts'.*deterministic"):
+            write_xa(df, table=table, **UPSERT, **login)
+        assert _rows(db, table) == [], column
+    _clean(db)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from support import (
     assert_clean,
     connection_args,
     prepared_branch,
     run_sql,
+    spec_for,
     start_foreach_stream,
     stream_files,
     xasink_cli,
@@ -117,7 +120,8 @@ def test_prune_keeps_every_row_something_still_reads(spark, db, journal_schema):
     tag = run_sql(db, f"SELECT tag FROM {j}_meta")[0][0]
     rollback = prepared_branch(db, schema, BranchId(str(tag), straggling, 0, 9))
     dry = xasink_cli(db, "prune", "--journal-schema", schema, "--dry-run", "--json")
-    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 45, "tombstones": 0}, dry.stdout
+    expected = {"dry_run": True, "jobs": 45, "tombstones": 0, "skipped": []}
+    assert json.loads(dry.stdout) == expected, dry.stdout
     done = xasink_cli(db, "prune", "--journal-schema", schema)
     assert done.stdout.startswith("deleted the journal rows of 45 job(s) finished over 7 days ago")
     left = _jobs(db, schema)
@@ -179,20 +183,33 @@ def _holding_apply_lock(db, schema: str, table: str):
     return holder
 
 
+#: The changes a merge with `order` writes in these tests.
+CHANGES = "id long, v string, updated_at long, op string"
+
+
+def _merged_table(
+    db, journal: str, schema: str | None = None, prefix: str = "d"
+) -> tuple[str, str, dict[str, Any]]:
+    """A table that stores its order column, in `schema` (default: the journal's): (its
+    name, `schema.name`, the keywords of a merge with `order` into it through the journal
+    in `journal`)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    table = f"{schema or journal}.{name}"
+    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
+    run_sql(db, ddl, admin=False)
+    login = connection_args(db, journal_schema=journal)
+    return name, table, {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
+
+
 def test_the_retention_sweeps_the_order_of_deleted_keys(spark, db, journal_schema):
     """A deleted key keeps its order for the journal's retention: a writer's round and
     `xasink prune` delete the older ones, after which an older change of that key inserts
     it again; the newer ones keep theirs."""
-    schema, name = journal_schema, f"d_{uuid.uuid4().hex[:8]}"
-    table = f"{schema}.{name}"
-    ddl = f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(32), updated_at BIGINT)"
-    run_sql(db, ddl, admin=False)
-    login = connection_args(db, journal_schema=schema)
-    merge = {"mode": "merge", "key": "id", "op": "op", "order": "updated_at", **login}
-    columns = "id long, v string, updated_at long, op string"
+    schema = journal_schema
+    name, table, merge = _merged_table(db, schema)
 
     def changes(rows: list[tuple[int, str, int, str]]) -> int:
-        return write_xa(spark.createDataFrame(rows, columns), table=table, **merge).stale
+        return write_xa(spark.createDataFrame(rows, CHANGES), table=table, **merge).stale
 
     assert changes([(k, "", 20, "d") for k in range(4)]) == 0
     tomb, kept = _tombstones(db, schema, name)
@@ -208,12 +225,19 @@ def test_the_retention_sweeps_the_order_of_deleted_keys(spark, db, journal_schem
     assert _tombstones(db, schema, name)[1] == {k: 20 for k in range(1, 4)}
     run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = {ago} WHERE id = 1")
     dry = xasink_cli(db, "prune", "--journal-schema", schema, "--dry-run", "--json")
-    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 0, "tombstones": 1}, dry.stdout
+    assert json.loads(dry.stdout) == {"dry_run": True, "jobs": 0, "tombstones": 1, "skipped": []}, (
+        dry.stdout
+    )
     # While an apply into the table holds its lock, its tombstones are left for later: the
     # apply counts its stale changes before its statements, and must find them unchanged.
     with contextlib.closing(_holding_apply_lock(db, schema, name)):
         done = xasink_cli(db, "prune", "--journal-schema", schema, "--json")
-        assert json.loads(done.stdout) == {"dry_run": False, "jobs": 0, "tombstones": 0}
+        assert json.loads(done.stdout) == {
+            "dry_run": False,
+            "jobs": 0,
+            "tombstones": 0,
+            "skipped": [],
+        }
     done = xasink_cli(db, "prune", "--journal-schema", schema)
     assert "and the order of 1 deleted key(s)" in done.stdout, done.stdout + done.stderr
     assert _tombstones(db, schema, name)[1] == {2: 20, 3: 20}
@@ -258,3 +282,123 @@ def test_prune_below_a_day_keeps_the_row_that_tells_a_lost_commit_apart(spark, d
     forced = xasink_cli(db, "prune", "--journal-schema", schema, "--older-than", "0", "--force")
     assert forced.stdout.startswith("deleted the journal rows of 1 job(s)"), forced.stderr
     assert _jobs(db, schema) == {}
+
+
+def test_prune_never_deletes_a_tombstone_younger_than_the_retention(spark, db, journal_schema):
+    """Tombstones follow the journal's retention only: `prune --older-than` below it (down
+    to the grace with --force) deletes the jobs that old, and no tombstone younger than the
+    retention; with a retention of 0 (keep everything), none at all."""
+    schema = journal_schema
+    name, table, merge = _merged_table(db, schema)
+    deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], CHANGES)
+    write_xa(deletes, table=table, **merge)
+    tomb, _ = _tombstones(db, schema, name)
+    days = "INTERVAL '{} days'" if db.kind == "postgres" else "INTERVAL {} DAY"
+    for key, age in ((0, 3), (1, 10)):  # the retention is 7 days
+        at = f"xasink_deleted_at - {days.format(age)}"
+        run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = {at} WHERE id = {key}")
+
+    def pruned(*args: str) -> int:
+        done = xasink_cli(db, "prune", "--journal-schema", schema, "--json", *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return int(json.loads(done.stdout)["tombstones"])
+
+    assert pruned("--older-than", "2") == 1
+    assert _tombstones(db, schema, name)[1] == {0: 20, 2: 20}
+    assert pruned("--older-than", "0", "--force") == 0
+    xasink_cli(db, "prune", "--journal-schema", schema, "--set-retention", "0")
+    run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = xasink_deleted_at - {days.format(30)}")
+    assert pruned("--older-than", "1") == 0
+    assert _tombstones(db, schema, name)[1] == {0: 20, 2: 20}
+
+
+def _other_schema(db) -> str:
+    """A schema (MySQL: a database) the admin makes, where this login may create tables."""
+    other = f"os_{uuid.uuid4().hex[:8]}"
+    if db.kind == "postgres":
+        run_sql(db, f"CREATE SCHEMA {other}", f"GRANT USAGE, CREATE ON SCHEMA {other} TO {db.user}")
+    else:
+        run_sql(db, f"CREATE DATABASE {other}", f"GRANT ALL ON {other}.* TO '{db.user}'@'%'")
+    return other
+
+
+def test_a_table_of_tombstones_this_login_may_not_sweep_is_skipped(
+    spark, db, journal_schema, caplog
+):
+    """One journal lists two tables of tombstones, and this login may no longer delete from
+    the first (its privileges changed). A writer's round sweeps the other and says once
+    which it skipped; `xasink prune` does the same and reports it (text and JSON)."""
+    schema, other = journal_schema, _other_schema(db)
+    try:
+        _, first, merge = _merged_table(db, schema, other, "a")  # the same merge, into either
+        tables = [first, _merged_table(db, schema, None, "b")[1]]
+        for table in tables:
+            deletes = spark.createDataFrame([(k, "", 20, "d") for k in range(3)], CHANGES)
+            write_xa(deletes, table=table, **merge)
+        listed = f"SELECT tomb_table, target_schema FROM {schema}.xasink_tombstones ORDER BY 1"
+        locked, swept = (f"{s}.{t}" for t, s in run_sql(db, listed))
+        assert locked.startswith(f"{other}.") and swept.startswith(f"{schema}.")
+        ago = "INTERVAL '30 days'" if db.kind == "postgres" else "INTERVAL 30 DAY"
+        for tomb in (locked, swept):
+            run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = xasink_deleted_at - {ago}")
+        revoke = (
+            f"REVOKE DELETE ON {locked} FROM {db.user}"
+            if db.kind == "postgres"
+            else f"REVOKE DELETE ON {other}.* FROM '{db.user}'@'%'"
+        )
+        run_sql(db, revoke)
+        caplog.set_level(logging.WARNING, logger="xasink")
+        retention._due.clear()  # the next write's end sweeps a round
+        rows = [(9, "x", 1, "c"), (5, "", 20, "d")]
+        write_xa(spark.createDataFrame(rows, CHANGES), table=tables[1], **merge)
+        assert run_sql(db, f"SELECT id FROM {swept}") == [(5,)]
+        assert run_sql(db, f"SELECT COUNT(*) FROM {locked}") == [(3,)]
+        said = [r.getMessage() for r in caplog.records if locked in r.getMessage()]
+        assert len(said) == 1 and "skipped" in said[0], said
+        run_sql(db, f"UPDATE {swept} SET xasink_deleted_at = xasink_deleted_at - {ago}")
+        json_said = xasink_cli(db, "prune", "--journal-schema", schema, "--json")
+        assert json.loads(json_said.stdout) == {
+            "dry_run": False,
+            "jobs": 0,
+            "tombstones": 1,
+            "skipped": [locked],
+        }, json_said.stdout + json_said.stderr
+        text = xasink_cli(db, "prune", "--journal-schema", schema)
+        assert text.returncode == 0 and f"skipped {locked}" in text.stdout, text.stdout
+        assert run_sql(db, f"SELECT COUNT(*) FROM {locked}") == [(3,)]
+        assert run_sql(db, f"SELECT COUNT(*) FROM {swept}") == [(0,)]
+        assert_clean(db)
+    finally:
+        drop = f"DROP SCHEMA {other} CASCADE" if db.kind == "postgres" else f"DROP DATABASE {other}"
+        run_sql(db, drop)
+
+
+def test_a_busy_table_without_old_tombstones_asks_for_no_early_round(spark, db, journal_schema):
+    """A round that finds a table being applied to (its apply lock held) comes back soon (a
+    backlog's pace) only where old tombstones wait there: a busy table whose tombstones
+    are all younger than the retention leaves the rounds at their pace."""
+    from xasink.protocol.connecting import open_journal
+    from xasink.tables.applier import STAGED_APPLY
+
+    schema = journal_schema
+    name, table, merge = _merged_table(db, schema)
+    write_xa(
+        spark.createDataFrame([(1, "", 20, "d"), (2, "", 20, "d")], CHANGES), table=table, **merge
+    )
+    tomb, _ = _tombstones(db, schema, name)
+    spec = spec_for(db)
+
+    def round_while_applied_to() -> retention.Swept | None:
+        with contextlib.closing(_holding_apply_lock(db, schema, name)):
+            session, journal = open_journal(spec, schema, staged=STAGED_APPLY)
+            with session:
+                retention._due.clear()
+                return retention.tend(journal, session, spec)
+
+    swept = round_while_applied_to()
+    assert swept is not None and (swept.tombstones, swept.more) == (0, False), swept
+    ago = "INTERVAL '30 days'" if db.kind == "postgres" else "INTERVAL 30 DAY"
+    run_sql(db, f"UPDATE {tomb} SET xasink_deleted_at = xasink_deleted_at - {ago} WHERE id = 1")
+    swept = round_while_applied_to()
+    assert swept is not None and (swept.tombstones, swept.more) == (0, True), swept
+    assert _tombstones(db, schema, name)[1] == {1: 20, 2: 20}

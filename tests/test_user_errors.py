@@ -129,7 +129,8 @@ def test_an_existing_table_this_login_may_not_read_is_not_created_again(spark, d
         message = str(error.value)
         schema, name = table.split(".")
         quoted = '"{}"."{}"' if db.kind == "postgres" else "`{}`.`{}`"
-        grantee = f'"{db.user}"' if db.kind == "postgres" else f"'{db.user}'"
+        # MySQL and MariaDB: the account as the server knows it (CURRENT_USER()).
+        grantee = f'"{db.user}"' if db.kind == "postgres" else f"'{db.user}'@'%'"
         assert message.startswith(f"Table {table} exists, but this login may not read it ("), (
             message
         )

@@ -22,7 +22,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from xasink.tables.columns import TableColumn
+from xasink.dialects import get_dialect
+from xasink.spec import TableRef
+from xasink.tables.columns import TableColumn, spelled_type
 from xasink.tables.order_precision import coarser, order_refusal
 from xasink.tables.types import column_ddl_type
 
@@ -168,3 +170,59 @@ def test_the_column_xasink_creates_for_an_order_holds_it(spark: DataType) -> Non
 
 def test_a_dialect_that_cannot_tell_refuses_nothing() -> None:
     assert order_refusal("generic", "t", NTZ, _column("timestamp", "timestamp(0)")) is None
+
+
+@pytest.mark.parametrize(
+    ("dialect", "spark", "type_name", "sql_type", "cast"),
+    [
+        # A decimal column of smaller scale holds a cast to itself, where the values fit.
+        (MY, DecimalType(38, 18), "decimal", "decimal(20,0)", "decimal(20,0)"),
+        (PG, DecimalType(12, 3), "numeric", "numeric(12,2)", "decimal(12,2)"),
+        (PG, DoubleType(), "numeric", "numeric(20,10)", "decimal(20,10)"),
+        (MY, DoubleType(), "decimal", "decimal(30,10)", "decimal(30,10)"),
+        # No Spark decimal holds it, or no cast would do: the column must change.
+        (MY, DecimalType(38, 30), "decimal", "decimal(65,20)", None),
+        (PG, DoubleType(), "numeric", "numeric", None),
+        (MY, LongType(), "double", "double", None),
+        (PG, LongType(), "float4", "real", None),
+        (MY, NTZ, "datetime", "datetime", None),
+    ],
+)
+def test_a_refusal_names_the_cast_of_the_frame_that_the_column_holds(
+    dialect: str, spark: DataType, type_name: str, sql_type: str, cast: str | None
+) -> None:
+    message = order_refusal(dialect, "t", spark, _column(type_name, sql_type))
+    assert message is not None and message.endswith("Nothing was written.")
+    if cast is None:
+        assert "cast" not in message, message
+    else:
+        assert f'Or cast the DataFrame\'s order column to {cast} (`.cast("{cast}")`)' in message
+
+
+@pytest.mark.parametrize(
+    ("sql_type", "equates"),
+    [
+        ("varchar(20) character set utf8mb4 collate utf8mb4_general_ci", True),
+        ("longtext character set utf8mb4 collate utf8mb4_uca1400_ai_ci", True),
+        ("varchar(20) character set utf8mb4 collate utf8mb4_0900_as_cs", True),
+        ("varchar(20) character set utf8mb4 collate utf8mb4_bin", False),
+        ("longtext character set utf8mb4 collate utf8mb4_nopad_bin", False),
+        ("varchar(20) character set latin1 collate latin1_bin", False),
+        ("varbinary(20)", False),
+    ],
+)
+def test_mysql_takes_a_string_order_column_by_a_binary_collation_only(
+    sql_type: str, equates: bool
+) -> None:
+    """Only a binary collation compares by code point; a PAD SPACE one (utf8mb4_bin, which
+    xasink's own tables have) is taken, its trailing spaces said in docs/modes.md."""
+    found = get_dialect(MY).collation_problem(None, TableRef("t"), "ts", sql_type)  # type: ignore[arg-type]
+    assert (found is not None) == equates, found
+
+
+def test_a_described_type_keeps_its_collations_case() -> None:
+    assert spelled_type('TEXT COLLATE pg_catalog."C"') == 'text collate pg_catalog."C"'
+    assert spelled_type("VARCHAR(3) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin") == (
+        "varchar(3) character set utf8mb4 collate utf8mb4_bin"
+    )
+    assert spelled_type("Integer") == "integer"

@@ -255,6 +255,10 @@ LATEST_MY = (
 )
 INSERT_PG = 'INSERT INTO "app"."events" ("id", "name", "n") SELECT "id", "name", "n" FROM '
 INSERT_MY = "INSERT INTO `app`.`events` (`id`, `name`, `n`) SELECT `id`, `name`, `n` FROM "
+#: Where the target stores the order column, its changes rank by that column (its type and
+#: collation, which compare the orders across writes too).
+STORED_PG = LATEST_PG.replace('ORDER BY "xasink_order"', 'ORDER BY "ts"')
+STORED_MY = LATEST_MY.replace("ORDER BY `xasink_order`", "ORDER BY `ts`")
 UPSERT_PG = 'ON CONFLICT ("id") DO UPDATE SET "name" = EXCLUDED."name", "n" = EXCLUDED."n"'
 UPSERT_MY = "ON DUPLICATE KEY UPDATE `name` = VALUES(`name`), `n` = VALUES(`n`)"
 
@@ -470,17 +474,17 @@ def test_a_merge_over_a_stored_order_deletes_only_older_rows():
     delete, insert = apply_statements(PG, plan)
     older = '("xasink_stored"."ts" IS NULL OR "xasink_stored"."ts" < s."ts")'
     assert delete[0] == (  # driven from the staged changes, the stored rows reached by key
-        f'DELETE FROM "app"."events" AS "xasink_stored" USING {LATEST_PG} WHERE s."id" = '
+        f'DELETE FROM "app"."events" AS "xasink_stored" USING {STORED_PG} WHERE s."id" = '
         f'"xasink_stored"."id" AND LOWER(s."xasink_op") IN (?, ?) AND {older}'
     )
     my_older = "(`xasink_stored`.`ts` IS NULL OR `xasink_stored`.`ts` < s.`ts`)"
     assert apply_statements(MY, plan)[0][0] == (
-        f"DELETE `xasink_stored` FROM `app`.`events` AS `xasink_stored` JOIN {LATEST_MY} ON "
+        f"DELETE `xasink_stored` FROM `app`.`events` AS `xasink_stored` JOIN {STORED_MY} ON "
         f"s.`id` = `xasink_stored`.`id` WHERE LOWER(s.`xasink_op`) IN (?, ?) AND {my_older}"
     )
     assert 'WHERE "xasink_stored"."ts" IS NULL' in insert[0]
     assert stale_statement(PG, plan) == (
-        f'SELECT COUNT(*) FROM {LATEST_PG} JOIN "app"."events" o ON s."id" = o."id" WHERE NOT '
+        f'SELECT COUNT(*) FROM {STORED_PG} JOIN "app"."events" o ON s."id" = o."id" WHERE NOT '
         '(o."ts" IS NULL OR o."ts" < s."ts")',
         (),
     )

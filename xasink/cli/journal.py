@@ -83,7 +83,7 @@ def _reset_sink(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    with _operate(args) as (conn, journal, _):
+    with _operate(args) as (conn, journal, ops):
         before = retention_days(journal, conn)
         if args.set_retention is not None:
             set_retention(journal, conn, args.set_retention)
@@ -98,15 +98,21 @@ def _prune(args: argparse.Namespace) -> int:
         swept = (
             Swept(0, False)
             if keep_all
-            else prune(conn, journal, days, dry_run=args.dry_run, force=args.force)
+            else prune(
+                conn, journal, days, dry_run=args.dry_run, force=args.force, redact=ops.spec.redact
+            )
         )
     verb = "would delete" if args.dry_run else "deleted"
     text = f"{verb} the journal rows of {swept.jobs} job(s) finished over {days:g} days ago"
     if swept.tombstones:
         text += f", and the order of {swept.tombstones} deleted key(s)"
+        if before > days:  # never younger than the retention, whatever --older-than says
+            text += f" (deleted over {before:g} days ago: the retention)"
+    if swept.skipped:  # the log says why
+        text += f"; skipped {', '.join(swept.skipped)}, which this login could not sweep"
     if keep_all:
         text = "the journal's retention is 0 (keep everything): give --older-than DAYS"
-    figures = {"jobs": swept.jobs, "tombstones": swept.tombstones}
+    figures = {"jobs": swept.jobs, "tombstones": swept.tombstones, "skipped": list(swept.skipped)}
     print(said(args, text, dry_run=args.dry_run, **figures), file=args.out)
     return EXIT_OK
 

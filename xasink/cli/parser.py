@@ -208,7 +208,8 @@ def _add_prune(commands: Any, common: argparse.ArgumentParser) -> None:
         "retention). Rows still needed stay whatever the age: a job a sink's mark names, a "
         "transaction's whose other database is not finished, a participant's fence, and a "
         "job that ended within its lease or the default grace. The tombstones of keys "
-        "deleted longer ago (the order a merge's delete keeps) go too.",
+        "deleted longer ago (the order a merge's delete keeps) go too, but never one younger "
+        "than the retention, whatever --older-than says, and none while the retention is 0.",
     )
     when = prune.add_mutually_exclusive_group()
     when.add_argument(

@@ -301,13 +301,28 @@ class Dialect:
         """A DELETE of at most `rows` of the rows of `table` where `where` holds."""
         raise ConfigurationError(f"The {self.name} dialect has no bounded DELETE.")
 
-    def grantee(self, user: str | None) -> str:
-        """`user` as a GRANT names it."""
+    def collation_problem(
+        self, conn: JdbcConnection, table: TableRef, column: str, sql_type: str
+    ) -> str | None:
+        """Why the string column `column` of `table` (of `sql_type`) compares some
+        different strings as equal, by its collation; None: it never does, or unknown."""
+        return None
+
+    def keyable(self, sql_type: str) -> bool:
+        """Whether a primary key can hold a column of `sql_type` whole."""
+        return True
+
+    def grantee(self, conn: JdbcConnection, user: str | None) -> str:
+        """This login (`user`) as a GRANT names it."""
         return self.quote(user) if user else "<the writing user>"
 
-    def create_grant(self, schema: str, user: str | None) -> str:
-        """The GRANT that lets `user` create tables in `schema`."""
-        return f"GRANT CREATE ON SCHEMA {self.quote(schema)} TO {self.grantee(user)}"
+    def create_grant(self, schema: str, grantee: str) -> str:
+        """The GRANT that lets `grantee` (as `grantee` names it) create tables in `schema`."""
+        return f"GRANT CREATE ON SCHEMA {self.quote(schema)} TO {grantee}"
+
+    def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
+        """The names of the table's indexes, lowercased (None: this dialect cannot tell)."""
+        return None
 
     def age_sql(self, column: str) -> str | None:
         """Seconds since the timestamp `column`, on the database's clock; None: unknown."""

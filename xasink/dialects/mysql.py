@@ -15,29 +15,10 @@ from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 from ..xid import Xid
 from .base import Dialect, TableIndex, advisory_key
+from .mysql_server import PREFIX_ONLY, binlog_problem, sql_string, version_problem
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
 MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
-
-
-def parse_version(version: str) -> tuple[int, int, int]:
-    numbers = [int(n) for n in re.findall(r"\d+", version.split("-")[0])[:3]]
-    major, minor, patch = [*numbers, 0, 0, 0][:3]
-    return major, minor, patch
-
-
-def version_problem(version: str) -> str | None:
-    """Why this server cannot keep prepared branches across a disconnect, or None."""
-    mariadb = "mariadb" in version.lower()
-    needed = (10, 5, 0) if mariadb else (5, 7, 7)
-    if parse_version(version) >= needed:
-        return None
-    product = "MariaDB" if mariadb else "MySQL"
-    return (
-        f"{product} {version} rolls prepared XA branches back when their connection closes, "
-        f"so exactly-once cannot be guaranteed. Upgrade to {product} "
-        f"{'.'.join(map(str, needed))} or later."
-    )
 
 
 #: ER_GTID_UNSAFE_CREATE_DROP_TEMPORARY_TABLE_IN_TRANSACTION (MySQL < 8.0.13 with GTIDs).
@@ -49,28 +30,6 @@ _TEMPORARY_REFUSED = (1044, 1142, _GTID_UNSAFE)
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-
-
-def binlog_problem(conn: JdbcConnection) -> str | None:
-    """Why this session's writes would be refused at READ COMMITTED (xasink's isolation,
-    see `MySQLDialect.session_sql`), or None: InnoDB logs them by row only, and a binary
-    log in STATEMENT format refuses them (error 1665)."""
-    try:
-        on, binlog_format = query(conn, "SELECT @@log_bin, @@SESSION.binlog_format")[0]
-    except Exception as exc:
-        if sql_error_code(exc) == 1193:  # a server without binlog_format logs by row
-            return None
-        raise
-    if str(on) in ("0", "OFF") or str(binlog_format).upper() != "STATEMENT":
-        return None
-    return (
-        "The server writes its binary log in STATEMENT format (binlog_format=STATEMENT), in "
-        "which InnoDB refuses every write at READ COMMITTED, the isolation level xasink's "
-        "sessions run at (so that a transaction that waited for a lock acts on the latest "
-        "rows). Nothing was written. Switch the server to row-based or mixed logging: SET "
-        "GLOBAL binlog_format = 'MIXED' (or 'ROW'), and the same in its configuration file; "
-        "new sessions use it."
-    )
 
 
 def _mariadb_connection_class() -> Any:
@@ -304,11 +263,47 @@ class MySQLDialect(Dialect):
     def delete_some_sql(self, table: str, where: str, rows: int) -> str:
         return f"DELETE FROM {table} WHERE {where} LIMIT {int(rows)}"
 
-    def grantee(self, user: str | None) -> str:
-        return "'" + user.replace("'", "''") + "'" if user else "<the writing user>"
+    def collation_problem(
+        self, conn: JdbcConnection, table: TableRef, column: str, sql_type: str
+    ) -> str | None:
+        # Only a binary collation compares by code point (its PAD SPACE ignores trailing
+        # spaces: the one xasink's own tables have, utf8mb4_bin, too); the others by case,
+        # accents or width as well. The description names it (`describe_columns_sql`).
+        found = re.search(r" collate (\w+)", sql_type.lower())
+        if found is None or found.group(1).endswith("_bin"):
+            return None
+        return (
+            f"compares strings by the collation {found.group(1)}, which takes some different "
+            "ones for equal (by case, accents or width)"
+        )
 
-    def create_grant(self, schema: str, user: str | None) -> str:
-        return f"GRANT CREATE ON {self.quote(schema)}.* TO {self.grantee(user)}"
+    def keyable(self, sql_type: str) -> bool:
+        # TEXT and BLOB columns are indexed by a prefix only ("used in key specification
+        # without a key length").
+        return sql_type.split("(")[0].split()[0].lower() not in PREFIX_ONLY
+
+    def grantee(self, conn: JdbcConnection, user: str | None) -> str:
+        # A GRANT names an account, user and host: the one the server took this login for.
+        try:
+            account = str(query(conn, "SELECT CURRENT_USER()")[0][0])
+        except Exception:
+            account = ""
+        name, at, host = account.rpartition("@")
+        if at:
+            return f"{sql_string(name)}@{sql_string(host)}"
+        return sql_string(user) if user else "<the writing user>"
+
+    def create_grant(self, schema: str, grantee: str) -> str:
+        return f"GRANT CREATE ON {self.quote(schema)}.* TO {grantee}"
+
+    def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
+        rows = query(
+            conn,
+            "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            (table.schema, table.name),
+        )
+        return {str(r[0]).lower() for r in rows}
 
     def age_sql(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, {column}, UTC_TIMESTAMP(6)) / 1000000.0"

@@ -158,6 +158,31 @@ class PostgresDialect(Dialect):
     def try_lock_apply(self, conn: JdbcConnection, key: str) -> bool:
         return bool(query(conn, "SELECT pg_try_advisory_xact_lock(?)", (advisory_key(key),))[0][0])
 
+    def collation_problem(
+        self, conn: JdbcConnection, table: TableRef, column: str, sql_type: str
+    ) -> str | None:
+        rows = query(
+            conn,
+            "SELECT c.collname, c.collisdeterministic FROM pg_attribute a JOIN pg_collation c "
+            "ON c.oid = a.attcollation WHERE a.attrelid = to_regclass(?) AND a.attname = ?",
+            (self.qualified(table), column),
+        )
+        if not rows or str(rows[0][1]).lower() not in ("false", "f", "0"):
+            return None
+        return (
+            f"compares strings by the nondeterministic collation {str(rows[0][0])!r}, which "
+            "takes some different ones for equal"
+        )
+
+    def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
+        rows = query(
+            conn,
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = to_regclass(?)",
+            (self.qualified(table),),
+        )
+        return {str(r[0]).lower() for r in rows}
+
     def table_identity(self, conn: JdbcConnection, table: TableRef) -> TableRef | None:
         rows = query(
             conn,
@@ -213,11 +238,17 @@ class PostgresDialect(Dialect):
 
     def describe_columns_sql(self, table: TableRef) -> tuple[str | None, tuple[str | None, ...]]:
         # The quoted name is a bind parameter that to_regclass parses: never pasted into SQL.
+        # A collation other than the type's default is part of the type: a staging column
+        # or a tombstone's compares as the table's does (an order, a key).
         return (
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, "
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) || CASE WHEN "
+            "a.attcollation <> 0 AND a.attcollation <> t.typcollation THEN ' COLLATE ' || "
+            "(SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname) FROM "
+            "pg_collation c JOIN pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = "
+            "a.attcollation) ELSE '' END, NOT a.attnotnull, "
             "a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' "
-            "FROM pg_attribute a WHERE a.attrelid = to_regclass(?) AND a.attnum > 0 "
-            "AND NOT a.attisdropped ORDER BY a.attnum",
+            "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = "
+            "to_regclass(?) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             (self.qualified(table),),
         )
 

@@ -63,7 +63,7 @@ def apply_plan_for(
         op_fold=options.op_fold,
         op_skip=options.op_skip,
         types=tuple(c.sql_type for c in targets),
-        tombs=tomb_table(target, journal.schema) if keeps_deletes(options) else None,
+        tombs=tomb_table(target) if keeps_deletes(options) else None,
     )
 
 

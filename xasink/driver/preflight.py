@@ -88,7 +88,18 @@ def preflight(
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
     with step("tombstones DDL checks"):  # the order of deleted keys (tables.tombstones)
-        kept = ("tombstones", table, journal.schema, options.key, options.order)
+        # Keyed by the columns' types too (MySQL's name their collation): a key or order
+        # whose type changed is checked against its tombstones again.
+        types = tuple(c.sql_type for c in targets)
+        kept = (
+            "tombstones",
+            table,
+            journal.schema,
+            options.mode,
+            options.key,
+            options.order,
+            types,
+        )
         if keeps_deletes(options) and not checks.get(spec, kept):
             args = (options, schema.names, targets, spec.user, journal.lock_wait, spec.redact)
             ensure_tombstones(conn, dialect, table, journal.schema, *args)

@@ -28,7 +28,7 @@ from .orphans import no_journal, presume_abort
 from .participants import finish as finish_participants
 from .participants import given
 from .recovery import describe, resolve_in_doubt
-from .retention import MINIMUM_DAYS, Swept, sweep
+from .retention import MINIMUM_DAYS, Swept, retention_days, sweep
 from .single_branch import fence_one_phase
 from .states import FINAL_STATES, JobState
 
@@ -154,13 +154,16 @@ def prune(
     *,
     dry_run: bool,
     force: bool = False,
+    redact: Redactor | None = None,
 ) -> Swept:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago, and the
-    tombstones of keys deleted longer ago, as the journal's retention does by itself, all
-    at once (`retention.sweep`). Rows that are still evidence stay, whatever the age asked
+    tombstones of keys deleted longer ago but never one younger than the journal's
+    retention (none where it keeps everything), as the retention does by itself, all at
+    once (`retention.sweep`). Rows that are still evidence stay, whatever the age asked
     for. Below the retention's floor of a day, only with `force`: a one-phase job whose
     commit's outcome was unknown is told committed by its row alone (`set_retention` says
-    why)."""
+    why). A table of tombstones it could not sweep is skipped (`Swept.skipped`); `redact`
+    masks the log's word of it."""
     if 0 <= older_than_days < MINIMUM_DAYS and not force:
         raise ConfigurationError(
             f"--older-than {older_than_days:g} is below {MINIMUM_DAYS:g} day, the floor of a "
@@ -171,7 +174,15 @@ def prune(
             f"--older-than {MINIMUM_DAYS:g} or more, or add --force once every such job is "
             "settled."
         )
-    return sweep(journal, conn, older_than_days, dry_run=dry_run, staged=journal.staged)
+    return sweep(
+        journal,
+        conn,
+        older_than_days,
+        dry_run=dry_run,
+        staged=journal.staged,
+        redact=redact or Redactor(),
+        retention=retention_days(journal, conn),
+    )
 
 
 # -- the commands' sessions ----------------------------------------------------------

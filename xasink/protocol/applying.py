@@ -82,9 +82,15 @@ class StagedApply(Protocol[Plan]):
         ...
 
     def count_tombstones(
-        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float
+        self,
+        conn: JdbcConnection,
+        dialect: Dialect,
+        tombs: TableRef,
+        seconds: float,
+        at_most: int | None = None,
     ) -> int:
-        """How many of the deleted keys it keeps were deleted longer than `seconds` ago."""
+        """How many of the deleted keys it keeps were deleted longer than `seconds` ago
+        (counted up to `at_most`, when given)."""
         ...
 
     def forget_tombstones(

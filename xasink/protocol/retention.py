@@ -32,12 +32,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..defaults import GRACE, MINIMUM_RETENTION_DAYS, RETENTION_DAYS
 from ..errors import ConfigurationError
-from ..runtime.jdbc import JdbcConnection, Param, execute, local_transaction, query
+from ..masking import Redactor
+from ..runtime.jdbc import JdbcConnection, Param, execute, java_message, local_transaction, query
 from ..spec import ConnectionSpec, TableRef
 from ..xid import FORMAT_ID, BranchId
 from .applying import StagedApply, apply_key
@@ -65,16 +67,20 @@ MINIMUM_DAYS = MINIMUM_RETENTION_DAYS
 #: Deleted keys' tombstones forgotten in one local transaction, and at most in one round.
 TOMBSTONES_CHUNK = 5000
 TOMBSTONES_ROUND = 50_000
+#: What masks a failure's message where no login's secrets are known (URLs' passwords).
+_MASKED = Redactor()
 
 
 @dataclass(frozen=True)
 class Swept:
-    """What one sweep deleted (jobs, and deleted keys' tombstones), and whether it stopped
-    at its limit or skipped a table being applied to (more may be due)."""
+    """What one sweep deleted (jobs, and deleted keys' tombstones), whether it stopped
+    at its limit or skipped a table being applied to (more may be due), and the tables of
+    tombstones it could not sweep (`skipped`: this login's privileges, a failure)."""
 
     jobs: int
     more: bool
     tombstones: int = 0
+    skipped: tuple[str, ...] = ()
 
 
 def retention_days(journal: JournalLayout, conn: JdbcConnection) -> float:
@@ -112,15 +118,25 @@ def sweep(
     limit: int | None = None,
     dry_run: bool = False,
     staged: StagedApply[Any] | None = None,
+    redact: Callable[[object], str] = _MASKED,
+    retention: float | None = None,
 ) -> Swept:
     """Delete the rows of up to `limit` jobs (all, when None) that ended more than
     `older_than_days` ago and that nothing reads any more (see the module), oldest first,
-    then (with `staged`) the tombstones of keys deleted longer ago; `dry_run` counts them."""
+    then (with `staged`) the tombstones of keys deleted longer ago, never one younger than
+    the journal's `retention` (None: `older_than_days` is it; 0 keeps them all): a delete
+    keeps its order for the retention, whatever age the jobs are pruned at. `dry_run`
+    counts them. `redact` masks what a skipped table's failure says in the log."""
     jobs = _sweep_jobs(journal, conn, older_than_days, limit, dry_run)
-    seconds = max(older_than_days * 86400.0, GRACE)
+    kept = older_than_days if retention is None else retention
+    seconds = max(older_than_days, kept) * 86400.0
     bound = None if limit is None else TOMBSTONES_ROUND
-    tombstones, more = _sweep_tombstones(journal, conn, staged, seconds, bound, dry_run)
-    return Swept(jobs.jobs, jobs.more or more, tombstones)
+    tombs = (
+        _sweep_tombstones(journal, conn, staged, max(seconds, GRACE), bound, dry_run, redact)
+        if kept
+        else Swept(0, False)
+    )
+    return Swept(jobs.jobs, jobs.more or tombs.more, tombs.tombstones, tombs.skipped)
 
 
 def _sweep_jobs(
@@ -188,26 +204,65 @@ def _sweep_tombstones(
     seconds: float,
     limit: int | None,
     dry_run: bool,
-) -> tuple[int, bool]:
+    redact: Callable[[object], str],
+) -> Swept:
     """Forget up to `limit` (all, when None) tombstones of keys deleted more than `seconds`
-    ago, a chunk per local transaction: (how many, whether more may be due)."""
+    ago, a chunk per local transaction: Swept(no jobs, whether more may be due, how many,
+    the tables skipped). A table whose sweep fails (a login that may not delete from it:
+    every table one lists is another writer's too) is skipped and said once; the others
+    are swept, and the jobs' rounds go on."""
     if staged is None:
-        return 0, False
+        return Swept(0, False)
     d, total, more = journal.dialect, 0, False
+    skipped: list[str] = []
     for tombs, target in staged.tombstones(conn, d, journal.schema):
-        if dry_run:
-            total += staged.count_tombstones(conn, d, tombs, seconds)
+        if limit is not None and total >= limit:
+            return Swept(0, True, total, tuple(skipped))
+        budget = None if limit is None else limit - total
+        try:
+            gone, busy = _sweep_table(
+                journal, conn, staged, (tombs, target), seconds, budget, dry_run
+            )
+        except Exception as exc:
+            log.warning(
+                "xasink: the retention skipped %s, whose deleted keys' order this login could "
+                "not forget (grant it DELETE there, or leave it to a login that may): %s",
+                tombs,
+                redact(java_message(exc)),
+            )
+            skipped.append(str(tombs))
             continue
-        while limit is None or total < limit:
-            want = TOMBSTONES_CHUNK if limit is None else min(TOMBSTONES_CHUNK, limit - total)
-            gone = _forget_tombstones(journal, conn, staged, tombs, target, seconds, want)
-            more |= gone is None
-            total += gone or 0
-            if gone is None or gone < want:
-                break
-        else:
+        total, more = total + gone, more or busy
+    return Swept(0, more, total, tuple(skipped))
+
+
+def _sweep_table(
+    journal: JournalLayout,
+    conn: JdbcConnection,
+    staged: StagedApply[Any],
+    table: tuple[TableRef, TableRef],
+    seconds: float,
+    budget: int | None,
+    dry_run: bool,
+) -> tuple[int, bool]:
+    """One table of tombstones (and its target): how many went (`dry_run`: would go), and
+    whether more may be due (old ones are left: an apply held its lock, or `budget` ran
+    out). A busy table with none old asks for no early round."""
+    (tombs, target), d = table, journal.dialect
+    if dry_run:
+        return staged.count_tombstones(conn, d, tombs, seconds), False
+    if not staged.count_tombstones(conn, d, tombs, seconds, at_most=1):
+        return 0, False  # nothing old: no lock to try, no round to come back for
+    total = 0
+    while budget is None or total < budget:
+        want = TOMBSTONES_CHUNK if budget is None else min(TOMBSTONES_CHUNK, budget - total)
+        gone = _forget_tombstones(journal, conn, staged, tombs, target, seconds, want)
+        if gone is None:
             return total, True
-    return total, more
+        total += gone
+        if gone < want:
+            return total, False
+    return total, True
 
 
 def _forget_tombstones(
@@ -284,7 +339,7 @@ def tend(journal: JournalLayout, session: XaSession, spec: ConnectionSpec) -> Sw
             return None
         staged = journal.staged if isinstance(journal, Journal) else None
         with d.waits_bounded(conn, ROUND_LOCK_WAIT, journal.lock_wait):
-            swept = sweep(journal, conn, days, limit=ROUND, staged=staged)
+            swept = sweep(journal, conn, days, limit=ROUND, staged=staged, redact=spec.redact)
     except Exception as exc:
         log.warning(
             "xasink: the journal's retention round failed (retried later): %s", spec.redact(exc)

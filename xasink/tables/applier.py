@@ -12,7 +12,7 @@ from ..dialects import Dialect
 from ..runtime.jdbc import JdbcConnection, Param, execute, query
 from ..spec import TableRef
 from . import tombstones
-from .modes import APPEND, MERGE, ORDER_COLUMN, OVERWRITE, UPSERT
+from .modes import APPEND, MERGE, OVERWRITE, UPSERT
 from .self_reference import SelfReference, self_references, tree_order, unlinked
 from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
 
@@ -127,14 +127,15 @@ def stale_statement(dialect: Dialect, plan: ApplyPlan) -> Statement | None:
 
 
 def _latest(dialect: Dialect, plan: ApplyPlan, alias: str = " s") -> str:
-    """The staged rows, one per key: the one with the highest order value."""
+    """The staged rows, one per key: the one with the highest order value, as the
+    comparison across writes ranks them (`ApplyPlan.rank_column`)."""
     stage = dialect.qualified(plan.stage)
     if not plan.ordered:
         return f"{stage}{alias}"
     q = dialect.quote
     keys = ", ".join(q(k) for k in plan.key)
     ranked = (
-        f"SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {q(ORDER_COLUMN)} DESC) "
+        f"SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {q(plan.rank_column)} DESC) "
         f"AS {_ROW_NUMBER} FROM {stage} t"
     )
     return f"(SELECT * FROM ({ranked}) r WHERE {_ROW_NUMBER} = 1){alias}"
@@ -209,7 +210,7 @@ class StagedApplier:
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> None:
         for write in ApplyPlans.of(plan).writes:
-            tombstones.check_tombs(dialect, write)
+            tombstones.check_tombs(write)
             check_stage(conn, dialect, write)
 
     def apply(
@@ -237,9 +238,14 @@ class StagedApplier:
         return tombstones.listed(conn, dialect, schema)
 
     def count_tombstones(
-        self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float
+        self,
+        conn: JdbcConnection,
+        dialect: Dialect,
+        tombs: TableRef,
+        seconds: float,
+        at_most: int | None = None,
     ) -> int:
-        return tombstones.count_old(conn, dialect, tombs, seconds)
+        return tombstones.count_old(conn, dialect, tombs, seconds, at_most)
 
     def forget_tombstones(
         self, conn: JdbcConnection, dialect: Dialect, tombs: TableRef, seconds: float, rows: int

@@ -16,7 +16,7 @@ from ..spec import TableRef
 from .columns import TableColumn, column_by_key, describe_table, unique_keys
 from .modes import APPEND, MERGE, OVERWRITE, UPSERT, ModeOptions
 from .new_table import NewTable
-from .order_precision import order_refusal
+from .order_precision import order_refusal, string_refusal
 from .types import column_ddl_type, compatibility_problem
 
 log = logging.getLogger("xasink")
@@ -104,8 +104,8 @@ def ensure_table(
             raise PreflightError(
                 f"Table {table} exists, but this login may not read it "
                 f"({redact(java_message(again))}); nothing was written. Have its owner grant "
-                f"what mode={options.mode!r} needs: {grant} TO {dialect.grantee(user)}; or write "
-                "into another table."
+                f"what mode={options.mode!r} needs: {grant} TO {dialect.grantee(conn, user)}; or "
+                "write into another table."
             ) from None
         return describe_table(conn, dialect, table, types), False
     log.info("xasink: created table %s", table)
@@ -130,7 +130,8 @@ def check_fit(
 
     Names every column that is missing, of an incompatible type, NOT NULL without a
     default yet not written, a stored `order` column that cannot hold the order values
-    exactly (see order_precision), and the missing unique key an upsert or merge needs."""
+    exactly or takes different strings for one (see order_precision), and the missing
+    unique key an upsert or merge needs."""
     fields = [schema[c] for c in options.written(schema.names)]
     names = match_columns(dialect, table, [f.name for f in fields], [c.name for c in columns])
     by_key = column_by_key(dialect, columns)
@@ -154,7 +155,9 @@ def check_fit(
         )
     if options.order and options.order_stored:
         at = [f.name for f in fields].index(options.order)
-        refusal = order_refusal(dialect.name, str(table), fields[at].dataType, targets[at])
+        refusal = order_refusal(
+            dialect.name, str(table), fields[at].dataType, targets[at]
+        ) or string_refusal(conn, dialect, table, fields[at].dataType, targets[at])
         if refusal:
             raise SchemaMismatchError(refusal)
     if options.key:

@@ -36,13 +36,20 @@ def describe_table(
     if sql is None:
         return [TableColumn(n, t, t, True, False) for n, t in type_names.items()]
     described = {
-        str(name): (str(sql_type).lower(), _truthy(nullable), _truthy(has_default))
+        str(name): (spelled_type(str(sql_type)), _truthy(nullable), _truthy(has_default))
         for name, sql_type, nullable, has_default in query(conn, sql, params)
     }
     return [
         TableColumn(name, type_name, *described.get(name, (type_name, True, False)))
         for name, type_name in type_names.items()
     ]
+
+
+def spelled_type(sql_type: str) -> str:
+    """A described type, lowercased but for the name of its collation (` COLLATE `, as the
+    dialects' descriptions spell it): PostgreSQL's are case-sensitive ("C")."""
+    head, marker, collation = sql_type.partition(" COLLATE ")
+    return head.lower() + (f" collate {collation}" if marker else "")
 
 
 def unique_keys(conn: JdbcConnection, dialect: Dialect, table: TableRef) -> list[frozenset[str]]:

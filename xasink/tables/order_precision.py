@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ByteType,
+    CharType,
     DataType,
     DecimalType,
     DoubleType,
@@ -24,10 +25,15 @@ from pyspark.sql.types import (
     IntegerType,
     LongType,
     ShortType,
+    StringType,
     TimestampNTZType,
     TimestampType,
+    VarcharType,
 )
 
+from ..dialects import Dialect
+from ..runtime.jdbc import JdbcConnection
+from ..spec import TableRef
 from .columns import TableColumn
 from .retyping import normal_type, type_parts
 from .types import DECIMAL_DDL, column_ddl_type, family_of
@@ -49,6 +55,23 @@ _INTEGER_BITS: dict[type[DataType], int] = {
     LongType: 64,
 }
 _FLOAT_BITS: dict[type[DataType], int] = {FloatType: 24, DoubleType: 53}
+_FLOATS = (FloatType, DoubleType)
+#: The most digits of a Spark decimal.
+_SPARK_DIGITS = 38
+#: String types that take different values for one, by the JDBC name of their type.
+_PADDED = {
+    ("postgres", "bpchar"): "pads its values with spaces and ignores trailing ones when it "
+    "compares (character(n))",
+    ("postgres", "citext"): "compares strings without their case (citext)",
+}
+#: The string columns that keep every order apart.
+_STRING_HOLDS = {
+    "postgres": "text or varchar, with a deterministic collation (the database's default, "
+    '"C", or an ICU one not declared nondeterministic)',
+    "mysql": "VARCHAR (or a TEXT type) with a binary collation: COLLATE utf8mb4_bin, or to "
+    "also keep apart values that differ only in trailing spaces, utf8mb4_0900_bin on MySQL "
+    "or utf8mb4_nopad_bin on MariaDB",
+}
 #: The most digits a decimal column may have.
 _MAX_DIGITS = {"postgres": 1000, "mysql": 65}
 
@@ -57,20 +80,67 @@ def order_refusal(
     dialect_name: str, table: str, data_type: DataType, column: TableColumn
 ) -> str | None:
     """None when `column` holds every value of `data_type` exactly (or the dialect cannot
-    tell), else the SchemaMismatchError message: the column, why, and the type to use."""
+    tell), else the SchemaMismatchError message: the column, why, the type to use, and
+    where one exists, the cast of the DataFrame's column that the column holds."""
     if dialect_name not in _DEFAULT_FRACTION:
         return None
     found = coarser(dialect_name, data_type, column)
     if found is None:
         return None
     why, holds = found
+    return _refusal(table, column, why, holds, frame_cast(dialect_name, data_type, column))
+
+
+def string_refusal(
+    conn: JdbcConnection,
+    dialect: Dialect,
+    table: TableRef,
+    data_type: DataType,
+    column: TableColumn,
+) -> str | None:
+    """None when `column`, a string order column, never takes two different strings for
+    one order, else the SchemaMismatchError message. Within a write and across writes the
+    orders compare as the column does (`ApplyPlan.rank_column`): by its collation, which
+    may take different strings for equal (case, accents: MySQL's and MariaDB's defaults,
+    a nondeterministic PostgreSQL collation), and character(n) ignores trailing spaces."""
+    if not isinstance(data_type, (StringType, VarcharType, CharType)):
+        return None
+    if family_of(dialect.name, column)[0] != "text" or dialect.name not in _STRING_HOLDS:
+        return None
+    why = _PADDED.get((dialect.name, column.type_name)) or dialect.collation_problem(
+        conn, table, column.name, column.sql_type
+    )
+    return None if why is None else _refusal(str(table), column, why, _STRING_HOLDS[dialect.name])
+
+
+def _refusal(table: str, column: TableColumn, why: str, holds: str, cast: str | None = None) -> str:
+    casting = (
+        f' Or cast the DataFrame\'s order column to {cast} (`.cast("{cast}")`), if its '
+        "values have no more decimal places than that."
+        if cast
+        else ""
+    )
     return (
         f"The order column {column.name!r} of table {table} has type "
         f"{column.sql_type or column.type_name}, which {why}. A change applies only over a "
-        "stored row of lower order, so a newer change that this column rounds to the stored "
-        f"row's order would be taken for a replay and skipped as stale. Make it {holds}, or "
-        "order by a column that holds the values exactly. Nothing was written."
+        "stored row of lower order, so a newer change whose order this column holds as equal "
+        "to the stored row's would be taken for a replay and skipped as stale. Make it "
+        f"{holds}, or "
+        f"order by a column that holds the values exactly.{casting} Nothing was written."
     )
+
+
+def frame_cast(dialect_name: str, data_type: DataType, column: TableColumn) -> str | None:
+    """The Spark type a decimal column of a smaller scale holds (itself), for a DataFrame
+    of decimals or floating-point values: cast to it, values of no more decimal places
+    pass unchanged. None where no cast would do (an integer in a float: the column must
+    change) or Spark has no such type."""
+    family, _ = family_of(dialect_name, column)
+    _, args, _ = type_parts(normal_type(dialect_name, column.sql_type or column.type_name))
+    if family != "decimal" or not args or not isinstance(data_type, (DecimalType, *_FLOATS)):
+        return None
+    precision, scale = [*args, 0][:2]
+    return f"decimal({precision},{scale})" if precision <= _SPARK_DIGITS else None
 
 
 def coarser(dialect_name: str, data_type: DataType, column: TableColumn) -> tuple[str, str] | None:

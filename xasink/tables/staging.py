@@ -108,6 +108,13 @@ class ApplyPlan:
         return (*self.columns, *extra, *((ORDER_COLUMN,) if self.ordered else ()))
 
     @property
+    def rank_column(self) -> str:
+        """The staged column the changes of a key are ranked by: the target's own order
+        column where it stores one (its type and collation, which compare the orders across
+        writes too), else the order as the DataFrame gave it."""
+        return self.order_column or ORDER_COLUMN
+
+    @property
     def delete_values(self) -> tuple[str, ...]:
         return tuple(v for v, is_delete in self.op_values if is_delete)
 
@@ -259,7 +266,7 @@ def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str 
     the table's own collation compares them."""
     q = dialect.quote
     keys = ", ".join(q(k) for k in plan.key)
-    group = keys + (f", {q(ORDER_COLUMN)}" if plan.ordered else "")
+    group = keys + (f", {q(plan.rank_column)}" if plan.ordered else "")
     duplicates = query(
         conn,
         f"SELECT {keys} FROM {dialect.qualified(plan.stage)} GROUP BY {group} "
