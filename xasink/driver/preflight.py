@@ -79,8 +79,8 @@ def preflight(
         if not isinstance(table, TableRef):
             table = dialect.table_identity(conn, target) or target
             checks.put(spec, ("identity", target), table)
-    with step("self-reference check"):
-        if not checks.get(spec, ("deletes hold", table, options.mode)):
+    with step("self-reference check"):  # a write that may delete rows (overwrite, merge)
+        if options.deletes and not checks.get(spec, ("deletes hold", table, options.mode)):
             refuse_fixed_deletes(conn, dialect, table, options.mode)
             checks.put(spec, ("deletes hold", table, options.mode), True)
     with step("journal DDL checks"):

@@ -91,6 +91,11 @@ class ModeOptions:
         return self.mode != APPEND or self.stage_append
 
     @property
+    def deletes(self) -> bool:
+        """The write may delete the table's rows (overwrite's, a merge's deletes)."""
+        return self.mode in (OVERWRITE, MERGE)
+
+    @property
     def routed(self) -> bool:
         """Rows of one key must share a branch (and so a duplicate check is complete)."""
         return self.mode in (UPSERT, MERGE)

@@ -92,7 +92,7 @@ def refuse_fixed_deletes(
     refusal would come at the apply, after the decision: in a transaction's participant, a
     decided job that no run can finish. Whether a merge's rows hold a delete is only known
     once the rows are staged, inside the branches, so merge is refused whatever its rows."""
-    if mode not in (OVERWRITE, MERGE):
+    if mode not in (OVERWRITE, MERGE):  # ModeOptions.deletes
         return
     fixed = [c for parts in _catalogued(conn, dialect, table) for c, _, n in parts if not n]
     if not fixed:
