@@ -297,24 +297,14 @@ class JournalLayout(JournalTables):
         creates the same table at the same moment. One lock for every journal of the
         database (the server's, on MySQL): however a writer spells the schema, or leaves it
         to the connection's default, it takes the same lock; creations are rare and short."""
-        d, name = self.dialect, "journal creation"
         seconds = max(1, int(self.lock_wait))
-        try:
-            got = d.lock_session(conn, name, seconds)
-        except Exception as exc:
-            if not d.is_lock_timeout(exc):
-                raise
-            got = False
-        if not got:
-            raise JournalError(
-                f"Another writer has been creating the journal {self.jobs} for {seconds}s "
-                "(xasink's creation lock); try again once it has finished."
-            )
-        try:
+        with self.dialect.session_locked(conn, "journal creation", seconds) as got:
+            if not got:
+                raise JournalError(
+                    f"Another writer has been creating the journal {self.jobs} for {seconds}s "
+                    "(xasink's creation lock); try again once it has finished."
+                )
             yield
-        finally:  # never hides the outcome: a session that cannot unlock is broken, and
-            with contextlib.suppress(Exception):  # a broken session drops its locks anyway
-                d.unlock_session(conn, name)
 
     def _create(self, conn: JdbcConnection) -> None:
         """The tables and the tag (under the creation lock). The meta row first and the jobs
