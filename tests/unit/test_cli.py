@@ -115,7 +115,30 @@ def test_password_env_that_is_not_set(monkeypatch):
     monkeypatch.delenv("XASINK_UNIT_NO_SUCH_VAR", raising=False)
     status, out, err = run(["recover", "--url", URL, "--password-env", "XASINK_UNIT_NO_SUCH_VAR"])
     assert (status, out) == (2, "")
-    assert err == "xasink: environment variable XASINK_UNIT_NO_SUCH_VAR is not set\n"
+    assert err == (
+        "xasink: the environment variable that --password-env names is not set (its name is "
+        "not repeated: a shell that expanded $VAR passed the password itself)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "--url", URL, "--password-env", "hunter2"],  # `--password-env $PGPASSWORD`
+        ["jobs", "--url", URL, "-p", "hunter2"],  # the mysql habit
+        ["--password", "hunter2", "jobs", "--url", URL],  # before the command
+        ["jobs", "--url", URL, "hunter2"],  # a stray value
+    ],
+)
+def test_a_password_that_looks_like_a_word_is_never_echoed(monkeypatch, capsys, argv):
+    """A value that may be the password, wherever it stands, is not repeated in the error
+    (argparse's own errors exit, on the process's streams)."""
+    monkeypatch.delenv("hunter2", raising=False)
+    try:
+        status, out, err = run(argv)
+    except SystemExit as exited:
+        status, out, err = exited.code, *capsys.readouterr()
+    assert status == 2 and "hunter2" not in out + err, err
 
 
 def test_reset_sink_checks_the_sink_id_first():

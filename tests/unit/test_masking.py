@@ -40,7 +40,7 @@ SECRET = "s3cr3t-Pa55word!"
             "jdbc:mariadb://u:pw@h1:3306,h2:3306/db?pwd=x",
             "jdbc:mariadb://u:***@h1:3306,h2:3306/db?pwd=***",
         ),
-        ("jdbc:mysql://h/db?Password=abc;PWD=d", "jdbc:mysql://h/db?Password=***;PWD=***"),
+        ("jdbc:mysql://h/db?Password=abc;PWD=d", "jdbc:mysql://h/db?Password=***"),
         ("jdbc:mysql://h/db?trustStorePassword=t", "jdbc:mysql://h/db?trustStorePassword=***"),
         (
             "jdbc:sqlserver://h;user=u;password=x;db=d",
@@ -174,6 +174,11 @@ def test_a_shipped_partitions_repr_shows_its_row_count_and_none_of_its_rows():
         ("jdbc:mysql://app:p@ss:w/rd%@db:3306/app?ssl=true", "p@ss:w/rd%"),
         ("jdbc:mysql://app:p%40ss%3Aw%2Frd%25@db/app", "p%40ss%3Aw%2Frd%25"),
         ("jdbc:mariadb://app:x@h1:3306,h2:3306/app", "app:x"),
+        ("jdbc:postgresql://app:Ab?3x@127.0.0.1:44231/db", "Ab?3x"),
+        ("jdbc:postgresql://app:Ab;3x@127.0.0.1:44231/db", "Ab;3x"),
+        ("jdbc:postgresql://app:Ab#3x/y@127.0.0.1/db", "Ab#3x/y"),
+        ("jdbc:postgresql://app@corp:S3CRET@127.0.0.1/db", "S3CRET"),
+        ("jdbc:mariadb://app@srv:pw?;x@[::1]:3306/db", "pw?;x"),
     ],
 )
 def test_a_url_with_a_password_in_its_user_info_is_refused_without_the_password(url, password):
@@ -201,10 +206,19 @@ def test_a_url_with_a_user_but_no_password_before_its_host_is_refused_too():
         "jdbc:postgresql://[::1]:5432/db",
         "jdbc:mariadb://h1:3306,h2:3306/db?user=app",
         "jdbc:db2://h:50000/db:user=app@corp;",
+        "jdbc:mysql://address=(host=h)(user=app@corp)/db",
+        "jdbc:postgresql://h:5432/my@db",
     ],
 )
 def test_urls_without_user_info_are_taken(url):
     assert Database(url).url == url
+
+
+def test_a_query_password_is_masked_to_its_end():
+    """pgjdbc and MariaDB Connector/J split the query at `&` only: `;` is the password's."""
+    assert mask_url("jdbc:postgresql://h/db?password=ab;cd&ssl=true") == (
+        "jdbc:postgresql://h/db?password=***&ssl=true"
+    )
 
 
 def test_mask_url_masks_user_info_anywhere_in_a_text():

@@ -18,7 +18,7 @@ def database(args: argparse.Namespace) -> Database:
     return Database(
         args.url,
         user=args.user,
-        password=env(args.password_env) if args.password_env else None,
+        password=env(args.password_env, "--password-env") if args.password_env else None,
         jars=args.jars,
         dialect=args.dialect,
         xa_datasource=args.xa_datasource,
@@ -33,15 +33,20 @@ def participants(args: argparse.Namespace, own: Database) -> list[Database]:
         raise XasinkError("give --participant-password-env once, or once per --participant")
     found = []
     for i, url in enumerate(args.participant):  # never --url's password: its own, or none
-        pw = env(envs[min(i, len(envs) - 1)]) if envs else None
+        pw = env(envs[min(i, len(envs) - 1)], "--participant-password-env") if envs else None
         user = None if "user=" in url else own.user  # the URL's own login, else --user
         found.append(Database(url, user=user, password=pw, jars=own.jars))
     return found
 
 
-def env(name: str) -> str:  # a password, from the variable an option names
+def env(name: str, option: str) -> str:
+    """A password, from the environment variable `option` names. The name is not repeated
+    in an error: a shell that expanded `$VAR` passed the password itself."""
     if name not in os.environ:
-        raise XasinkError(f"environment variable {name} is not set")
+        raise XasinkError(
+            f"the environment variable that {option} names is not set (its name is not "
+            "repeated: a shell that expanded $VAR passed the password itself)"
+        )
     return os.environ[name]
 
 

@@ -76,9 +76,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _unechoed(unknown: Sequence[str]) -> list[str]:
+    """Unknown options as given; a value (which may be a password: a stray one, or one
+    after `--pass`) as `***`."""
     shown: list[str] = []
     for i, token in enumerate(unknown):
-        if i and _SECRET_OPTION.match(unknown[i - 1]) and "=" not in unknown[i - 1]:
+        if not token.startswith("-") or (
+            i and _SECRET_OPTION.match(unknown[i - 1]) and "=" not in unknown[i - 1]
+        ):
             shown.append(MASK)
         elif _SECRET_OPTION.match(token) and "=" in token:
             shown.append(f"{token.split('=', 1)[0]}={MASK}")
@@ -99,7 +103,7 @@ def _connection_options() -> _Parser:
         help="name of the environment variable that holds the password (never pass it inline, "
         "nor as user:password@ in --url: both are visible in the process list)",
     )
-    common.add_argument("--password", action=_Inline, instead="--password-env VAR")
+    common.add_argument("--password", "-p", action=_Inline, instead="--password-env VAR")
     common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
     common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
     common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
@@ -142,6 +146,8 @@ def parser() -> argparse.ArgumentParser:
         "xasink writes to. Exit status: 0 done and nothing left in doubt, 1 something is "
         "left (live jobs, --dry-run, lost or failed branches), 2 an error.",
     )
+    # Before the command too: its value would otherwise be taken for the command's name.
+    parser.add_argument("--password", "-p", action=_Inline, instead="--password-env VAR")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = _connection_options()
     recover = commands.add_parser(
