@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from xasink.errors import ConfigurationError, DriverNotFoundError
+from xasink.protocol import sessions
+from xasink.protocol.connecting import make_spec
 from xasink.spark.options import parse
-from xasink.spec import CommitProperties, TableRef, WriterProperties
+from xasink.spec import CommitProperties, Database, TableRef, WriterProperties
 
 URL = "jdbc:postgresql://db:5432/app"
 
@@ -428,3 +430,38 @@ def test_create_table_options_and_column_types(options):
 )
 def test_unsafe_create_options_are_refused(options, extra, message):
     assert parse_error({**options, **extra}, columns=("id", "name", "v")).startswith(message)
+
+
+def test_a_drivers_undeclared_aliases_are_its_properties_too(options):
+    """MariaDB Connector/J reads `useSSL`, `trustCertificateKeyStoreUrl`, ... though its
+    getPropertyInfo declares only `useSsl`, `trustStore`, ...: they are passed on (in the
+    declared spelling where one differs only by case)."""
+    options.update({"url": "jdbc:mariadb://db/app", "useSSL": "true", "createDB": "true"})
+    declared = ("useSsl", "trustStore", "createDatabaseIfNotExist")
+    spec = parse(options, ["id"], overwrite=False, driver_properties=lambda s: declared).request
+    assert dict(spec.spec.properties) == {"useSsl": "true", "createDB": "true"}
+
+
+@pytest.mark.parametrize("name", ["sslmode", "sslrootcerts", "trustStoreUrl"])
+def test_a_misspelt_tls_property_is_never_pointed_at_one_that_weakens_tls(options, name):
+    """The nearest name of a TLS setting is a driver's, never xasink's own `mode`, and never
+    one that turns certificate checks off."""
+    options.update({"url": "jdbc:mariadb://db/app", name: "x"})
+    declared = ("trustServerCertificate", "disableSslHostnameVerification", "serverSslCert")
+    with pytest.raises(ConfigurationError) as refused:
+        parse(options, ["id"], overwrite=False, driver_properties=lambda s: declared)
+    message = str(refused.value)
+    assert not any(f"'{n}'" in message for n in ("mode", *declared[:2])), message
+
+
+def test_a_databases_properties_take_the_drivers_aliases_and_tls_hints(monkeypatch):
+    """Database(properties=...) is checked as format's options are: an alias the driver
+    reads is taken; a misspelt TLS setting is pointed at a driver's, never one that turns
+    certificate checks off."""
+    declared = ("useSsl", "trustServerCertificate", "serverSslCert")
+    monkeypatch.setattr(sessions, "declared_properties", lambda spec: declared)
+    url = "jdbc:mariadb://db/app"
+    sessions.check_properties(make_spec(Database(url, properties={"useSSL": "true"})))
+    with pytest.raises(ConfigurationError) as refused:
+        sessions.check_properties(make_spec(Database(url, properties={"trustStoreUrl": "x"})))
+    assert "trustServerCertificate" not in str(refused.value)

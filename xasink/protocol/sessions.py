@@ -20,7 +20,6 @@ heartbeat thread's sessions are its own: it closes them itself, a beat may be in
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import socket
 import threading
@@ -32,6 +31,7 @@ from typing import Any
 import jpype
 
 from ..dialects import Dialect, get_dialect
+from ..dialects.driver_properties import known, nearest_property
 from ..errors import ConfigurationError, PreflightError
 from ..runtime import shutdown
 from ..runtime.jars import resolve_classpath, visible
@@ -164,15 +164,16 @@ def check_properties(spec: ConnectionSpec) -> None:
     not declare: drivers ignore such a property, so a misspelt one would change nothing."""
     if not spec.properties or spec in _checked:
         return
-    names = declared_properties(spec)  # none declared: nothing to check against
+    # None declared: nothing to check against.
+    names = known(get_dialect(spec.dialect), declared_properties(spec))
     unknown = [name for name, _ in spec.properties if names and name not in names]
     if unknown:
         name = unknown[0]
-        near = [n for n in names if n.lower() == name.lower()]
-        near = near or difflib.get_close_matches(name, names, n=1)
+        same = [n for n in names if n.lower() == name.lower()]
+        near = same[0] if same else nearest_property(name, names)
         raise ConfigurationError(
-            f"Database(properties=...) holds {name!r}, which the JDBC driver does not "
-            f"declare (it would ignore it){f': did you mean {near[0]!r}?' if near else '.'}"
+            f"Database(properties=...) holds {name!r}, which the JDBC driver neither declares "
+            f"nor reads (it would ignore it){f': did you mean {near!r}?' if near else '.'}"
         )
     _checked.add(spec)
 

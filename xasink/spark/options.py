@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import TypeVar, cast
 
 from .. import defaults
+from ..dialects import get_dialect
+from ..dialects.driver_properties import TLS_LIKE, known, nearest_property, offered
 from ..driver.request import JobRequest
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
@@ -44,7 +46,6 @@ from .option_names import (
     REFUSED,
     SPARK,
     UNPREFIXED,
-    did_you_mean,
     nearest,
 )
 
@@ -180,7 +181,7 @@ def _with_properties(
     left = {k: v for k, v in given.items() if k not in _TAKEN and not k.startswith("xasink.")}
     if not left:
         return spec
-    names = declared(spec)
+    names = known(get_dialect(spec.dialect), declared(spec))
     if not names:
         log.warning(
             "xasink: the JDBC driver declares no connection properties, so option(s) %s "
@@ -188,10 +189,14 @@ def _with_properties(
             ", ".join(sorted(left)),
         )
         return replace(spec, properties=properties_tuple(left))
-    spelling = {n.lower(): n for n in names}
+    spelling = {n.lower(): n for n in reversed(names)}  # a declared spelling before an alias
     for name in left:
         if name not in spelling:
-            hint = did_you_mean(name, [*KNOWN, *names])
+            if TLS_LIKE.search(name):  # a driver's setting: never xasink's `mode` for `sslmode`
+                near = nearest_property(name, names)
+            else:
+                near = nearest(name, [*KNOWN, *offered(names)])
+            hint = f": did you mean {near!r}?" if near else ""
             raise ConfigurationError(
                 f"format('xasink') has no option {name!r}, and the JDBC driver declares no "
                 f"connection property of that name{hint or '.'} Nothing was written."
