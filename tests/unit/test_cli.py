@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from xasink import Database, cli
-from xasink.cli import journal, main, recovery
+from xasink.cli import common, journal, main, recovery
+from xasink.cli.parser import parse
 from xasink.errors import PreflightError
 from xasink.protocol.recovery import BranchAction, RecoveryReport
 from xasink.tables.applier import STAGED_APPLY
@@ -499,3 +500,10 @@ def test_recover_prints_each_action_once(monkeypatch, capfd):
     out, err = capfd.readouterr()
     assert out.count("action=LOST") == 1 and "action=LOST" not in err, (out, err)
     assert "something else worth a look" in err
+
+
+def test_session_init_reaches_the_commands_database(monkeypatch):
+    """`--session-init` gives the command's connections the writers' statements (after
+    `SET ROLE`, PostgreSQL lets only that role finish a branch it prepared)."""
+    args = parse(["recover", "--url", URL, "--session-init", "SET ROLE w", "--session-init", "x"])
+    assert common.database(args).session_init == ("SET ROLE w", "x")

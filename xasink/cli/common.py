@@ -24,6 +24,7 @@ def database(args: argparse.Namespace) -> Database:
         xa_datasource=args.xa_datasource,
         journal_schema=args.journal_schema,
         network_timeout=args.network_timeout,
+        session_init=args.session_init or None,
     )
 
 

@@ -106,6 +106,14 @@ def _connection_options() -> _Parser:
     common.add_argument("--password", "-p", action=_Inline, instead="--password-env VAR")
     common.add_argument("--jars", nargs="+", metavar="JAR", help="JDBC driver jar(s)")
     common.add_argument("--journal-schema", help="schema of xasink's bookkeeping tables")
+    common.add_argument(
+        "--session-init",
+        action="append",
+        metavar="SQL",
+        help="a statement run first on every connection, as the writers' "
+        "Database(session_init=...) (e.g. SET ROLE writer: PostgreSQL lets only the role "
+        "that prepared a branch finish it); repeat for several",
+    )
     common.add_argument("--xa-datasource", help="XADataSource class for other drivers")
     common.add_argument("--dialect", choices=DIALECT_NAMES)
     common.add_argument(
