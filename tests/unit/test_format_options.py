@@ -423,6 +423,14 @@ def test_create_table_options_and_column_types(options):
             "createTableColumnTypes takes 'column TYPE, column TYPE, ...'",
         ),
         (
+            {"createtableoptions": "ENGINE=InnoDB SELECT * FROM other"},
+            "createTableOptions cannot hold 'SELECT': MySQL would fill the new table",
+        ),
+        (
+            {"createtableoptions": "ENGINE=InnoDB TABLE other"},
+            "createTableOptions cannot hold 'TABLE'",
+        ),
+        (
             {"createtableoptions": "WITH (fillfactor=70)", "xasink.create": "never"},
             "createTableOptions shapes a table xasink creates, and create='never' creates none",
         ),
@@ -430,6 +438,11 @@ def test_create_table_options_and_column_types(options):
 )
 def test_unsafe_create_options_are_refused(options, extra, message):
     assert parse_error({**options, **extra}, columns=("id", "name", "v")).startswith(message)
+
+
+def test_a_quoted_word_of_the_create_options_is_not_taken_for_rows(options):
+    options["createtableoptions"] = "ENGINE=InnoDB COMMENT='the table of values'"
+    parse(options, ["id"], overwrite=False, driver_properties=lambda spec: ())
 
 
 def test_a_drivers_undeclared_aliases_are_its_properties_too(options):

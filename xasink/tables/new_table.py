@@ -74,6 +74,11 @@ class NewTable:
         return bool(self.column_types or self.options)
 
 
+#: Words after a column list that make MySQL fill the new table (CREATE TABLE ... SELECT,
+#: ... TABLE t, ... VALUES): rows that no job of xasink's wrote.
+_ROWS = re.compile(r"(?i)\b(select|table|values)\b")
+
+
 def _fragment(name: str, text: str | None) -> str:
     """`text` checked to stay inside one statement (see the module's docstring)."""
     if text is None:
@@ -86,18 +91,26 @@ def _fragment(name: str, text: str | None) -> str:
                 f"{name} cannot hold {bad!r} (DDL written as given: one statement, no "
                 f"comments); got {text!r}."
             )
-    depth, quote = 0, ""
+    depth, quote, bare = 0, "", []
     for char in text:
         if quote:
             quote = "" if char == quote else quote
         elif char in _QUOTES:
             quote = char
-        elif char in "()":
-            depth += 1 if char == "(" else -1
-            if depth < 0:
-                break
+        else:
+            bare.append(char)
+            if char in "()":
+                depth += 1 if char == "(" else -1
+                if depth < 0:
+                    break
     if depth or quote:
         raise ConfigurationError(f"{name} has unbalanced parentheses or quotes; got {text!r}.")
+    rows = _ROWS.search("".join(bare))
+    if rows:
+        raise ConfigurationError(
+            f"{name} cannot hold {rows.group(0)!r}: MySQL would fill the new table from it "
+            f"(CREATE TABLE ... SELECT), outside the write; got {text!r}."
+        )
     return text.strip()
 
 
