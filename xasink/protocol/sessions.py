@@ -178,20 +178,28 @@ def check_properties(spec: ConnectionSpec) -> None:
     _checked.add(spec)
 
 
+def _connect_refused(
+    spec: ConnectionSpec, dialect: Dialect, exc: BaseException
+) -> tuple[PreflightError, BaseException]:
+    """Why a connection failed, masked, and the classified failure as its cause."""
+    failure = classify("connect", exc, spec.redact)
+    message = spec.redact(java_message(exc))
+    hint = dialect.login_hint(message)
+    text = f"Cannot connect to {spec.masked_url} as {spec.user or '(default user)'}: {message}"
+    return PreflightError(f"{text}{f'. {hint}' if hint else ''}"), failure
+
+
 def open_session(spec: ConnectionSpec) -> XaSession:
     """A new XA session with the dialect's session settings applied."""
     dialect = get_dialect(spec.dialect)
     datasource = _datasource(spec, dialect)
+    refused: tuple[PreflightError, BaseException] | None = None
     try:
         session = XaSession(datasource.getXAConnection(), spec.redact)
     except jpype.JException as exc:
-        failure = classify("connect", exc, spec.redact)
-        message = spec.redact(java_message(exc))
-        hint = dialect.login_hint(message)
-        raise PreflightError(
-            f"Cannot connect to {spec.masked_url} as {spec.user or '(default user)'}: "
-            f"{message}{f'. {hint}' if hint else ''}"
-        ) from failure
+        refused = _connect_refused(spec, dialect, exc)
+    if refused is not None:  # raised out of the handler: the raw Java error is no context
+        raise refused[0] from refused[1]
     try:
         statement = session.connection.createStatement()
         _initialize(spec, statement)
