@@ -145,6 +145,7 @@ def test_an_append_job_with_a_lost_winner_is_shown_as_it_is_and_abandoned(db):
 
 
 @pytest.mark.parametrize("writer", ["driver", "tasks"])
+@pytest.mark.ci_one_server
 def test_jobs_lists_the_mode_of_every_finished_job(spark, db, writer):
     """The runbook's "do not run an append again" reads the mode column: a finished staged
     job's plan is dropped with its staging table, and a small write's job never stores one,

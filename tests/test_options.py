@@ -50,6 +50,7 @@ def table_exists(db, table: str) -> bool:
 
 
 # -- format("xasink"): `mode` unprefixed, and every other option known or refused ----------
+@pytest.mark.ci_one_server
 def test_the_format_takes_mode_unprefixed_like_key(spark, db):
     """`.option("mode", "upsert")` upserts (it was a JDBC property the driver ignored, and
     the write appended: duplicates, or a duplicate-key failure on a keyed table)."""
@@ -73,6 +74,7 @@ def test_the_format_takes_mode_unprefixed_like_key(spark, db):
         ("cascadeTruncate", "true", r"does not take option 'cascadeTruncate'.*never truncate"),
     ],
 )
+@pytest.mark.ci_one_server
 def test_an_option_that_would_change_nothing_is_refused_before_anything_is_written(
     spark, db, name, value, message
 ):
@@ -105,6 +107,7 @@ def test_a_driver_property_reaches_the_driver_in_its_own_spelling(spark, postgre
 
 
 # -- write_xa: a key the mode does not use --------------------------------------------------
+@pytest.mark.ci_one_server
 def test_a_key_that_an_append_does_not_use_is_refused(spark, db):
     """`key="id"` without `mode="upsert"` appended duplicates into a table without that key;
     now it is refused, by write_xa and by the format, with nothing written. On a table whose
@@ -176,6 +179,7 @@ def test_session_init_runs_on_every_connection_of_a_write(spark, db):
     assert_clean(db)
 
 
+@pytest.mark.ci_one_server
 def test_a_failing_session_init_refuses_the_write_with_nothing_written(spark, db):
     table = new_table(db)
     df = events_df(spark, 30, 2)
@@ -279,6 +283,7 @@ def test_create_table_options_and_column_types_shape_a_created_table(spark, db, 
         ),
     ],
 )
+@pytest.mark.ci_one_server
 def test_unsafe_or_pointless_create_options_are_refused_before_any_ddl(spark, db, given, message):
     table = f"never_{uuid.uuid4().hex[:10]}"
     df = spark.createDataFrame([(1, "a", 1.0)], "id long, name string, v double")

@@ -34,6 +34,14 @@ PATHS = {
     "one-phase": {},
     "two-phase": {"writer_properties": WriterProperties(driver_write_bytes=0, max_branches=2)},
 }
+# MySQL 9.7 and MariaDB 11.8 run the two-phase path in CI: both paths apply with the same SQL
+# (make test-mysql and make test-mariadb11 run both).
+CI_PATHS = [
+    pytest.param(
+        path, marks=[pytest.mark.mysql_ci, pytest.mark.mariadb11_ci] * (path == "two-phase")
+    )
+    for path in PATHS
+]
 CHANGES = "id long, v string, updated_at long, op string"
 ROWS = "id long, v string, updated_at long"
 
@@ -77,9 +85,8 @@ def _frame(spark, rows: list[tuple[object, ...]], schema: str, path: str):
 WRITERS = {"one-phase": "driver", "two-phase": "tasks"}
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", CI_PATHS)
+@pytest.mark.ci_one_server  # make test: each path on one of the two servers
 def test_a_late_change_never_replaces_or_deletes_a_newer_row(spark, db, path):
     table = _table(db)
     login, how = connection_args(db), PATHS[path]
@@ -140,9 +147,8 @@ def _tombstones(db, table: str) -> dict[int, int]:
     return {int(i): int(o) for i, o in rows}
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", CI_PATHS)
+@pytest.mark.ci_one_server  # make test: each path on one of the two servers
 def test_a_late_change_never_brings_a_newer_delete_back(spark, db, path):
     """Rows at order 10, deleted at 20, then late changes of the same keys at 15 (inserts
     and updates, as a stream delivering late or a replayed backfill sends them): the rows
@@ -194,8 +200,6 @@ def test_a_delete_of_an_absent_key_keeps_its_order(spark, db):
     _clean(db)
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 def test_an_upsert_with_order_never_brings_a_newer_delete_back(spark, db):
     """An upsert with `order` after a merge's deletes: the deletes' order decides, in two
     phases (tasks' branches) as in one transaction."""
@@ -216,8 +220,6 @@ def test_an_upsert_with_order_never_brings_a_newer_delete_back(spark, db):
     _clean(db)
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 def test_two_journals_writing_one_table_keep_one_order_of_its_deletes(spark, db, journal_schema):
     """Two writers of one table, each with its own journal (`journal_schema`): a delete
     made through one keeps its order for the other's changes, both ways. Its tombstones
@@ -259,8 +261,6 @@ def test_without_the_column_in_the_table_order_decides_within_a_write_only(spark
     _clean(db)
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 def test_a_late_batch_of_a_stream_never_undoes_a_newer_one(spark, db, tmp_path):
     """A foreachBatch stream whose second file carries changes older than its first (a
     late partition of the source): the table keeps the newest of each key."""
@@ -369,8 +369,7 @@ def test_a_table_of_tombstones_dropped_by_hand_never_strands_a_decided_job(spark
     _clean(db)
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
+@pytest.mark.mysql_ci  # its collations
 def test_a_key_whose_type_changed_is_checked_against_its_tombstones_again(spark, db, caplog):
     """The check that the table of tombstones holds the key and order is remembered a while
     (preflight's cache), keyed by their types too: once the key widens (INT to BIGINT, with
@@ -415,7 +414,6 @@ def test_a_key_whose_type_changed_is_checked_against_its_tombstones_again(spark,
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 def test_a_key_on_a_prefix_of_a_text_column_upserts_with_order_and_refuses_a_merge(
     spark, mysql_family
 ):
@@ -485,8 +483,7 @@ def test_a_missing_index_of_the_tombstones_is_made_again(spark, db):
     _clean(db)
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
+@pytest.mark.mariadb11_ci  # its snapshot isolation
 def test_a_lock_held_on_the_tombstones_is_not_taken_for_a_missing_grant(spark, db):
     """A writer's check of the tombstones waits behind another session's lock on them (an
     ALTER or DROP queued there, a LOCK TABLE): it is refused as a wait, with what to do,
@@ -520,7 +517,6 @@ def test_a_lock_held_on_the_tombstones_is_not_taken_for_a_missing_grant(spark, d
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 def test_a_refusal_names_the_mysql_account_as_the_server_knows_it(spark, mysql_family):
     """A GRANT names an account, user and host: the refusal names the one this login is
     (`CURRENT_USER()`), so that its GRANT can be run as it is."""

@@ -61,8 +61,7 @@ def _refusal(column: str, holds: str) -> str:
     return rf"(?s)column '{column}'.*Make it {re.escape(holds)},"
 
 
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
+@pytest.mark.mysql_ci  # MySQL rounds fractional seconds, MariaDB truncates
 def test_a_timestamp_order_column_without_microseconds_is_refused_by_every_entry(
     spark, db, tmp_path
 ):
@@ -149,8 +148,8 @@ LOSSY = {
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("kind", LOSSY)
+@pytest.mark.ci_one_server  # make test: each type on one of the two servers
 def test_an_order_column_that_rounds_the_values_is_refused(spark, db, kind):
     """FLOAT/real for longs (2^24 + 1 is stored as 2^24), a double for longs beyond 2^53
     (2^53 + 1 is stored as 2^53), a decimal of smaller scale (1.001 and 1.004 both become
@@ -208,8 +207,8 @@ EXACT = {
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 @pytest.mark.parametrize("kind", EXACT)
+@pytest.mark.ci_one_server  # make test: each type on one of the two servers
 def test_an_order_column_that_holds_the_values_keeps_every_newer_change(spark, db, kind):
     """timestamp(6) / DATETIME(6) for Spark's microseconds, a decimal of the frame's scale:
     the review's three changes apply, each over the one before (none stale), and a replay

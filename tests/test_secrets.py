@@ -52,6 +52,7 @@ def assert_refused_without_the_password(exc: BaseException, logs, db, table: str
     assert_clean(db)
 
 
+@pytest.mark.ci_one_server
 def test_write_xa_refuses_a_login_in_the_url(spark, db, logs):
     table = new_table(db)
     df = events_df(spark, 10, 2)
@@ -64,6 +65,7 @@ def test_write_xa_refuses_a_login_in_the_url(spark, db, logs):
         assert_refused_without_the_password(raised.value, logs, db, table)
 
 
+@pytest.mark.ci_one_server
 def test_a_transaction_refuses_a_login_in_the_url_of_either_database(spark, db, logs):
     table = new_table(db)
     df = events_df(spark, 10, 2)
@@ -76,6 +78,7 @@ def test_a_transaction_refuses_a_login_in_the_url_of_either_database(spark, db, 
     assert_refused_without_the_password(raised.value, logs, db, table)
 
 
+@pytest.mark.ci_one_server
 def test_recover_and_check_refuse_a_login_in_the_url(db, logs):
     table = new_table(db)
     for call in (
@@ -88,6 +91,7 @@ def test_recover_and_check_refuse_a_login_in_the_url(db, logs):
         assert_refused_without_the_password(raised.value, logs, db, table)
 
 
+@pytest.mark.ci_one_server
 def test_format_refuses_a_login_in_the_url(spark, db, logs):
     table = new_table(db)
     writer = events_df(spark, 10, 2).write.format("xasink").mode("append")
@@ -111,6 +115,7 @@ def xasink(*argv: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("command", ["jobs", "check", "recover"])
+@pytest.mark.ci_one_server
 def test_the_cli_refuses_a_login_in_the_url(db, command, capsys):
     code, printed = xasink(command, "--url", in_url(db))
     printed += "".join(capsys.readouterr())
@@ -119,6 +124,7 @@ def test_the_cli_refuses_a_login_in_the_url(db, command, capsys):
     assert "--password-env" in printed, printed
 
 
+@pytest.mark.ci_one_server
 def test_the_cli_refuses_a_login_in_a_participants_url(db, capsys, monkeypatch):
     monkeypatch.setenv("XASINK_TEST_OWN_PASSWORD", db.password)
     argv = ["recover", "--url", db.jdbc_url, "--user", db.user]
