@@ -127,6 +127,8 @@ class DbServer:
     source: Literal["env", "docker", "local"] = "local"
     #: Connection properties in the JDBC URL (``a=b&c=d``).
     url_query: str = ""
+    #: psycopg / pymysql keywords every test connection adds (a TLS server's CA, say).
+    client_options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def is_mariadb(self) -> bool:
@@ -157,13 +159,25 @@ class DbServer:
     def connect(self, **kw: Any) -> DbConnection:
         """Autocommit connection as the application user (``kw`` overrides)."""
         return _connect(
-            self.kind, self.host, self.port, self.user, self.password, self.database, kw
+            self.kind,
+            self.host,
+            self.port,
+            self.user,
+            self.password,
+            self.database,
+            {**dict(self.client_options), **kw},
         )
 
     def admin_connect(self, **kw: Any) -> DbConnection:
         """Autocommit connection as the admin/superuser (``kw`` overrides)."""
         return _connect(
-            self.kind, self.host, self.port, self.admin_user, self.admin_password, self.database, kw
+            self.kind,
+            self.host,
+            self.port,
+            self.admin_user,
+            self.admin_password,
+            self.database,
+            {**dict(self.client_options), **kw},
         )
 
     def xa_recover(self) -> list[XaXid]:

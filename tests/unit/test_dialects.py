@@ -8,6 +8,7 @@ import pytest
 from xasink.defaults import DIALECT_NAMES
 from xasink.dialects import DIALECTS, dialect_name_for, get_dialect
 from xasink.dialects.base import TableIndex
+from xasink.dialects.certificates import certificate_hint
 from xasink.dialects.mysql import MARIADB_DATASOURCE, MYSQL_DATASOURCE, version_problem
 from xasink.errors import ConfigurationError
 from xasink.spec import ConnectionSpec, TableRef
@@ -227,3 +228,33 @@ def test_server_versions_that_keep_prepared_branches(version, problem):
 def test_the_command_line_names_every_dialect():
     """The command line lists the dialects from `defaults`, without loading their code."""
     assert tuple(DIALECTS) == DIALECT_NAMES
+
+
+#: What the drivers said, word for word, when refusing a certificate (tests/test_tls.py).
+UNTRUSTED = {
+    "postgres": "SSL error: PKIX path building failed: sun.security.provider.certpath."
+    "SunCertPathBuilderException: unable to find valid certification path to requested target",
+    "mysql": "Could not connect to 127.0.0.1:55537 : PKIX path building failed: sun.security."
+    "provider.certpath.SunCertPathBuilderException: unable to find valid certification path",
+}
+WRONG_HOST = {
+    "postgres": "The hostname 127.0.0.1 could not be verified by hostnameverifier "
+    "PgjdbcHostnameVerifier.",
+    "mysql": '(conn=9) SSL hostname verification failed : IPv4 host "127.0.0.1" doesn\'t '
+    'correspond to certificate CN "db.example" and SAN[{DNS:"db.example"}]',
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "prop"), [("postgres", "sslrootcert"), ("mysql", "serverSslCert")]
+)
+def test_a_refused_certificate_names_the_drivers_setting_to_change(name, prop):
+    dialect = get_dialect(name)
+    untrusted = certificate_hint(dialect.tls_ca_property, UNTRUSTED[name])
+    assert untrusted and f"the {prop} property must name the file of the CA" in untrusted
+    wrong_host = certificate_hint(dialect.tls_ca_property, WRONG_HOST[name])
+    assert wrong_host and "does not name the host in the URL" in wrong_host
+    assert "disableSslHostnameVerification" not in wrong_host
+    assert (
+        certificate_hint(dialect.tls_ca_property, "FATAL: password authentication failed") is None
+    )

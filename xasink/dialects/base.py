@@ -71,6 +71,8 @@ class Dialect:
     temporary_tables: ClassVar[bool] = False
     #: A query of the schema a table named without one lives in (None: unknown).
     current_schema_sql: ClassVar[str | None] = None
+    #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
+    tls_ca_property: ClassVar[str | None] = None
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import jpype
 
 from ..dialects import Dialect, get_dialect
+from ..dialects.certificates import certificate_hint
 from ..dialects.driver_properties import known, nearest_property
 from ..errors import ConfigurationError, PreflightError
 from ..runtime import shutdown
@@ -184,7 +185,7 @@ def _connect_refused(
     """Why a connection failed, masked, and the classified failure as its cause."""
     failure = classify("connect", exc, spec.redact)
     message = spec.redact(java_message(exc))
-    hint = dialect.login_hint(message)
+    hint = dialect.login_hint(message) or certificate_hint(dialect.tls_ca_property, message)
     text = f"Cannot connect to {spec.masked_url} as {spec.user or '(default user)'}: {message}"
     return PreflightError(f"{text}{f'. {hint}' if hint else ''}"), failure
 
