@@ -48,7 +48,7 @@ def test_help_lists_the_commands_and_the_exit_statuses(capsys):
     text = capsys.readouterr().out
     assert text.startswith("usage: xasink [-h] COMMAND ...")
     listed = re.findall(r"^    (\S+)", text, re.MULTILINE)
-    assert listed == ["recover", "jobs", "resolve", "reset-sink", "prune", "check"]
+    assert listed == ["recover", "jobs", "resolve", "reset-sink", "prune", "check", "init"]
     assert "Exit status: 0 done and nothing left in doubt, 1 something is left" in " ".join(
         text.split()
     )

@@ -1,4 +1,4 @@
-"""The `xasink` command line: recover, jobs, resolve, reset-sink, prune, check. Its
+"""The `xasink` command line: recover, jobs, resolve, reset-sink, prune, check, init. Its
 arguments are `parser`'s; each command's handler is in the module `COMMANDS` names, imported
 once the arguments are parsed: `xasink --help` (or a mistyped option) starts at once, and a
 command loads what it uses (the JVM's bridge and the journal's code), never Spark, pandas or
@@ -29,6 +29,7 @@ COMMANDS = {
     "reset-sink": "xasink.cli.journal",
     "prune": "xasink.cli.journal",
     "check": "xasink.cli.health",
+    "init": "xasink.cli.setup",
 }
 #: The logger of recovery's actions (`protocol.actions.RECOVERY_LOGGER`): `recover` and
 #: `resolve` print each action as a line of their report, so their log line, the same

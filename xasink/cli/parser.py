@@ -208,7 +208,27 @@ def parser() -> argparse.ArgumentParser:
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     _add_prune(commands, common)
     _add_check(commands, common)
+    _add_init(commands, common)
     return parser
+
+
+def _add_init(commands: Any, common: argparse.ArgumentParser) -> None:
+    init = commands.add_parser(
+        "init",
+        parents=[common],
+        help="create the journal as an administrator, and print what a writer login needs",
+        description="Create xasink's journal in the schema of --url (or --journal-schema) "
+        "with this login, unless it exists (an earlier layout is upgraded in place). A "
+        "writer then needs no CREATE for it: --writer LOGIN prints the GRANTs that login "
+        "needs on the journal, by the writes that need them. The target tables' own GRANTs "
+        "(SELECT, INSERT; UPDATE for upsert, DELETE for overwrite, both for merge) are "
+        "yours to give; a write refused for one names it.",
+    )
+    init.add_argument(
+        "--writer",
+        metavar="LOGIN",
+        help="the writers' login (MySQL/MariaDB: name or name@host; no host: any)",
+    )
 
 
 def _add_prune(commands: Any, common: argparse.ArgumentParser) -> None:

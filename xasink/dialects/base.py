@@ -322,6 +322,13 @@ class Dialect:
         """The GRANT that lets `grantee` (as `grantee` names it) create tables in `schema`."""
         return f"GRANT CREATE ON SCHEMA {self.quote(schema)} TO {grantee}"
 
+    def writer_grants(
+        self, conn: JdbcConnection, schema: str, tables: list[str], login: str | None
+    ) -> dict[str, list[str]]:
+        """The GRANTs `login` (None: this connection's) needs on the journal's `tables`
+        (quoted) in `schema`, by the writes that need them (`grants`' groups)."""
+        return {}
+
     def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
         """The names of the table's indexes, lowercased (None: this dialect cannot tell)."""
         return None

@@ -15,7 +15,7 @@ from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 from ..xid import Xid
 from .base import Dialect, TableIndex, advisory_key
-from .mysql_server import PREFIX_ONLY, binlog_problem, sql_string, version_problem
+from .mysql_server import PREFIX_ONLY, binlog_problem, sql_string, version_problem, writer_grants
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
 MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
@@ -296,6 +296,11 @@ class MySQLDialect(Dialect):
 
     def create_grant(self, schema: str, grantee: str) -> str:
         return f"GRANT CREATE ON {self.quote(schema)}.* TO {grantee}"
+
+    def writer_grants(
+        self, conn: JdbcConnection, schema: str, tables: list[str], login: str | None
+    ) -> dict[str, list[str]]:
+        return writer_grants(conn, self.quote(schema), tables, login)
 
     def index_names(self, conn: JdbcConnection, table: TableRef) -> set[str] | None:
         rows = query(

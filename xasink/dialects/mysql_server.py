@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from ..runtime.jdbc import JdbcConnection, query, sql_error_code
+from .grants import EVERY_WRITE, STAGED_WRITES
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -60,3 +61,29 @@ def binlog_problem(conn: JdbcConnection) -> str | None:
         "GLOBAL binlog_format = 'MIXED' (or 'ROW'), and the same in its configuration file; "
         "new sessions use it."
     )
+
+
+def account(login: str) -> str:
+    """A GRANT's account for `login` (`name` or `name@host`; no host: any, `%`)."""
+    name, at, host = login.rpartition("@")
+    return f"{sql_string(name)}@{sql_string(host)}" if at else f"{sql_string(login)}@'%'"
+
+
+def writer_grants(
+    conn: JdbcConnection, database: str, tables: list[str], login: str | None
+) -> dict[str, list[str]]:
+    """What a writer login (None: this connection's) needs on a journal an administrator
+    made (`xasink init`), by what it writes. Staging tables are real tables in the
+    journal's database or, for a small write, temporary ones: without that privilege such a
+    write takes the two-phase path instead."""
+    who = account(login or str(query(conn, "SELECT CURRENT_USER()")[0][0]))
+    every = [f"GRANT SELECT, INSERT, UPDATE, DELETE ON {database}.{t} TO {who}" for t in tables]
+    if "mariadb" not in str(query(conn, "SELECT VERSION()")[0][0]).lower():
+        every.append(f"GRANT XA_RECOVER_ADMIN ON *.* TO {who}")  # MySQL 8+: XA RECOVER
+    # MySQL gives a table's creator nothing on it: the staging tables' DML is the
+    # database's (a journal in a database of its own keeps that to xasink's tables).
+    staged = [
+        f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP ON {database}.* TO {who}",
+        f"GRANT CREATE TEMPORARY TABLES ON {database}.* TO {who}",
+    ]
+    return {EVERY_WRITE: every, STAGED_WRITES: staged}

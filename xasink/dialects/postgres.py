@@ -12,6 +12,7 @@ from ..runtime.jdbc import JdbcConnection, execute, query
 from ..spec import ConnectionSpec, TableRef
 from ..xid import Xid
 from .base import Dialect, TableIndex, advisory_key
+from .grants import EVERY_WRITE, STAGED_WRITES
 
 #: What an upsert that compares order values calls the stored row.
 _STORED = "xasink_stored"
@@ -261,3 +262,14 @@ class PostgresDialect(Dialect):
             "AND i.indexprs IS NULL",
             (self.qualified(table),),
         )
+
+    def writer_grants(
+        self, conn: JdbcConnection, schema: str, tables: list[str], login: str | None
+    ) -> dict[str, list[str]]:
+        # A small staged write's temporary table needs TEMP on the database, which
+        # PostgreSQL grants to PUBLIC; a larger one's staging table is the login's own.
+        who = self.quote(login or str(query(conn, "SELECT current_user")[0][0]))
+        where = self.quote(schema)
+        every = [f"GRANT USAGE ON SCHEMA {where} TO {who}"]
+        every += [f"GRANT SELECT, INSERT, UPDATE, DELETE ON {where}.{t} TO {who}" for t in tables]
+        return {EVERY_WRITE: every, STAGED_WRITES: [self.create_grant(schema, who)]}

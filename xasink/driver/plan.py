@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..dialects import Dialect
+from ..dialects.grants import STAGED_WRITES
+from ..errors import PreflightError
 from ..protocol.journal import Journal
-from ..runtime.jdbc import JdbcConnection, execute
+from ..runtime.jdbc import JdbcConnection, execute, java_message, query, sql_error_code, sql_state
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import table_columns
 from ..tables.columns import TableColumn, describe_table, unique_keys
@@ -93,9 +95,29 @@ def load_target(
         )
         declared = [TableColumn(n, t.split("(")[0].lower(), t, True, False) for n, t in steering]
         return apply_plan.stage, [*targets, *declared], ddl
-    execute(conn, ddl)
+    try:
+        execute(conn, ddl)
+    except Exception as exc:
+        if sql_state(exc) != "42501" and sql_error_code(exc) not in (1044, 1142):
+            raise  # not a privilege this login lacks
+        _refuse_stage(conn, dialect, apply_plan, spec.redact(java_message(exc)))
     names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
     return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names), ""
+
+
+def _refuse_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, said: str) -> None:
+    """This login may not create the job's staging table (PostgreSQL's 42501, MySQL's 1044
+    and 1142): refused before any branch opens, with the GRANTs staged writes need."""
+    schema = plan.stage.schema
+    if schema is None and dialect.current_schema_sql:
+        schema = str(query(conn, dialect.current_schema_sql)[0][0])
+    grants = dialect.writer_grants(conn, schema or "", [], None).get(STAGED_WRITES, [])
+    raise PreflightError(
+        f"A {plan.mode} stages its rows in a table of its own ({plan.stage.name}, beside the "
+        f"journal), and this login may not create it: {said}. Nothing was written. Grant "
+        f"it: {'; '.join(grants) or 'CREATE (and DROP) where the journal is'} (`xasink init "
+        "--writer LOGIN` prints every GRANT a writer needs)."
+    ) from None
 
 
 def stage_sql(

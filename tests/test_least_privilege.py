@@ -1,0 +1,144 @@
+"""Least privilege: an administrator creates the journal (`xasink init`), and writers run
+with only the GRANTs it prints for them, and those their table's mode needs.
+
+The writer is a login of its own, made here, that owns nothing: whatever it does beyond
+its GRANTs fails. An append needs only DML on the journal and the table; a staged write
+through tasks needs to create its staging table, and without that it is refused before
+anything is written, naming the GRANTs, which then let the same write through. Rows are
+read with psycopg/pymysql; nothing may be left prepared or staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import secrets
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import servers
+from support import (
+    assert_clean,
+    assert_exactly,
+    events_df,
+    new_table,
+    own_journal_schema,
+    run_sql,
+    xasink_cli,
+)
+
+from xasink import Database, PreflightError, WriterProperties, write_xa
+
+#: MySQL 9.7 proves its own grant (XA_RECOVER_ADMIN) in make test too.
+pytestmark = pytest.mark.mysql_ci
+#: Every row through the executors' branches, so a staged write stages in a real table.
+TASKS = WriterProperties(driver_write_bytes=0, max_branches=2)
+EVERY_WRITE = "every write"
+KEYED = {
+    "postgres": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name TEXT, v DOUBLE PRECISION, "
+    "n INTEGER, ts TIMESTAMPTZ)",
+    "mysql": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name TEXT, v DOUBLE, n INT, ts DATETIME(6))",
+}
+STAGED_WRITES = "upsert, overwrite and merge (their staging tables)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Writer:
+    """A login that holds nothing but what the test grants it, and the journal it uses."""
+
+    login: str
+    database: Database
+    grants: dict[str, list[str]]
+    account: str
+
+
+@contextlib.contextmanager
+def _login(db: servers.DbServer) -> Iterator[tuple[str, str, str]]:
+    """A new login with no privileges: (name, password, its account as GRANT names it)."""
+    name, password = f"w_{uuid.uuid4().hex[:8]}", secrets.token_hex(12)
+    if db.kind == "postgres":
+        run_sql(db, f"CREATE ROLE {name} LOGIN PASSWORD '{password}'")
+        account, drop = name, f"DROP OWNED BY {name}; DROP ROLE {name}"
+    else:
+        run_sql(db, f"CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'")
+        account = f"'{name}'@'%'"
+        drop = f"DROP USER {account}"
+    try:
+        yield name, password, account
+    finally:
+        with contextlib.suppress(Exception):
+            run_sql(db, *drop.split("; "))
+
+
+@pytest.fixture
+def writer(db) -> Iterator[Writer]:
+    """The administrator's `xasink init --writer` on a journal of its own, then the GRANTs
+    every write needs (as printed), and nothing else."""
+    journal = contextlib.contextmanager(own_journal_schema)(db)
+    with journal as schema, _login(db) as (name, password, account):
+        admin = dataclasses.replace(db, user=db.admin_user, password=db.admin_password)
+        init = xasink_cli(admin, "init", "--journal-schema", schema, "--writer", name, "--json")
+        assert init.returncode == 0, init.stderr
+        done = json.loads(init.stdout)
+        assert done["created"] is True and done["schema"] == schema, done
+        run_sql(db, *done["grants"][EVERY_WRITE])
+        database = Database(db.jdbc_url, user=name, password=password, journal_schema=schema)
+        yield Writer(name, database, done["grants"], account)
+
+
+def _grant_table(db, writer: Writer, table: str, privileges: str) -> None:
+    run_sql(db, f"GRANT {privileges} ON {table} TO {writer.account}")
+
+
+def test_init_makes_the_journal_once_and_says_what_a_writer_needs(db, writer):
+    schema = writer.database.journal_schema
+    admin = dataclasses.replace(db, user=db.admin_user, password=db.admin_password)
+    again = xasink_cli(admin, "init", "--journal-schema", schema, "--writer", writer.login)
+    assert again.returncode == 0, again.stderr
+    assert f"-- xasink journal in {schema}: exists (layout 4)" in again.stdout, again.stdout
+    for group, grants in writer.grants.items():
+        assert f"-- {group}:" in again.stdout
+        assert all(f"{grant};" in again.stdout for grant in grants), again.stdout
+    every = " ".join(writer.grants[EVERY_WRITE])
+    assert "xasink_jobs" in every and "CREATE" not in every, every
+    assert ("XA_RECOVER_ADMIN" in every) == (db.kind == "mysql"), every
+
+
+def test_a_writer_with_only_the_journals_dml_appends_exactly_once(spark, db, writer):
+    table = new_table(db)
+    _grant_table(db, writer, table, "SELECT, INSERT")
+    write_xa(events_df(spark, 1000, 3), writer.database, table, writer_properties=TASKS)
+    write_xa(events_df(spark, 1050, 1).where("id >= 1000"), writer.database, table)
+    assert_exactly(db, table, range(1050))
+    assert set(job_states_in(db, writer).values()) == {"committed"}
+    assert_clean(db)
+
+
+def test_a_staged_write_without_create_is_refused_naming_the_grants_then_runs(spark, db, writer):
+    table = f"kv_{uuid.uuid4().hex[:10]}"
+    run_sql(db, KEYED[db.dialect].format(t=table), admin=False)
+    _grant_table(db, writer, table, "SELECT, INSERT, UPDATE")
+    frame = events_df(spark, 600, 2)
+    with pytest.raises(PreflightError) as refused:
+        write_xa(frame, writer.database, table, mode="upsert", key="id", writer_properties=TASKS)
+    message = str(refused.value)
+    assert "Nothing was written" in message, message
+    assert all(grant in message for grant in writer.grants[STAGED_WRITES]), message
+    assert_exactly(db, table, [])
+    assert_clean(db)
+
+    run_sql(db, *writer.grants[STAGED_WRITES])
+    write_xa(frame, writer.database, table, mode="upsert", key="id", writer_properties=TASKS)
+    assert_exactly(db, table, range(600))
+    assert_clean(db)
+
+
+def job_states_in(db, writer: Writer) -> dict[str, str]:
+    """The jobs of the writer's own journal."""
+    schema = writer.database.journal_schema
+    return {
+        str(job): str(state)
+        for job, state in run_sql(db, f"SELECT job_id, state FROM {schema}.xasink_jobs")
+    }
