@@ -142,3 +142,17 @@ def job_states_in(db, writer: Writer) -> dict[str, str]:
         str(job): str(state)
         for job, state in run_sql(db, f"SELECT job_id, state FROM {schema}.xasink_jobs")
     }
+
+
+def test_a_writer_without_the_journals_grants_is_refused_naming_them(spark, db, writer):
+    table = new_table(db)
+    _grant_table(db, writer, table, "SELECT, INSERT")
+    every = [g for g in writer.grants[EVERY_WRITE] if "XA_RECOVER" not in g]
+    run_sql(db, *(g.replace("GRANT ", "REVOKE ", 1).replace(" TO ", " FROM ") for g in every))
+    with pytest.raises(PreflightError) as refused:
+        write_xa(events_df(spark, 10, 1), writer.database, table)
+    message = str(refused.value)
+    assert "may not use xasink's journal" in message and "Nothing was written" in message
+    assert all(grant in message for grant in every), message
+    assert_exactly(db, table, [])
+    assert_clean(db)

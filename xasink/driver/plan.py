@@ -12,7 +12,7 @@ from ..dialects import Dialect
 from ..dialects.grants import STAGED_WRITES
 from ..errors import PreflightError
 from ..protocol.journal import Journal
-from ..runtime.jdbc import JdbcConnection, execute, java_message, query, sql_error_code, sql_state
+from ..runtime.jdbc import JdbcConnection, execute, is_denied, java_message, query
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import table_columns
 from ..tables.columns import TableColumn, describe_table, unique_keys
@@ -98,16 +98,16 @@ def load_target(
     try:
         execute(conn, ddl)
     except Exception as exc:
-        if sql_state(exc) != "42501" and sql_error_code(exc) not in (1044, 1142):
-            raise  # not a privilege this login lacks
+        if not is_denied(exc):
+            raise
         _refuse_stage(conn, dialect, apply_plan, spec.redact(java_message(exc)))
     names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
     return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names), ""
 
 
 def _refuse_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, said: str) -> None:
-    """This login may not create the job's staging table (PostgreSQL's 42501, MySQL's 1044
-    and 1142): refused before any branch opens, with the GRANTs staged writes need."""
+    """This login may not create the job's staging table: refused before any branch
+    opens, with the GRANTs staged writes need."""
     schema = plan.stage.schema
     if schema is None and dialect.current_schema_sql:
         schema = str(query(conn, dialect.current_schema_sql)[0][0])

@@ -21,8 +21,16 @@ from typing import TypeVar
 
 from ..defaults import LOCK_WAIT as DEFAULT_LOCK_WAIT
 from ..dialects.base import TableIndex
-from ..errors import JournalError
-from ..runtime.jdbc import JdbcConnection, execute, network_timeout_lifted, query
+from ..dialects.grants import EVERY_WRITE
+from ..errors import JournalError, PreflightError
+from ..runtime.jdbc import (
+    JdbcConnection,
+    execute,
+    is_denied,
+    java_message,
+    network_timeout_lifted,
+    query,
+)
 from ..spec import ConnectionSpec
 from ..xid import FORMAT_ID
 from . import jobtables
@@ -92,8 +100,35 @@ class JournalLayout(JournalTables):
         except Exception as exc:
             if self.dialect.is_missing_table(exc):
                 return None
+            if is_denied(exc):
+                raise self._denied(conn, java_message(exc)) from None
             raise
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def schema_name(self, conn: JdbcConnection) -> str:
+        """The schema the journal is in, named ("" where the dialect cannot tell)."""
+        d = self.dialect
+        if self.schema or not d.current_schema_sql:
+            return self.schema or ""
+        return str(query(conn, d.current_schema_sql)[0][0])
+
+    def grants(self, conn: JdbcConnection, login: str | None) -> dict[str, list[str]]:
+        """The GRANTs `login` (None: this connection's) needs on this journal, by the writes
+        that need them (`xasink init` prints them)."""
+        d, schema = self.dialect, self.schema_name(conn)
+        names = [META_TABLE, *(name for _, name, _, _ in definitions(self))]
+        quoted = [d.quote(name) for name in names]
+        return d.writer_grants(conn, schema, quoted, login) if schema else {}
+
+    def _denied(self, conn: JdbcConnection, said: str) -> PreflightError:
+        """This login may not read the journal: what a writer is granted, which `xasink
+        check` needs the SELECT of."""
+        needed = "; ".join(self.grants(conn, None).get(EVERY_WRITE, [])) or "DML on its tables"
+        return PreflightError(
+            f"This login may not use xasink's journal in {self.schema_name(conn)} ({said}). "
+            f"Nothing was written. A writer needs: {needed} (`xasink init --writer LOGIN` "
+            "prints them); `xasink check` needs SELECT on the same tables."
+        )
 
     def _stored_tag(self, conn: JdbcConnection) -> str | None:
         stored = self._stored(conn)

@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..defaults import LOCK_WAIT
-from ..runtime.jdbc import query
 from ..spec import Database
 from .connecting import journal_session
-from .journal_tables import META_TABLE, definitions
 
 
 @dataclass(frozen=True)
@@ -34,17 +32,8 @@ def set_up(
     with journal_session(database, lock_wait) as (spec, conn, journal):
         created = not journal.exists(conn)
         journal = journal.ensure(conn, spec)
-        dialect = journal.dialect
-        schema = journal.schema
-        if schema is None and dialect.current_schema_sql:
-            schema = str(query(conn, dialect.current_schema_sql)[0][0])
-        tables = [META_TABLE, *(d[1] for d in definitions(journal))]
-        grants = (
-            dialect.writer_grants(conn, schema, [dialect.quote(t) for t in tables], writer)
-            if writer and schema
-            else {}
-        )
-        return JournalSetUp(schema or "", created, journal.version, grants)
+        grants = journal.grants(conn, writer) if writer else {}
+        return JournalSetUp(journal.schema_name(conn), created, journal.version, grants)
 
 
 __all__ = ["JournalSetUp", "set_up"]

@@ -256,6 +256,12 @@ def sql_state(exc: BaseException) -> str | None:
     return None
 
 
+def is_denied(exc: BaseException) -> bool:
+    """The statement needs a privilege this login lacks: PostgreSQL's insufficient_privilege
+    (42501), MySQL's denied command on a database (1044), a table (1142) or a column (1143)."""
+    return sql_state(exc) == "42501" or sql_error_code(exc) in (1044, 1142, 1143)
+
+
 def java_message(exc: BaseException) -> str:
     """The innermost useful Java message, without JPype's class-name prefix noise."""
     messages = []
