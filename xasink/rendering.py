@@ -18,6 +18,7 @@ def check_text(report: HealthReport) -> str:
     """One line per problem, then one summary line (which names the journal, so that a
     wrong --url or --journal-schema shows at once)."""
     lines = [problem.line() for problem in report.problems]
+    lines += [f"warning: {warning}" for warning in report.warnings]
     verdict = "healthy" if report.healthy else f"UNHEALTHY: {len(report.problems)} problem(s)"
     jobs = sum(report.jobs_by_state.values())
     states = ", ".join(
@@ -131,6 +132,11 @@ def check_prometheus(report: HealthReport) -> str:
             "xasink_check_problems",
             "Problems xasink check found, by kind.",
             [(f'{{kind="{label_value(k)}"}}', n) for k, n in kinds.items()],
+        ),
+        *_metric(
+            "xasink_check_warnings",
+            "What xasink check warned of (asynchronous replication, say): not problems yet.",
+            [("", len(report.warnings))],
         ),
         *_metric(
             "xasink_journal_present",

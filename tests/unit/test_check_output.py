@@ -187,9 +187,21 @@ def test_text_says_where_an_age_comes_from_and_that_a_damaged_journal_is_not_rea
     ]
 
 
+def test_a_warning_is_a_line_of_its_own_and_a_gauge_and_leaves_the_check_healthy():
+    warned = report(warnings=("replication: 1 standby(s) replicate asynchronously (...)",))
+    assert warned.healthy
+    assert check_text(warned).splitlines() == [
+        "warning: replication: 1 standby(s) replicate asynchronously (...)",
+        f"healthy; {JOURNAL}; 0 job(s); 0 in-doubt branch(es)",
+    ]
+    assert json.loads(check_json(warned))["warnings"] == list(warned.warnings)
+    assert "\nxasink_check_warnings 1\n" in check_prometheus(warned)
+    assert "\nxasink_check_warnings 0\n" in check_prometheus(report())
+
+
 def test_json_is_one_object_with_the_verdict_the_problems_and_the_figures():
     data = json.loads(check_json(UNHEALTHY))
-    assert set(data) == {"healthy", "problems", "figures"}
+    assert set(data) == {"healthy", "problems", "warnings", "figures"}
     assert data["healthy"] is False
     assert data["problems"] == [
         {
@@ -363,6 +375,7 @@ class Journal:
 
     def __init__(self, tag="a1b2c3d4", exists=True, damage=None, records=(), server_ages=True):
         self.tag, self.schema, self._exists, self._damage = tag, None, exists, damage
+        self.dialect_name = "fake"  # no replication probe
         self.records = list(records)
         self.coordinators: dict = {}
         self.pending: list = []

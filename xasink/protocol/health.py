@@ -31,6 +31,7 @@ from .journal import Journal
 from .listing import lost_of_decided
 from .records import OPEN_STATES, JobRecord
 from .recovery import describe
+from .replication import replication_warning
 from .states import FINAL_STATES, JobState, TextEnum
 from .waiting import awaits_coordinator, lost_detail
 
@@ -105,6 +106,8 @@ class HealthReport:
     #: Each streaming sink's last decided batch id.
     sink_batches: Mapping[str, int] = field(default_factory=dict)
     problems: tuple[Problem, ...] = ()
+    #: What is not a problem yet but could become one (`replication`): exit 0 still.
+    warnings: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -120,6 +123,7 @@ class HealthReport:
         return {
             "healthy": self.healthy,
             "problems": [{**asdict(p), "line": p.line()} for p in self.problems],
+            "warnings": list(self.warnings),
             "figures": {
                 "journal": self.journal,
                 "journal_status": str(self.journal_status),
@@ -191,6 +195,7 @@ def assess(
         estimated,
         sinks,
         tuple(problems),
+        tuple(w for w in [replication_warning(conn, journal.dialect_name)] if w),
     )
 
 
