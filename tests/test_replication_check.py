@@ -10,17 +10,12 @@ in tests/test_failover.py's pair. A warning never makes the check unhealthy.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import time
-from collections.abc import Iterator
 
 import pytest
 import servers
+from replicas import admin_of, mariadb_pair, semi_sync_clients, until
 from support import run_sql, xasink_cli
-
-REPLICA_LOGIN = ("xasink_repl", "repl-pw-1")
 
 
 def warnings_of(db: servers.DbServer) -> list[str]:
@@ -29,41 +24,6 @@ def warnings_of(db: servers.DbServer) -> list[str]:
     report = json.loads(done.stdout)
     assert report["healthy"] is True, report
     return list(report["warnings"])
-
-
-def admin_of(db: servers.DbServer) -> servers.DbServer:
-    return dataclasses.replace(db, user=db.admin_user, password=db.admin_password)
-
-
-@contextlib.contextmanager
-def mariadb_pair() -> Iterator[tuple[servers.DbServer, servers.DbServer]]:
-    """A MariaDB primary (binary log on) and a replica reading it from its current position."""
-    with (
-        servers.start_mariadb(log_bin="mariadb-bin", server_id=1) as primary,
-        servers.start_mariadb(server_id=2) as replica,
-    ):
-        user, password = REPLICA_LOGIN
-        file, position = run_sql(
-            primary,
-            f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
-            f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'",
-            "SHOW MASTER STATUS",
-        )[0][:2]
-        run_sql(
-            replica,
-            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
-            f"MASTER_USER='{user}', MASTER_PASSWORD='{password}', MASTER_LOG_FILE='{file}', "
-            f"MASTER_LOG_POS={position}",
-            "START SLAVE",
-        )
-        yield primary, replica
-
-
-def _until(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_a_mariadb_replica_without_semi_sync_is_warned_of_until_the_primary_waits_for_it():
@@ -75,7 +35,7 @@ def test_a_mariadb_replica_without_semi_sync_is_warned_of_until_the_primary_wait
                 str(row[4]).startswith("Binlog Dump") for row in run_sql(admin, "SHOW PROCESSLIST")
             )
 
-        _until(dumping, "the replica never connected")
+        until(dumping, "the replica connecting")
         (warning,) = warnings_of(admin)
         assert "1 replica(s) read the binary log without semi-synchronous" in warning, warning
         assert "rpl_semi_sync_master_enabled" in warning
@@ -90,12 +50,7 @@ def test_a_mariadb_replica_without_semi_sync_is_warned_of_until_the_primary_wait
             "STOP SLAVE IO_THREAD",
             "START SLAVE IO_THREAD",
         )
-
-        def semi_sync() -> bool:
-            rows = run_sql(admin, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")
-            return bool(rows) and int(rows[0][1]) > 0
-
-        _until(semi_sync, "the replica never acknowledged semi-synchronously")
+        until(lambda: semi_sync_clients(primary) > 0, "the replica acknowledging")
         assert warnings_of(admin) == []
 
 
