@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_support import case, describe_mix, outcome_of, promised
+from chaos_support import case, describe_mix, outcome_of, promise_of_line, promised
 from servers import ServerUnavailable, kill_server, promote, start_postgres_pair
 from support import (
     PARTITIONS,
     TESTS,
+    DriverProcess,
     cli,
     connection_args,
     database_of,
@@ -177,11 +178,13 @@ def job_states(server: Any, table: str) -> dict[str, str]:
     return {str(job): str(state) for job, state in rows}
 
 
-def lock_waiters(server: Any) -> int:
-    """Sessions of the server waiting for a lock now."""
+def lock_waiters(server: Any, table: str) -> int:
+    """Sessions of the server waiting for a lock now in a statement that names `table`."""
     with server.admin_connect() as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND strpos(query, %s) > 0",
+            (table,),
         ).fetchone()
     return int(row[0])
 
@@ -240,7 +243,9 @@ def test_failover_at_each_point(spark, pair, point, mode):
         try:
             holder.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", (LOCKED_ID,))
             job = Job(lambda: write(primary))
-            wait_until(lambda: lock_waiters(primary) > 0 or not job.alive(), "the apply's wait")
+            wait_until(
+                lambda: lock_waiters(primary, table) > 0 or not job.alive(), "the apply's wait"
+            )
             assert job.alive(), f"the job ended before its apply: {job.error!r}"
             failover = kill_and_promote(primary, standby)
             job.join()
@@ -252,9 +257,31 @@ def test_failover_at_each_point(spark, pair, point, mode):
         job.join()
         assert job.error is None, job.error
         failover = kill_and_promote(primary, standby)
-    error = job.error
-    promise = promised(error)
-    report = f"{type(error).__name__}: {str(error)[:600]}" if error else "returned"
+    finish(
+        point, mode, expected, job.error, standby, table, lambda: write(standby), failover, started
+    )
+
+
+def finish(
+    point: str,
+    mode: str,
+    expected: str,
+    error: BaseException | str | None,
+    standby: Any,
+    table: str,
+    write: Callable[[], Any],
+    failover: float,
+    started: float,
+) -> None:
+    """Recover the promoted standby, check it against what the point and the driver's
+    report (`error`: its exception, or a killed driver's last line) say, write again where
+    the job's state says to, record the run, and fail on any problem."""
+    if isinstance(error, str):  # a driver process's last line: RESULT ... / ERROR ... / None
+        promise = promise_of_line(error if error.startswith(("RESULT ", "ERROR ")) else None)
+        report = error[:600]
+    else:
+        promise = promised(error)
+        report = f"{type(error).__name__}: {str(error)[:600]}" if error else "returned"
     assert standby.password not in report
 
     recovered = recover(standby)
@@ -292,7 +319,7 @@ def test_failover_at_each_point(spark, pair, point, mode):
     # again; a committed append is not; a committed staged job again is harmless.
     rerun = "-"
     if outcome == "old" or mode != "append":
-        again = Job(lambda: write(standby))
+        again = Job(write)
         again.join()
         rerun = outcome_of(standby, table, old, new)
         if again.error is not None or rerun != "new":
@@ -322,6 +349,43 @@ def test_failover_at_each_point(spark, pair, point, mode):
         f"rerun {rerun}, {seconds:.1f}s"
     )
     assert not problems, "\n".join(problems) + "\nrecover said:\n" + recovered
+
+
+#: (kill point, fault, mode, what the promoted server must hold) with the driver's process
+#: group SIGKILLed too, right after the primary: nothing of the job goes on anywhere.
+KILLED_DRIVER = [
+    ("after the decision, driver killed", "after_decision", "append", "new"),
+    ("mid phase 2, driver killed", "after_first_commit", "merge", "new"),
+]
+
+
+@pytest.mark.parametrize(
+    ("point", "fault_point", "mode", "expected"),
+    [pytest.param(*case, id=case[0].replace(" ", "-").replace(",", "")) for case in KILLED_DRIVER],
+)
+def test_failover_with_the_driver_killed(spark, pair, point, fault_point, mode, expected):
+    """A write_xa driver process stops at `fault_point`; the primary is SIGKILLed, the
+    standby promoted and the driver's process group SIGKILLed: recovery on the promoted
+    server finishes the job, as the point says."""
+    primary, standby = pair
+    started = time.monotonic()
+    table = seeded_table(primary)
+    driver = DriverProcess(primary, table, fault_point, mode)
+    try:
+        driver.wait_for_point()
+        failover = kill_and_promote(primary, standby)
+    finally:
+        driver.kill()
+    df, options, _ = mode_case(spark, mode, PARTITIONS)
+
+    def write() -> Any:
+        return write_xa(
+            df, table=table, **options, **connection_args(standby), writer_properties=TASKS
+        )
+
+    last = [ln.strip() for ln in driver.output if ln.startswith(("RESULT ", "ERROR "))]
+    final = last[-1] if last else "killed before it reported"
+    finish(point, mode, expected, final, standby, table, write, failover, started)
 
 
 # -- a stream's batch ---------------------------------------------------------------------
