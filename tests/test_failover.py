@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import threading
 import time
 import uuid
@@ -95,7 +96,14 @@ POINTS: dict[str, tuple[str | None, WriterProperties, str]] = {
     # write_xa returned: every row must be on the standby.
     "returned (tasks)": (None, TASKS, "new"),
     "returned (one-phase)": (None, DRIVER, "new"),
+    # The decision's COMMIT, or a small frame's, written on the primary and waiting for the
+    # standby (its WAL receiver stopped): the driver is told nothing, and the promoted
+    # server holds the job whole or not at all, whichever WAL reached it.
+    "decision awaiting the standby": ("before_decision", TASKS, "either"),
+    "one-phase commit awaiting the standby": ("before_local_commit", DRIVER, "either"),
 }
+#: The points whose COMMIT the test holds at the standby's acknowledgement.
+AWAITING = ("decision awaiting the standby", "one-phase commit awaiting the standby")
 MODES = ("append", "overwrite", "upsert", "merge")
 
 
@@ -202,6 +210,24 @@ def lock_waiters(server: Any, table: str) -> int:
     return int(row[0])
 
 
+def wal_receiver(standby: Any) -> int:
+    """The process id of the standby's WAL receiver."""
+    with standby.admin_connect() as conn:
+        row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+    assert row is not None and row[0], "the standby has no WAL receiver"
+    return int(row[0])
+
+
+def commits_awaiting_standby(primary: Any) -> int:
+    """Sessions of the primary whose COMMIT waits for the synchronous standby."""
+    with primary.admin_connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+            "AND upper(query) = 'COMMIT'"
+        ).fetchone()
+    return int(row[0])
+
+
 def recover(server: Any) -> str:
     """`xasink recover --grace 0` on the promoted server: nothing may stay in doubt."""
     done = cli(server, "--grace", "0")
@@ -251,7 +277,29 @@ def test_failover_at_each_point(spark, pair, point, mode):
             commit_properties=ONE_RETRY if server is primary else None,
         )
 
-    if fault_point is not None:
+    if point in AWAITING:
+        assert fault_point is not None
+        with injected(Fault(fault_point, "hold")) as (fault,):
+            job = Job(lambda: write(primary))
+            wait_until(lambda: held(fault) or not job.alive(), f"the job reaching {fault_point}")
+            assert held(fault), f"the job ended before {fault_point}: {job.error!r}"
+            receiver = wal_receiver(standby)
+            os.kill(receiver, signal.SIGSTOP)
+            try:
+                release(fault)
+                wait_until(
+                    lambda: commits_awaiting_standby(primary) > 0 or not job.alive(),
+                    "a COMMIT waiting for the standby",
+                )
+                assert job.alive(), f"the job ended without waiting: {job.error!r}"
+                kill_server(primary)
+            finally:
+                os.kill(receiver, signal.SIGCONT)
+            started_promotion = time.monotonic()
+            promote(standby)
+            failover = time.monotonic() - started_promotion
+            job.join()
+    elif fault_point is not None:
         with injected(Fault(fault_point, "hold")) as (fault,):
             job = Job(lambda: write(primary))
             wait_until(lambda: held(fault) or not job.alive(), f"the job reaching {fault_point}")
@@ -321,7 +369,7 @@ def finish(
     prepared, stages = prepared_count(standby), stage_tables(standby)
     if outcome == "MIXED":
         problems.append("not all-or-nothing: " + describe_mix(standby, table, old, new))
-    elif outcome != expected:
+    elif expected != "either" and outcome != expected:
         problems.append(f"the promoted server holds {outcome!r}, expected {expected!r}")
     if promise in ("old", "new") and outcome != promise:
         problems.append(f"the driver promised {promise!r} but the table holds {outcome!r}")
