@@ -87,7 +87,7 @@ chaos: install
 
 # PostgreSQL failover (tests/test_failover.py): a primary with a synchronous streaming standby,
 # SIGKILLed at each point of a job in each mode, the standby promoted and recovered. The table
-# of kills is printed even on failure. About 10 minutes on 2 cores.
+# of kills is printed even on failure. About 5 minutes on 2 cores.
 failover: install failover-run
 
 failover-run:
