@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install chaos demo demo-streaming bench bench-quick spin-deps model model-mutants clean
+.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install chaos failover failover-run demo demo-streaming bench bench-quick spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, two tables through a driver kill, then the streaming demo"
@@ -18,7 +18,8 @@ help:
 	@echo "make test-mysql  every MySQL case of the suite (make test runs those marked mysql_ci)"
 	@echo "make test-mariadb11  every MariaDB 11.8 case of the suite (make test runs those marked mariadb11_ci)"
 	@echo "make test-install  the wheel in a fresh venv (classic and Connect), and an editable install"
-	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak)"
+	@echo "make chaos    the full chaos suite (driver kills, racing recoveries, restarts, cuts, soak), then make failover"
+	@echo "make failover  PostgreSQL failover: a primary with a synchronous standby, killed at each point of a job"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, a stream of 1k-row micro-batches, and two-table transactions"
 	@echo "make bench-quick  the same, small (CI smoke)"
 	@echo "make install  install xasink (editable) with its test dependencies"
@@ -76,11 +77,24 @@ test-mysql: install
 test-mariadb11: install
 	XASINK_TEST_MARIADB11=only XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -m "not connect_client" --durations=15
 
-# The full chaos run; XASINK_CHAOS_SEED=N replays one. The table is printed even on failure.
+# The full chaos run, then the failover kills; XASINK_CHAOS_SEED=N replays one. The tables
+# are printed even on failure.
 chaos: install
 	rm -f .pytest_cache/xasink-chaos/results.jsonl
 	XASINK_CHAOS_FULL=1 XASINK_TEST_FULL=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_chaos.py tests/test_stream_kills.py; \
-	status=$$?; $(PYTHON) -m tests.chaos_report || status=1; exit $$status
+	status=$$?; $(PYTHON) -m tests.chaos_report || status=1; \
+	$(MAKE) --no-print-directory failover-run || status=1; exit $$status
+
+# PostgreSQL failover (tests/test_failover.py): a primary with a synchronous streaming standby,
+# SIGKILLed at each point of a job in each mode, the standby promoted and recovered. The table
+# of kills is printed even on failure. About 5 minutes on 2 cores.
+failover: install failover-run
+
+failover-run:
+	@start=$$(date +%s); rm -f .pytest_cache/xasink-failover/results.jsonl; \
+	XASINK_FAILOVER=1 XASINK_TEST_REQUIRE_SERVERS=1 $(PYTHON) -m pytest -q -s tests/test_failover.py; \
+	status=$$?; $(PYTHON) -m tests.failover_report || status=1; \
+	echo "make failover: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # Exhaustive spin model checking of the commit protocol (model/README.md); no database needed.
 spin-deps:

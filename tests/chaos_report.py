@@ -31,17 +31,25 @@ def main(argv: list[str]) -> int:
         t[3] += row["outcome"] == "old"
         t[4] += row["outcome"] == "new"
     header = ("fault", "database", "runs", "all-or-nothing", "branches left", "old", "new")
-    table = [header] + [
-        (fault, db, str(t[0]), f"{t[1]}/{t[0]}", str(t[2]), str(t[3]), str(t[4]))
-        for (fault, db), t in sorted(tally.items())
-    ]
+    print_table(
+        header,
+        [
+            (fault, db, str(t[0]), f"{t[1]}/{t[0]}", str(t[2]), str(t[3]), str(t[4]))
+            for (fault, db), t in sorted(tally.items())
+        ],
+    )
+    bad = any(t[1] != t[0] or t[2] for t in tally.values())
+    return 1 if bad else 0
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """`rows` under `header`, in columns as wide as their widest cell."""
+    table = [header, *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for i, r in enumerate(table):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
-    bad = any(t[1] != t[0] or t[2] for t in tally.values())
-    return 1 if bad else 0
 
 
 if __name__ == "__main__":

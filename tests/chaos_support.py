@@ -134,6 +134,22 @@ def promised(exc: BaseException | None) -> str:
     return "either"  # the decision is unknown, or a failure that does not say: all or nothing
 
 
+def promise_of_line(line: str | None) -> str:
+    """A driver process's last line -> what it promised (see `promised`)."""
+    import xasink.errors as errors
+    from xasink.errors import XasinkError
+
+    if line is None:
+        return "either"  # killed before it reported anything
+    if line.startswith("RESULT "):
+        return "new"
+    name, _, message = line[len("ERROR ") :].partition(": ")
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, XasinkError)):
+        return f"not-an-xasink-error ({line[:300]})"
+    return promised(cls(message) if cls is not errors.LostBranchError else cls(message, []))
+
+
 # -- a TCP proxy whose connections can be cut --------------------------------------------
 
 

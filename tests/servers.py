@@ -1344,14 +1344,22 @@ def _respawn(self: _Process, sig: int = signal.SIGKILL, timeout: float = 30.0) -
     except OSError:
         uid = os.geteuid()
     run_as = pwd.getpwuid(uid) if uid != os.geteuid() else None
+    _kill_group(self, sig, timeout)
+    self.__init__(self.argv, self.log, self.stop_signal, run_as)  # type: ignore[misc]
+
+
+def _kill_group(server: _Process, sig: int, timeout: float) -> None:
+    """``sig`` to a server's whole process group; return once every process of it is gone
+    (bounded by ``timeout``, then SIGKILL)."""
+    pid = server.proc.pid
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
     try:
-        self.proc.wait(timeout)
+        server.proc.wait(timeout)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        self.proc.wait(timeout)
+        server.proc.wait(timeout)
     # Backends of a SIGQUIT/SIGKILLed postmaster may linger for a moment: wait (bounded).
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -1360,10 +1368,20 @@ def _respawn(self: _Process, sig: int = signal.SIGKILL, timeout: float = 30.0) -
         except ProcessLookupError:
             break
         time.sleep(0.05)
-    self.__init__(self.argv, self.log, self.stop_signal, run_as)  # type: ignore[misc]
 
 
 _Process.respawn = _respawn  # type: ignore[attr-defined]
+
+
+def _owner(server: DbServer) -> _Process:
+    """The live process of a server started from local binaries, found by its port."""
+    if server.source != "local":
+        raise ServerUnavailable(f"only a local-binaries server can be crashed ({server.source})")
+    port_args = {f"--port={server.port}", str(server.port)}
+    owners = [p for p in list(_live_processes) if port_args & set(p.argv) and p.alive()]
+    if len(owners) != 1:
+        raise ServerUnavailable(f"no single local server process on port {server.port}")
+    return owners[0]
 
 
 def restart_server(
@@ -1372,13 +1390,7 @@ def restart_server(
     """Crash a server started from local binaries (SIGKILL of its process group by default,
     i.e. no shutdown at all) and start it again on the same data directory and port; return
     once it accepts connections again. Prepared transactions must survive this."""
-    if server.source != "local":
-        raise ServerUnavailable(f"only a local-binaries server can be restarted ({server.source})")
-    port_args = {f"--port={server.port}", str(server.port)}
-    owners = [p for p in list(_live_processes) if port_args & set(p.argv) and p.alive()]
-    if len(owners) != 1:
-        raise ServerUnavailable(f"no single local server process on port {server.port}")
-    owner = owners[0]
+    owner = _owner(server)
     owner.respawn(sig, timeout)  # type: ignore[attr-defined]
 
     def check_alive() -> None:
@@ -1391,3 +1403,148 @@ def restart_server(
         lambda: f"{server.kind} did not come back within {timeout:g}s:\n{_log_tail(owner.log)}",
         check_alive,
     )
+
+
+# --------------------------------------------------------------------------
+# A primary with a synchronous standby (failover tests)
+# --------------------------------------------------------------------------
+
+#: The standby's name (its ``cluster_name``, so its ``application_name`` on the primary),
+#: which the primary's ``synchronous_standby_names`` waits for.
+STANDBY_NAME = "xasink_standby"
+
+
+@contextlib.contextmanager
+def start_postgres_pair(
+    *, max_prepared_transactions: int = 100, timeout: float = DEFAULT_TIMEOUT
+) -> Iterator[tuple[DbServer, DbServer]]:
+    """(primary, standby): two PostgreSQL servers from local binaries for the duration of the
+    ``with`` block, the standby a hot standby streaming from the primary, which waits for it
+    on every commit and PREPARE TRANSACTION (``synchronous_commit=on``,
+    ``synchronous_standby_names`` naming it). The standby is made by ``pg_basebackup -R``
+    once the app user and database exist, so both log in alike.
+
+    ``fsync`` stays off, as on every test server: the failover tests kill processes, never
+    the machine, and a write the kernel holds survives them."""
+    settings = {
+        "max_prepared_transactions": max_prepared_transactions,
+        "wal_level": "replica",
+        "max_wal_senders": 4,
+        "synchronous_commit": "on",
+    }
+    with contextlib.ExitStack() as stack:
+        primary, maintenance_db = _start_local_postgres(stack, settings, timeout)
+        _provision(primary, maintenance_db)
+        standby = _start_local_standby(stack, primary, settings, timeout)
+        # Only now: the standby's copy of postgresql.auto.conf must not wait for a standby
+        # of its own once it is promoted.
+        with primary.admin_connect(dbname=maintenance_db) as conn:
+            conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+            conn.execute("SELECT pg_reload_conf()")
+
+        def synchronous() -> bool:
+            with primary.admin_connect(dbname=maintenance_db) as conn:
+                row = conn.execute(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                    (STANDBY_NAME,),
+                ).fetchone()
+            return row is not None and row[0] == "sync"
+
+        _wait_until(
+            synchronous,
+            timeout,
+            lambda: f"the standby never became synchronous:\n{_log_tail(_owner(standby).log)}",
+            lambda: None,
+        )
+        yield primary, standby
+
+
+def _start_local_standby(
+    stack: contextlib.ExitStack, primary: DbServer, settings: Settings, timeout: float
+) -> DbServer:
+    """A hot standby of `primary` (``pg_basebackup -R`` over TCP, as its admin) in a temp dir
+    of its own, on a free port; the returned server logs in as `primary` does."""
+    bindir = find_postgres_bindir()
+    if bindir is None:
+        raise ServerUnavailable("no PostgreSQL binaries (postgres + initdb) found")
+    run_as = _run_as()
+    tmp = _make_tmpdir(stack, "xasink-pg-", run_as)
+    data = tmp / "data"
+    log = tmp / "postgres.log"
+    kw: dict[str, Any] = {}
+    if run_as is not None:
+        kw.update(user=run_as.pw_uid, group=run_as.pw_gid, extra_groups=[])
+    backup = subprocess.run(
+        [
+            str(bindir / "pg_basebackup"),
+            "-D",
+            str(data),
+            "-h",
+            primary.host,
+            "-p",
+            str(primary.port),
+            "-U",
+            primary.admin_user,
+            "--no-password",
+            "--wal-method=stream",
+            "--write-recovery-conf",
+            "--checkpoint=fast",
+            "--no-sync",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=max(timeout, 60),
+        cwd=tmp,
+        env={**os.environ, "PGPASSWORD": primary.admin_password},
+        **kw,
+    )
+    if backup.returncode != 0:
+        raise ServerStartError(
+            f"pg_basebackup failed ({backup.returncode}):\n{backup.stderr[-2000:]}"
+        )
+    # A standby needs max_prepared_transactions (and max_connections) at least the
+    # primary's: the same settings.
+    opts = {
+        **_PG_FAST,
+        "unix_socket_directories": str(tmp),
+        **settings,
+        "cluster_name": STANDBY_NAME,
+        "hot_standby": "on",
+    }
+
+    def argv(port: int) -> list[str]:
+        cmd = [str(bindir / "postgres"), "-D", str(data), "-p", str(port)]
+        for key, value in opts.items():
+            cmd += ["-c", f"{_guc_name(key)}={_setting_str(value)}"]
+        return cmd
+
+    proc, port = _start_process_on_free_port(
+        argv,
+        log,
+        signal.SIGINT,
+        run_as,
+        lambda port: _probe(dataclasses.replace(primary, port=port), "postgres"),
+        timeout,
+        "postgres standby",
+    )
+    stack.callback(proc.stop)
+    _record_pid(tmp, proc.proc.pid)
+    return dataclasses.replace(primary, port=port)
+
+
+def kill_server(server: DbServer, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """SIGKILL a server started from local binaries (its whole process group: no shutdown,
+    no last word to its clients or standbys); return once every process of it is gone."""
+    owner = _owner(server)
+    _kill_group(owner, signal.SIGKILL, timeout)
+    owner.stop()
+
+
+def promote(standby: DbServer, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Promote a standby (``pg_promote``, waiting for it); return once it takes writes."""
+    with standby.admin_connect(dbname="postgres") as conn:
+        row = conn.execute("SELECT pg_promote(true, %s)", (int(timeout),)).fetchone()
+        assert row is not None and row[0], "pg_promote did not finish in time"
+        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        assert row is not None and not row[0], "the promoted standby is still in recovery"

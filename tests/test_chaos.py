@@ -34,6 +34,7 @@ from chaos_support import (
     describe_mix,
     leftovers,
     outcome_of,
+    promise_of_line,
     promised,
     proxied,
     record,
@@ -60,7 +61,6 @@ from support import (
 )
 
 from xasink import CommitProperties, write_xa
-from xasink.errors import XasinkError
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -115,21 +115,6 @@ def judge(db, table: str, mode: str, promise: str) -> tuple[str, list[str]]:
     if stages:
         problems.append(f"staging tables left: {stages}")
     return outcome, problems
-
-
-def promise_of_line(line: str | None) -> str:
-    """A driver process's last line -> what it promised (see chaos_support.promised)."""
-    import xasink.errors as errors
-
-    if line is None:
-        return "either"  # killed before it reported anything
-    if line.startswith("RESULT "):
-        return "new"
-    name, _, message = line[len("ERROR ") :].partition(": ")
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, XasinkError)):
-        return f"not-an-xasink-error ({line[:300]})"
-    return promised(cls(message) if cls is not errors.LostBranchError else cls(message, []))
 
 
 # -- 1. random driver kills ---------------------------------------------------------------
