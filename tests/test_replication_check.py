@@ -4,8 +4,8 @@ it does not wait for (asynchronous replication), or says why it cannot tell.
 A MariaDB primary with a replica reading its binary log: asynchronous, then semi-synchronous
 (the primary waits for the replica's acknowledgement). MySQL's own binary log with no
 replica, seen by a login that may not see other sessions (it cannot tell) and by one that
-may (nothing to warn of). The PostgreSQL case, a synchronous standby made asynchronous, is
-in tests/test_failover.py's pair. A warning never makes the check unhealthy.
+may (nothing to warn of). A PostgreSQL primary with a synchronous standby, then with none
+named. A warning never makes the check unhealthy.
 """
 
 from __future__ import annotations
@@ -60,3 +60,16 @@ def test_mysqls_binary_log_without_a_replica_is_said_as_it_is_to_each_login(mysq
     assert "cannot tell whether replicas read this server's binary log" in hidden, hidden
     assert "GRANT PROCESS" in hidden
     assert warnings_of(admin_of(mysql)) == []  # sees every session: no replica
+
+
+def test_a_postgres_standby_is_warned_of_once_the_primary_stops_waiting_for_it():
+    with servers.start_postgres_pair() as (primary, _standby):
+        admin = admin_of(primary)
+        assert warnings_of(admin) == []  # synchronous: the primary waits for its standby
+        assert warnings_of(primary) == []  # the app login sees the standby too
+        run_sql(admin, "ALTER SYSTEM SET synchronous_standby_names = ''", "SELECT pg_reload_conf()")
+        until(lambda: bool(warnings_of(primary)), "the reloaded setting")
+        (warning,) = warnings_of(primary)
+        assert "1 standby(s) replicate asynchronously (synchronous_standby_names is empty)" in (
+            warning
+        ), warning
