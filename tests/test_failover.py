@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 from chaos_support import case, describe_mix, outcome_of, promise_of_line, promised
+from replicas import promote_replica, replica_pair
 from servers import ServerUnavailable, kill_server, promote, start_postgres_pair
 from support import (
     PARTITIONS,
@@ -41,8 +42,10 @@ from support import (
     connection_args,
     database_of,
     ids_in,
+    journaled,
     mode_case,
     new_table,
+    run_sql,
     seeded_table,
     sink_mark,
     stage_tables,
@@ -131,15 +134,19 @@ def _fresh_results() -> Iterator[None]:
 
 
 @pytest.fixture
-def pair() -> Iterator[tuple[Any, Any]]:
-    """(primary, standby): a fresh pair per case, since each case kills its primary."""
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    """(primary, standby): a fresh pair per case, since each case kills its primary; a
+    PostgreSQL pair unless the case names a MySQL-family kind (its primary waits for the
+    replica semi-synchronously)."""
+    kind = getattr(request, "param", "postgres")
     with contextlib.ExitStack() as stack:
         try:
-            servers = stack.enter_context(start_postgres_pair())
+            made = start_postgres_pair() if kind == "postgres" else replica_pair(kind, True)
+            servers = stack.enter_context(made)
         except ServerUnavailable as exc:
             if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
-                pytest.fail(f"a PostgreSQL pair is required but unavailable: {exc}")
-            pytest.skip(f"no PostgreSQL pair: {exc}")
+                pytest.fail(f"a {kind} pair is required but unavailable: {exc}")
+            pytest.skip(f"no {kind} pair: {exc}")
         yield servers
 
 
@@ -183,6 +190,8 @@ class Job:
 
 def prepared_count(server: Any) -> int:
     """Every prepared transaction of the server, xasink's or not."""
+    if server.kind != "postgres":
+        return len(server.xa_recover())  # server-wide
     with server.admin_connect() as conn:
         row = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()
     return int(row[0])
@@ -191,12 +200,12 @@ def prepared_count(server: Any) -> int:
 def job_states(server: Any, table: str) -> dict[str, str]:
     """Job id -> state of the jobs the journal has on `table` (a small job that never
     committed has no row)."""
-    with server.connect() as conn:
-        rows = conn.execute(
-            "SELECT job_id, state FROM xasink_jobs WHERE target_table = %s",
-            (f"public.{table}",),
-        ).fetchall()
-    return {str(job): str(state) for job, state in rows}
+    found = run_sql(
+        server,
+        f"SELECT job_id, state FROM xasink_jobs WHERE target_table = '{journaled(server, table)}'",
+        admin=False,
+    )
+    return {str(job): str(state) for job, state in found}
 
 
 def lock_waiters(server: Any, table: str) -> int:
@@ -248,7 +257,7 @@ def kill_and_promote(primary: Any, standby: Any) -> float:
     """SIGKILL the primary, promote the standby; seconds the failover took."""
     started = time.monotonic()
     kill_server(primary)
-    promote(standby)
+    promote(standby) if standby.kind == "postgres" else promote_replica(standby)
     return time.monotonic() - started
 
 
@@ -258,6 +267,33 @@ def test_failover_at_each_point(spark, pair, point, mode):
     the table holds the old contents or the new ones, as the point and the driver's report
     say, the journal agrees, nothing is prepared; the write run again where its state says
     so gives exactly the new contents."""
+    fail_over_at(spark, pair, point, mode)
+
+
+#: MySQL and MariaDB replicate XA PREPARE through the binary log: the replica holds each
+#: prepared branch, and once promoted lists it in XA RECOVER as the primary did.
+FAMILY = ("mariadb", "mariadb11", "mysql")
+FAMILY_CASES = [
+    *((point, "append") for point in list(POINTS)[:3]),
+    ("one-phase before commit", "append"),
+    ("returned (tasks)", "append"),
+    ("after the decision", "upsert"),
+    ("mid phase 2", "merge"),
+]
+
+
+@pytest.mark.parametrize("pair", FAMILY, indirect=True)
+@pytest.mark.parametrize(
+    ("point", "mode"), [pytest.param(p, m, id=f"{slug(p)}-{m}") for p, m in FAMILY_CASES]
+)
+def test_failover_of_a_semi_synchronous_replica(spark, pair, point, mode):
+    """The same kills on MariaDB 10.11 and 11.8 and MySQL 9.7, whose primary waits for its
+    replica's acknowledgement: the promoted replica holds every prepared branch and every
+    decision, and recovery there ends each job as on PostgreSQL."""
+    fail_over_at(spark, pair, point, mode)
+
+
+def fail_over_at(spark: Any, pair: tuple[Any, Any], point: str, mode: str) -> None:
     primary, standby = pair
     fault_point, writer, expected = POINTS[point]
     started = time.monotonic()
@@ -401,7 +437,7 @@ def finish(
             problems.append(f"after the rerun the journal says {states_after}")
     seconds = time.monotonic() - started
     record(
-        point,
+        point if standby.kind == "postgres" else f"{point} [{standby.kind}]",
         mode,
         outcome,
         prepared,
