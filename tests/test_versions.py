@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -28,6 +30,7 @@ from support import (
     file_stream,
     kill_driver_at,
     new_table,
+    start_foreach_stream,
     stream_files,
     xasink_cli,
     xasink_stream,
@@ -66,19 +69,18 @@ def test_a_small_frame_written_by_the_driver(spark, smoke_db):
     assert_exactly(smoke_db, table, range(200))
 
 
+def _through_foreach_batch(spark: Any, db: DbServer, table: str, work: Path) -> None:
+    """The files of `work`/in, a micro-batch each, through foreach_batch into `table`."""
+    write = foreach_batch(database_of(db), table, sink_id=f"versions-{table}")
+    query = start_foreach_stream(spark, work / "in", work / "cp", write)
+    query.awaitTermination(240)
+    assert query.exception() is None
+
+
 def test_foreach_batch(spark, smoke_db, tmp_path):
     table = new_table(smoke_db)
     stream_files(tmp_path / "in", batches=3, per_batch=100)
-    write = foreach_batch(database_of(smoke_db), table, sink_id=f"versions-{table}")
-    query = (
-        file_stream(spark, tmp_path / "in")
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(240)
-    assert query.exception() is None
+    _through_foreach_batch(spark, smoke_db, table, tmp_path)
     assert_exactly(smoke_db, table, range(300))
 
 
@@ -157,16 +159,7 @@ def test_every_path_from_a_connect_client(remote, smoke_db, tmp_path):
     assert_exactly(smoke_db, table, range(1000))
     table = new_table(smoke_db)
     stream_files(tmp_path / "in", batches=2, per_batch=100)
-    write = foreach_batch(database_of(smoke_db), table, sink_id=f"versions-{table}")
-    query = (
-        file_stream(remote, tmp_path / "in")
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(240)
-    assert query.exception() is None
+    _through_foreach_batch(remote, smoke_db, table, tmp_path)
     assert_exactly(smoke_db, table, range(200))
 
 
