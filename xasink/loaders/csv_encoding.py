@@ -93,7 +93,8 @@ class CsvEncoder:
                 raise ConfigurationError(f"Column {name!r} of type {kind} has no CSV encoding.")
         if null_string and not NULL_STRING_WRITABLE:
             raise ConfigurationError(
-                f"pyarrow {pa.__version__} cannot write NULL as {null_string!r}."
+                f"pyarrow {pa.__version__} cannot write NULL as {null_string!r} (pyarrow 26 "
+                "can): upgrade pyarrow, or write with WriterProperties(bulk=False)."
             )
         # pyarrow's own default is "": given only when another, for pyarrow < 26.
         nulls = {"null_string": null_string} if null_string else {}
