@@ -64,7 +64,7 @@ test-install: install
 # A smoke of every public path (tests/test_versions.py) on PostgreSQL and MariaDB under each
 # PySpark minor release, each in a virtual environment of its own, made once in
 # ~/.cache/xasink/versions (tests/versions.py); VERSIONS=4.0,4.1 runs some. Not in CI: about
-# 13 minutes on 2 cores, after the first run's downloads.
+# 10 minutes on 2 cores, after the first run's downloads.
 VERSIONS ?=
 test-versions: system-deps
 	$(PYTHON) -m tests.versions $(VERSIONS)
