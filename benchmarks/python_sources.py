@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from xasink.spark.versions import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 if TYPE_CHECKING:
     import pyarrow as pa

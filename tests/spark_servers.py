@@ -1,5 +1,5 @@
 """Spark beyond one process for the tests: a Spark Connect server started as its own process
-(pyspark's sbin/start-connect-server.sh), and a multi-process local cluster."""
+(as Spark's sbin/start-connect-server.sh starts it), and a multi-process local cluster."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ from pathlib import Path
 import pyspark
 
 SPARK_HOME = Path(pyspark.__file__).parent
+#: The server's class, which start-connect-server.sh hands to spark-daemon.sh. pip's pyspark
+#: 4.0 to 4.2 ship the server's jar and spark-daemon.sh but not that script, so the tests
+#: make the same call themselves.
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: Spark settings every test session shares (see support.spark_builder).
 COMMON_CONF = {
     "spark.ui.enabled": "false",
@@ -69,10 +73,13 @@ def connect_server(
             "SPARK_LOG_DIR": work,
             "SPARK_IDENT_STRING": ident,
             "PYSPARK_PYTHON": python,
+            "SPARK_CONNECT_MODE": "0",  # the server itself is a classic Spark application
             **(env or {}),
         }
         conf = {**COMMON_CONF, "spark.connect.grpc.binding.port": str(port)}
-        args = [str(spark_home / "sbin" / "start-connect-server.sh"), "--master", master]
+        daemon = [str(spark_home / "sbin" / "spark-daemon.sh")]
+        args = [*daemon, "submit", CONNECT_SERVER, "1", "--name", "Spark Connect server"]
+        args += ["--master", master]
         for key, value in conf.items():
             args += ["--conf", f"{key}={value}"]
         subprocess.run(args, env=server_env, check=True, capture_output=True, timeout=120)
@@ -82,7 +89,7 @@ def connect_server(
             yield f"sc://127.0.0.1:{port}"
         finally:
             subprocess.run(
-                [str(spark_home / "sbin" / "stop-connect-server.sh")],
+                [*daemon, "stop", CONNECT_SERVER, "1"],
                 env=server_env,
                 capture_output=True,
                 timeout=120,

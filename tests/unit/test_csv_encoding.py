@@ -11,10 +11,15 @@ import pyarrow as pa
 import pytest
 
 from xasink.errors import ConfigurationError
-from xasink.loaders.csv_encoding import CsvEncoder, encodable
+from xasink.loaders.csv_encoding import NULL_STRING_WRITABLE, CsvEncoder, encodable
 
 POSTGRES = {"null_string": "", "booleans_as_int": False, "binary_as_hex": True}
 MYSQL = {"null_string": "NULL", "booleans_as_int": True, "floats_as_double": True}
+
+#: MySQL's encoding writes NULL as `NULL`, which pyarrow can from 26 on.
+needs_null_string = pytest.mark.skipif(
+    not NULL_STRING_WRITABLE, reason=f"pyarrow {pa.__version__} writes NULL only as ''"
+)
 
 STRINGS = pa.array(["plain", 'a"b', "", None, "NULL", "x,y", "line\nbreak", "back\\slash"])
 NUMBERS = pa.array([1, None, 3, 4, 5, 6, 7, -8])
@@ -38,6 +43,7 @@ def test_strings_for_postgres():
     )
 
 
+@needs_null_string
 def test_strings_for_mysql():
     assert encode({"s": STRINGS, "i": NUMBERS}, **MYSQL) == (
         '"plain",1\n'
@@ -68,6 +74,7 @@ def test_dates_timestamps_booleans_decimals_for_postgres():
     )
 
 
+@needs_null_string
 def test_mysql_gets_booleans_as_numbers_and_float32_as_its_exact_double():
     columns = {
         "flag": pa.array([True, False, None]),
@@ -122,3 +129,20 @@ def test_column_order_is_the_targets():
 )
 def test_encodable(kind, plain, with_hex):
     assert (encodable(kind), encodable(kind, binary_as_hex=True)) == (plain, with_hex)
+
+
+def test_without_a_null_string_mysql_rows_go_through_inserts(monkeypatch):
+    """pyarrow before 26 writes NULL only as an empty field, which MySQL's LOAD DATA reads as
+    '' or 0: the LOAD DATA loader declines, and an encoder asked for `NULL` refuses."""
+    from xasink.loaders import csv_encoding, mysql_load_data
+    from xasink.loaders.base import LoadTarget
+
+    target = LoadTarget(None, "t", ["`s`"], ["s"], [""], "mysql")  # type: ignore[arg-type]
+    schema = pa.schema([("s", pa.string())])
+    assert mysql_load_data.MySQLLoadDataLoader.supports(schema, target) == NULL_STRING_WRITABLE
+    monkeypatch.setattr(mysql_load_data, "NULL_STRING_WRITABLE", False)
+    monkeypatch.setattr(csv_encoding, "NULL_STRING_WRITABLE", False)
+    assert not mysql_load_data.MySQLLoadDataLoader.supports(schema, target)
+    with pytest.raises(ConfigurationError, match="cannot write NULL"):
+        encode({"s": STRINGS}, **MYSQL)
+    assert encode({"s": STRINGS}, **POSTGRES).splitlines()[3] == ""  # PostgreSQL's NULL

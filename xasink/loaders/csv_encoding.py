@@ -19,6 +19,20 @@ from ..errors import ConfigurationError
 Prepare = Callable[[pa.Array], pa.Array]
 
 
+def _writes_null_string() -> bool:
+    try:
+        pacsv.WriteOptions(null_string="NULL")
+    except TypeError:
+        return False
+    return True
+
+
+#: pyarrow writes a chosen text for NULL from 26 on (the newest for Python 3.10 is 25); before,
+#: a NULL is an empty field, which PostgreSQL's CSV reads as NULL but MySQL's LOAD DATA as ''
+#: or 0, so MySQL and MariaDB rows then go through batched INSERTs.
+NULL_STRING_WRITABLE = _writes_null_string()
+
+
 def _naive_utc(array: pa.Array) -> pa.Array:
     return pc.cast(array, pa.timestamp(array.type.unit))
 
@@ -77,9 +91,14 @@ class CsvEncoder:
                 self._prepare[name] = _bytea_hex
             elif not encodable(kind):
                 raise ConfigurationError(f"Column {name!r} of type {kind} has no CSV encoding.")
-        self._options = pacsv.WriteOptions(
-            include_header=False, quoting_style="needed", null_string=null_string
-        )
+        if null_string and not NULL_STRING_WRITABLE:
+            raise ConfigurationError(
+                f"pyarrow {pa.__version__} cannot write NULL as {null_string!r} (pyarrow 26 "
+                "can): upgrade pyarrow, or write with WriterProperties(bulk=False)."
+            )
+        # pyarrow's own default is "": given only when another, for pyarrow < 26.
+        nulls = {"null_string": null_string} if null_string else {}
+        self._options = pacsv.WriteOptions(include_header=False, quoting_style="needed", **nulls)
 
     def encode(self, batch: pa.RecordBatch) -> bytes:
         arrays = []

@@ -25,7 +25,7 @@ from ..errors import WriteError
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.jvm import java_override, jclass
 from .base import LoadTarget
-from .csv_encoding import CsvEncoder, encodable
+from .csv_encoding import NULL_STRING_WRITABLE, CsvEncoder, encodable
 
 CHUNK_BYTES = 1 << 20
 #: Encoded chunks waiting for the server: bounds a worker's memory when the server is slower.
@@ -83,7 +83,8 @@ class MySQLLoadDataLoader:
 
     @staticmethod
     def supports(schema: pa.Schema, target: LoadTarget) -> bool:
-        return all(encodable(schema.field(c).type) for c in target.columns)
+        """Every column has a CSV encoding, and pyarrow can write NULL as `NULL`."""
+        return NULL_STRING_WRITABLE and all(encodable(schema.field(c).type) for c in target.columns)
 
     def __init__(
         self, target: LoadTarget, schema: pa.Schema, chunk_bytes: int = CHUNK_BYTES

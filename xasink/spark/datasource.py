@@ -35,12 +35,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
 from pyspark.sql.types import StructType
 
 from .. import defaults
@@ -64,6 +58,12 @@ from ..tables.types import needs_spark_conversion
 from .options import FormatRequest, parse
 from .session import QUERY_ID_PROPERTY, task_property
 from .shipping import Shipment, commit_shipped, ship_or_write
+from .versions import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 log = logging.getLogger("xasink")
 
