@@ -22,10 +22,14 @@ import servers
 from support import (
     assert_clean,
     assert_exactly,
+    contents,
     events_df,
+    mode_case,
     new_table,
+    old_contents,
     own_journal_schema,
     run_sql,
+    seeded_table,
     xasink_cli,
 )
 
@@ -36,11 +40,6 @@ pytestmark = pytest.mark.mysql_ci
 #: Every row through the executors' branches, so a staged write stages in a real table.
 TASKS = WriterProperties(driver_write_bytes=0, max_branches=2)
 EVERY_WRITE = "every write"
-KEYED = {
-    "postgres": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name TEXT, v DOUBLE PRECISION, "
-    "n INTEGER, ts TIMESTAMPTZ)",
-    "mysql": "CREATE TABLE {t} (id BIGINT PRIMARY KEY, name TEXT, v DOUBLE, n INT, ts DATETIME(6))",
-}
 STAGED_WRITES = "upsert, overwrite and merge (their staging tables)"
 
 
@@ -116,23 +115,43 @@ def test_a_writer_with_only_the_journals_dml_appends_exactly_once(spark, db, wri
     assert_clean(db)
 
 
-def test_a_staged_write_without_create_is_refused_naming_the_grants_then_runs(spark, db, writer):
-    table = f"kv_{uuid.uuid4().hex[:10]}"
-    run_sql(db, KEYED[db.dialect].format(t=table), admin=False)
-    _grant_table(db, writer, table, "SELECT, INSERT, UPDATE")
-    frame = events_df(spark, 600, 2)
+#: What each staged mode needs on its table (catalog's own list, as its refusals name it).
+TABLE_GRANTS = {
+    "upsert": "SELECT, INSERT, UPDATE",
+    "overwrite": "SELECT, INSERT, DELETE",
+    "merge": "SELECT, INSERT, UPDATE, DELETE",
+}
+
+
+def test_staged_writes_without_create_are_refused_naming_the_grants_then_run(spark, db, writer):
+    """Upsert, overwrite and merge through tasks stage in a table of their own: refused
+    without the staged GRANTs, before anything is written; each exact once they are run."""
+    cases = {mode: (seeded_table(db), *mode_case(spark, mode, 2)) for mode in TABLE_GRANTS}
+    for mode, (table, *_) in cases.items():
+        _grant_table(db, writer, table, TABLE_GRANTS[mode])
+    table, frame, options, _ = cases["upsert"]
     with pytest.raises(PreflightError) as refused:
-        write_xa(frame, writer.database, table, mode="upsert", key="id", writer_properties=TASKS)
+        write_xa(frame, writer.database, table, **options, writer_properties=TASKS)
     message = str(refused.value)
     assert "Nothing was written" in message, message
     assert all(grant in message for grant in writer.grants[STAGED_WRITES]), message
-    assert_exactly(db, table, [])
+    assert contents(db, table) == old_contents()
     assert_clean(db)
 
     run_sql(db, *writer.grants[STAGED_WRITES])
-    write_xa(frame, writer.database, table, mode="upsert", key="id", writer_properties=TASKS)
-    assert_exactly(db, table, range(600))
+    for mode, (table, frame, options, expected) in cases.items():
+        write_xa(frame, writer.database, table, **options, writer_properties=TASKS)
+        assert contents(db, table) == expected, mode
     assert_clean(db)
+    assert _stages(db, writer.database.journal_schema) == []
+
+
+def _stages(db, schema: str) -> list[str]:
+    """Staging tables left in the writer's journal schema (its own database on MySQL)."""
+    if db.kind == "postgres":
+        sql = f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}' AND tablename "
+        return [r[0] for r in run_sql(db, sql + "LIKE 'xasink_stage_%'")]
+    return [r[0] for r in run_sql(db, f"SHOW TABLES FROM {schema} LIKE 'xasink\\_stage\\_%'")]
 
 
 def job_states_in(db, writer: Writer) -> dict[str, str]:
