@@ -586,7 +586,7 @@ def test_failover_in_a_stream_batch(spark, pair, tmp_path, point):
         problems.append("the replay left a prepared transaction or a staging table")
     seconds = time.monotonic() - started
     record(
-        point,
+        point if standby.kind == "postgres" else f"{point} [{standby.kind}]",
         "append",
         outcome,
         prepared,
