@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import servers
-from support import run_sql
+from support import run_sql, until
 
 REPLICA_LOGIN = ("xasink_repl", "repl-pw-1")
 
@@ -23,13 +22,6 @@ REPLICA_LOGIN = ("xasink_repl", "repl-pw-1")
 def admin_of(db: servers.DbServer) -> servers.DbServer:
     """`db` as its administrator logs in."""
     return dataclasses.replace(db, user=db.admin_user, password=db.admin_password)
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {timeout:.0f}s"
-        time.sleep(0.1)
 
 
 #: How each kind is told to replicate and to wait: MariaDB's built-in semi-synchronous
@@ -93,7 +85,7 @@ def replica_pair(
             f"START {replica_word}",
         )
         if semi_sync:
-            until(lambda: semi_sync_clients(primary) > 0, "the replica acknowledging")
+            until(lambda: semi_sync_clients(primary) > 0, "the replica acknowledging", 60.0)
         yield primary, replica
 
 
@@ -131,5 +123,5 @@ def promote_replica(replica: servers.DbServer) -> None:
             status.get("Read_Master_Log_Pos") == status.get("Exec_Master_Log_Pos")
         )
 
-    until(applied, "the replica applying what it received")
+    until(applied, "the replica applying what it received", 60.0)
     run_sql(replica, f"STOP {word}", f"RESET {word} ALL", "SET GLOBAL read_only = OFF")

@@ -865,7 +865,6 @@ def _start_local_postgres(
     run_as = _run_as()
     tmp = _make_tmpdir(stack, "xasink-pg-", run_as)
     data = tmp / "data"
-    log = tmp / "postgres.log"
     admin_password = secrets.token_hex(12)
     pwfile = tmp / "pwfile"
     pwfile.write_text(admin_password + "\n")
@@ -902,13 +901,6 @@ def _start_local_postgres(
             f"initdb failed ({init.returncode}):\n{init.stdout[-2000:]}\n{init.stderr[-2000:]}"
         )
     opts = {**_PG_FAST, "unix_socket_directories": str(tmp), **settings}
-
-    def argv(port: int) -> list[str]:
-        cmd = [str(bindir / "postgres"), "-D", str(data), "-p", str(port)]
-        for key, value in opts.items():
-            cmd += ["-c", f"{_guc_name(key)}={_setting_str(value)}"]
-        return cmd
-
     server = DbServer(
         kind="postgres",
         host="127.0.0.1",
@@ -919,6 +911,30 @@ def _start_local_postgres(
         admin_user="xasink_admin",
         admin_password=admin_password,
     )
+    port = _run_postgres(stack, bindir, tmp, opts, run_as, server, timeout, "postgres")
+    return dataclasses.replace(server, port=port), "postgres"
+
+
+def _run_postgres(
+    stack: contextlib.ExitStack,
+    bindir: Path,
+    tmp: Path,
+    opts: Settings,
+    run_as: pwd.struct_passwd | None,
+    server: DbServer,
+    timeout: float,
+    what: str,
+) -> int:
+    """Run `postgres` on the data directory in `tmp` with `opts`, on a free port, until the
+    stack closes; the port, once `server`'s login is taken there."""
+    data, log = tmp / "data", tmp / "postgres.log"
+
+    def argv(port: int) -> list[str]:
+        cmd = [str(bindir / "postgres"), "-D", str(data), "-p", str(port)]
+        for key, value in opts.items():
+            cmd += ["-c", f"{_guc_name(key)}={_setting_str(value)}"]
+        return cmd
+
     # SIGINT = fast shutdown: ends client sessions instead of waiting for them.
     proc, port = _start_process_on_free_port(
         argv,
@@ -927,11 +943,11 @@ def _start_local_postgres(
         run_as,
         lambda port: _probe(dataclasses.replace(server, port=port), "postgres"),
         timeout,
-        "postgres",
+        what,
     )
     stack.callback(proc.stop)
     _record_pid(tmp, proc.proc.pid)
-    return dataclasses.replace(server, port=port), "postgres"
+    return port
 
 
 @dataclass(frozen=True)
@@ -1470,7 +1486,6 @@ def _start_local_standby(
     run_as = _run_as()
     tmp = _make_tmpdir(stack, "xasink-pg-", run_as)
     data = tmp / "data"
-    log = tmp / "postgres.log"
     kw: dict[str, Any] = {}
     if run_as is not None:
         kw.update(user=run_as.pw_uid, group=run_as.pw_gid, extra_groups=[])
@@ -1512,24 +1527,7 @@ def _start_local_standby(
         "cluster_name": STANDBY_NAME,
         "hot_standby": "on",
     }
-
-    def argv(port: int) -> list[str]:
-        cmd = [str(bindir / "postgres"), "-D", str(data), "-p", str(port)]
-        for key, value in opts.items():
-            cmd += ["-c", f"{_guc_name(key)}={_setting_str(value)}"]
-        return cmd
-
-    proc, port = _start_process_on_free_port(
-        argv,
-        log,
-        signal.SIGINT,
-        run_as,
-        lambda port: _probe(dataclasses.replace(primary, port=port), "postgres"),
-        timeout,
-        "postgres standby",
-    )
-    stack.callback(proc.stop)
-    _record_pid(tmp, proc.proc.pid)
+    port = _run_postgres(stack, bindir, tmp, opts, run_as, primary, timeout, "postgres standby")
     return dataclasses.replace(primary, port=port)
 
 

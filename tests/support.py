@@ -696,15 +696,26 @@ def contents(server: DbServer, table: str) -> Contents:
     return found
 
 
-def stage_tables(server: DbServer) -> list[str]:
-    """xasink staging tables left in the database."""
+def stage_tables(server: DbServer, schema: str | None = None) -> list[str]:
+    """xasink staging tables left in the database (PostgreSQL: any schema), or in `schema`
+    (MySQL: that database)."""
     with server.connect() as conn:
         cursor = conn.cursor()
         if server.kind == "postgres":
-            cursor.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'xasink_stage_%'")
+            sql = "SELECT tablename FROM pg_tables WHERE tablename LIKE 'xasink_stage_%'"
+            cursor.execute(sql + (f" AND schemaname = '{schema}'" if schema else ""))
         else:
-            cursor.execute("SHOW TABLES LIKE 'xasink\\_stage\\_%'")
+            where = f" FROM {schema}" if schema else ""
+            cursor.execute(f"SHOW TABLES{where} LIKE 'xasink\\_stage\\_%'")
         return [str(row[0]) for row in cursor.fetchall()]
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float, interval: float = 0.05) -> None:
+    """Wait for `condition`, polling; fail saying `what` did not happen within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:.0f}s"
+        time.sleep(interval)
 
 
 def mode_case(spark: Any, mode: str, partitions: int = 3) -> tuple[Any, dict[str, Any], Contents]:

@@ -51,6 +51,7 @@ from support import (
     stage_tables,
     start_foreach_stream,
     stream_files,
+    until,
     xasink_cli,
 )
 
@@ -156,13 +157,6 @@ def record(point: str, mode: str, outcome: str, prepared: int, **detail: Any) ->
     row = {"point": point, "mode": mode, "outcome": outcome, "prepared_left": prepared}
     with open(RESULTS, "a") as fh:
         fh.write(json.dumps({**row, **detail}, default=str) + "\n")
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = JOB_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:.0f}s"
-        time.sleep(0.05)
 
 
 class Job:
@@ -321,15 +315,20 @@ def fail_over_at(spark: Any, pair: tuple[Any, Any], point: str, mode: str) -> No
         assert fault_point is not None
         with injected(Fault(fault_point, "hold")) as (fault,):
             job = Job(lambda: write(primary))
-            wait_until(lambda: held(fault) or not job.alive(), f"the job reaching {fault_point}")
+            until(
+                lambda: held(fault) or not job.alive(),
+                f"the job reaching {fault_point}",
+                JOB_TIMEOUT,
+            )
             assert held(fault), f"the job ended before {fault_point}: {job.error!r}"
             receiver = wal_receiver(standby)
             os.kill(receiver, signal.SIGSTOP)
             try:
                 release(fault)
-                wait_until(
+                until(
                     lambda: commits_awaiting_standby(primary) > 0 or not job.alive(),
                     "a COMMIT waiting for the standby",
+                    JOB_TIMEOUT,
                 )
                 assert job.alive(), f"the job ended without waiting: {job.error!r}"
                 kill_server(primary)
@@ -342,7 +341,11 @@ def fail_over_at(spark: Any, pair: tuple[Any, Any], point: str, mode: str) -> No
     elif fault_point is not None:
         with injected(Fault(fault_point, "hold")) as (fault,):
             job = Job(lambda: write(primary))
-            wait_until(lambda: held(fault) or not job.alive(), f"the job reaching {fault_point}")
+            until(
+                lambda: held(fault) or not job.alive(),
+                f"the job reaching {fault_point}",
+                JOB_TIMEOUT,
+            )
             assert held(fault), f"the job ended before {fault_point}: {job.error!r}"
             failover = kill_and_promote(primary, standby)
             release(fault)
@@ -353,8 +356,10 @@ def fail_over_at(spark: Any, pair: tuple[Any, Any], point: str, mode: str) -> No
             lock = f"SELECT id FROM {table} WHERE id = %s FOR UPDATE"
             holder.cursor().execute(lock, (LOCKED_ID,))  # psycopg and pymysql alike
             job = Job(lambda: write(primary))
-            wait_until(
-                lambda: lock_waiters(primary, table) > 0 or not job.alive(), "the apply's wait"
+            until(
+                lambda: lock_waiters(primary, table) > 0 or not job.alive(),
+                "the apply's wait",
+                JOB_TIMEOUT,
             )
             assert job.alive(), f"the job ended before its apply: {job.error!r}"
             failover = kill_and_promote(primary, standby)
@@ -536,7 +541,11 @@ def test_failover_in_a_stream_batch(spark, pair, tmp_path, point):
 
     with injected(Fault(fault_point, "hold")) as (fault,):
         query = start_foreach_stream(spark.newSession(), source, checkpoint, sink_to(primary))
-        wait_until(lambda: held(fault) or not query.isActive, f"the batch reaching {fault_point}")
+        until(
+            lambda: held(fault) or not query.isActive,
+            f"the batch reaching {fault_point}",
+            JOB_TIMEOUT,
+        )
         assert held(fault), f"the stream ended before {fault_point}: {query.exception()}"
         failover = kill_and_promote(primary, standby)
         release(fault)

@@ -30,6 +30,7 @@ from support import (
     own_journal_schema,
     run_sql,
     seeded_table,
+    stage_tables,
     xasink_cli,
 )
 
@@ -143,15 +144,7 @@ def test_staged_writes_without_create_are_refused_naming_the_grants_then_run(spa
         write_xa(frame, writer.database, table, **options, writer_properties=TASKS)
         assert contents(db, table) == expected, mode
     assert_clean(db)
-    assert _stages(db, writer.database.journal_schema) == []
-
-
-def _stages(db, schema: str) -> list[str]:
-    """Staging tables left in the writer's journal schema (its own database on MySQL)."""
-    if db.kind == "postgres":
-        sql = f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}' AND tablename "
-        return [r[0] for r in run_sql(db, sql + "LIKE 'xasink_stage_%'")]
-    return [r[0] for r in run_sql(db, f"SHOW TABLES FROM {schema} LIKE 'xasink\\_stage\\_%'")]
+    assert stage_tables(db, writer.database.journal_schema) == []
 
 
 def job_states_in(db, writer: Writer) -> dict[str, str]:

@@ -14,8 +14,8 @@ import json
 
 import pytest
 import servers
-from replicas import admin_of, mariadb_pair, semi_sync_clients, until
-from support import run_sql, xasink_cli
+from replicas import admin_of, mariadb_pair, semi_sync_clients
+from support import run_sql, until, xasink_cli
 
 
 def warnings_of(db: servers.DbServer) -> list[str]:
@@ -35,7 +35,7 @@ def test_a_mariadb_replica_without_semi_sync_is_warned_of_until_the_primary_wait
                 str(row[4]).startswith("Binlog Dump") for row in run_sql(admin, "SHOW PROCESSLIST")
             )
 
-        until(dumping, "the replica connecting")
+        until(dumping, "the replica connecting", 60.0)
         (warning,) = warnings_of(admin)
         assert "1 replica(s) read the binary log without semi-synchronous" in warning, warning
         assert "rpl_semi_sync_master_enabled" in warning
@@ -50,7 +50,7 @@ def test_a_mariadb_replica_without_semi_sync_is_warned_of_until_the_primary_wait
             "STOP SLAVE IO_THREAD",
             "START SLAVE IO_THREAD",
         )
-        until(lambda: semi_sync_clients(primary) > 0, "the replica acknowledging")
+        until(lambda: semi_sync_clients(primary) > 0, "the replica acknowledging", 60.0)
         assert warnings_of(admin) == []
 
 
@@ -68,7 +68,7 @@ def test_a_postgres_standby_is_warned_of_once_the_primary_stops_waiting_for_it()
         assert warnings_of(admin) == []  # synchronous: the primary waits for its standby
         assert warnings_of(primary) == []  # the app login sees the standby too
         run_sql(admin, "ALTER SYSTEM SET synchronous_standby_names = ''", "SELECT pg_reload_conf()")
-        until(lambda: bool(warnings_of(primary)), "the reloaded setting")
+        until(lambda: bool(warnings_of(primary)), "the reloaded setting", 60.0)
         (warning,) = warnings_of(primary)
         assert "1 standby(s) replicate asynchronously (synchronous_standby_names is empty)" in (
             warning

@@ -15,7 +15,14 @@ from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 from ..xid import Xid
 from .base import Dialect, TableIndex, advisory_key
-from .mysql_server import PREFIX_ONLY, binlog_problem, sql_string, version_problem, writer_grants
+from .mysql_server import (
+    PREFIX_ONLY,
+    binlog_problem,
+    grant_account,
+    sql_string,
+    version_problem,
+    writer_grants,
+)
 
 MARIADB_DATASOURCE = "org.mariadb.jdbc.MariaDbDataSource"
 MYSQL_DATASOURCE = "com.mysql.cj.jdbc.MysqlXADataSource"
@@ -289,9 +296,8 @@ class MySQLDialect(Dialect):
             account = str(query(conn, "SELECT CURRENT_USER()")[0][0])
         except Exception:
             account = ""
-        name, at, host = account.rpartition("@")
-        if at:
-            return f"{sql_string(name)}@{sql_string(host)}"
+        if "@" in account:
+            return grant_account(account)
         return sql_string(user) if user else "<the writing user>"
 
     def create_grant(self, schema: str, grantee: str) -> str:

@@ -63,7 +63,7 @@ def binlog_problem(conn: JdbcConnection) -> str | None:
     )
 
 
-def account(login: str) -> str:
+def grant_account(login: str) -> str:
     """A GRANT's account for `login` (`name` or `name@host`; no host: any, `%`)."""
     name, at, host = login.rpartition("@")
     return f"{sql_string(name)}@{sql_string(host)}" if at else f"{sql_string(login)}@'%'"
@@ -76,7 +76,7 @@ def writer_grants(
     made (`xasink init`), by what it writes. Staging tables are real tables in the
     journal's database or, for a small write, temporary ones: without that privilege such a
     write takes the two-phase path instead."""
-    who = account(login or str(query(conn, "SELECT CURRENT_USER()")[0][0]))
+    who = grant_account(login or str(query(conn, "SELECT CURRENT_USER()")[0][0]))
     every = [f"GRANT SELECT, INSERT, UPDATE, DELETE ON {database}.{t} TO {who}" for t in tables]
     if "mariadb" not in str(query(conn, "SELECT VERSION()")[0][0]).lower():
         every.append(f"GRANT XA_RECOVER_ADMIN ON *.* TO {who}")  # MySQL 8+: XA RECOVER

@@ -240,6 +240,7 @@ class Job:
                 pre.targets,
                 request.options,
                 self.current,
+                self.journal,
                 temporary=one_phase,
             )
             self.plan = WritePlan(

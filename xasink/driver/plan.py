@@ -12,7 +12,7 @@ from ..dialects import Dialect
 from ..dialects.grants import STAGED_WRITES
 from ..errors import PreflightError
 from ..protocol.journal import Journal
-from ..runtime.jdbc import JdbcConnection, execute, is_denied, java_message, query
+from ..runtime.jdbc import JdbcConnection, execute, is_denied, java_message
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import table_columns
 from ..tables.columns import TableColumn, describe_table, unique_keys
@@ -78,6 +78,7 @@ def load_target(
     targets: Sequence[TableColumn],
     options: ModeOptions,
     apply_plan: ApplyPlan | None,
+    journal: Journal,
     temporary: bool = False,
 ) -> tuple[TableRef, list[TableColumn], str]:
     """The table the branches load, its columns, and the DDL its branch runs first: the
@@ -100,18 +101,15 @@ def load_target(
     except Exception as exc:
         if not is_denied(exc):
             raise
-        _refuse_stage(conn, dialect, apply_plan, spec.redact(java_message(exc)))
+        _refuse_stage(conn, journal, apply_plan, spec.redact(java_message(exc)))
     names = table_columns(conn, dialect, apply_plan.stage, spec.redact)
     return apply_plan.stage, describe_table(conn, dialect, apply_plan.stage, names), ""
 
 
-def _refuse_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, said: str) -> None:
-    """This login may not create the job's staging table: refused before any branch
-    opens, with the GRANTs staged writes need."""
-    schema = plan.stage.schema
-    if schema is None and dialect.current_schema_sql:
-        schema = str(query(conn, dialect.current_schema_sql)[0][0])
-    grants = dialect.writer_grants(conn, schema or "", [], None).get(STAGED_WRITES, [])
+def _refuse_stage(conn: JdbcConnection, journal: Journal, plan: ApplyPlan, said: str) -> None:
+    """This login may not create the job's staging table (beside the journal): refused
+    before any branch opens, with the GRANTs staged writes need there."""
+    grants = journal.grants(conn, None).get(STAGED_WRITES, [])
     raise PreflightError(
         f"A {plan.mode} stages its rows in a table of its own ({plan.stage.name}, beside the "
         f"journal), and this login may not create it: {said}. Nothing was written. Grant "
