@@ -9,6 +9,8 @@ from typing import Literal
 Mode = Literal["append", "overwrite", "upsert", "merge"]
 #: What to do about a missing table: create it from the DataFrame's schema, or refuse.
 Create = Literal["if_missing", "never"]
+#: `schema_mode`: "merge" adds the DataFrame's new columns to the table (None refuses them).
+SchemaMode = Literal["merge"]
 
 MODE: Mode = "append"
 CREATE: Create = "if_missing"

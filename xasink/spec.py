@@ -298,6 +298,10 @@ class WriteOptions(TypedDict, total=False):
         JDBC's createTableOptions, createTableColumnTypes): DDL after its column list
         ("WITH (fillfactor=70)", "ENGINE=InnoDB ..."), and column -> type to use instead
         of the mapped one ({"name": "VARCHAR(64)"}). Written into the DDL as given.
+    schema_mode: "merge" adds the DataFrame's columns that the table lacks, as nullable
+        columns of the types a created table would get (`create_table_column_types`
+        first), before the write (delta-rs's schema_mode="merge"); None (the default)
+        refuses such a column. Nothing is ever dropped, narrowed or retyped.
     writer_properties: how the rows load (`WriterProperties`).
     """
 
@@ -309,6 +313,7 @@ class WriteOptions(TypedDict, total=False):
     create: defaults.Create
     create_table_options: str | None
     create_table_column_types: Mapping[str, str] | None
+    schema_mode: defaults.SchemaMode | None
     writer_properties: WriterProperties | None
 
 

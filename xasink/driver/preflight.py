@@ -16,7 +16,9 @@ from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
-from ..tables.catalog import check_fit, ensure_table
+from ..tables.catalog import check_fit, ensure_table, table_columns
+from ..tables.columns import TableColumn, describe_table
+from ..tables.evolution import MERGE_SCHEMA, add_columns, new_columns
 from ..tables.self_reference import refuse_fixed_deletes
 from ..tables.tombstone_tables import ensure_tombstones
 from ..tables.tombstones import keeps_deletes
@@ -27,7 +29,6 @@ from .request import JobRequest, Preflight
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-    from ..tables.columns import TableColumn
     from ..tables.modes import ModeOptions
 
 log = logging.getLogger("xasink")
@@ -72,6 +73,8 @@ def preflight(
                 spec.user,
                 request.new_table,
             )
+            if request.schema_mode == MERGE_SCHEMA:
+                existing = _evolved(conn, journal, request, schema, existing)
             checks.put(spec, ("table", target), tuple(existing))
             options, targets = _fitted(conn, request, schema, existing)
     with step("table identity"):
@@ -109,6 +112,40 @@ def preflight(
 
 class _Undescribed(Exception):
     """No remembered description of the table: read it."""
+
+
+def _evolved(
+    conn: JdbcConnection,
+    journal: Journal,
+    request: JobRequest,
+    schema: StructType,
+    existing: list[TableColumn],
+) -> list[TableColumn]:
+    """The table's columns once the frame's new ones are added (`tables.evolution`), read
+    again (another writer may have added some first, of its own type)."""
+    dialect = get_dialect(request.spec.dialect)
+    named = {dialect.column_key(c.name) for c in existing}
+    options = request.options.with_table(lambda column: dialect.column_key(column) in named)
+    missing = new_columns(dialect, schema, options, existing)
+    if not missing:
+        return existing
+    with step("schema evolution"):
+        spec, target = request.spec, request.target
+        add_columns(
+            conn,
+            dialect,
+            target,
+            schema,
+            options,
+            missing,
+            new_table=request.new_table,
+            lock_wait=journal.lock_wait,
+            redact=spec.redact,
+            user=spec.user,
+        )
+        return describe_table(
+            conn, dialect, target, table_columns(conn, dialect, target, spec.redact)
+        )
 
 
 def _fitted(

@@ -14,6 +14,7 @@ from ..protocol.sinkmarks import SinkBatch, SinkMark
 from ..spec import CommitProperties, ConnectionSpec, TableRef, WriterProperties
 from ..tables.catalog import check_create
 from ..tables.columns import TableColumn
+from ..tables.evolution import check_schema_mode
 from ..tables.modes import ModeOptions
 from ..tables.new_table import NewTable
 from ..tables.staging import ApplyPlan
@@ -34,6 +35,8 @@ class JobRequest:
     sink: SinkBatch | None = None
     #: The column types and options of the table, when the write creates it.
     new_table: NewTable = field(default_factory=NewTable)
+    #: "merge": add the frame's columns that the table lacks (`tables.evolution`).
+    schema_mode: defaults.SchemaMode | None = None
     #: The test suite's armed faults (xasink._testing), taken when the request is made.
     faults: tuple[Fault, ...] = field(default_factory=armed)
 
@@ -46,6 +49,7 @@ class JobRequest:
                 "taken for a dead connection."
             )
         check_create(self.create)
+        check_schema_mode(self.schema_mode)
 
 
 @dataclass(frozen=True)

@@ -100,12 +100,22 @@ def write_request(
     writer: WriterProperties,
     query_id: str | None,
     new_table: NewTable,
+    schema_mode: defaults.SchemaMode | None = None,
 ) -> JobRequest:
     """One `tx.write`'s request: its table and mode, on the transaction's database."""
     s = settings
     sink = sink_batch(s.sink_id, s.batch_id, query_id)
     return JobRequest(
-        s.spec, table, options, create, writer, s.commit, s.journal_schema, sink, new_table
+        s.spec,
+        table,
+        options,
+        create,
+        writer,
+        s.commit,
+        s.journal_schema,
+        sink,
+        new_table,
+        schema_mode,
     )
 
 

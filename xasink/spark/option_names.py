@@ -15,6 +15,7 @@ OWN = (
     "order",
     "opValues",
     "create",
+    "schemaMode",
     "bulk",
     "driverWriteBytes",
     "jars",

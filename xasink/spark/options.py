@@ -36,6 +36,7 @@ from ..spec import (
     WriterProperties,
     properties_tuple,
 )
+from ..tables.evolution import check_schema_mode
 from ..tables.modes import APPEND, OVERWRITE, ModeOptions
 from ..tables.new_table import OPTIONS as CREATE_OPTIONS
 from ..tables.new_table import NewTable
@@ -111,6 +112,7 @@ def parse(
         mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
     )
     create = cast(defaults.Create, own.get("create", defaults.CREATE))  # JobRequest checks it
+    schema_mode = check_schema_mode(own.get("schemamode"), "Option 'xasink.schemaMode'")
     request = JobRequest(
         spec=spec,
         target=TableRef.parse(table),
@@ -135,7 +137,9 @@ def parse(
             mode_options.written(columns),
             create,
             CREATE_OPTIONS,
+            evolving=schema_mode is not None,
         ),
+        schema_mode=schema_mode,
     )
     sink_id = own.get("sinkid") or None
     if sink_id is not None:

@@ -16,6 +16,7 @@ from .. import defaults
 from ..driver.sinks import sink_batch
 from ..errors import ConfigurationError
 from ..spec import CommitProperties, Database, WriteOptions, write_options
+from ..tables.evolution import check_schema_mode
 from ..tables.modes import check_mode
 from .arguments import check_database, check_properties, check_table
 from .write import write_xa
@@ -61,6 +62,7 @@ def foreach_batch(
         given.get("order"),
         given.get("op_values"),
     )
+    check_schema_mode(given.get("schema_mode"))
     db = Database.of(database)
 
     def write_batch(df: DataFrame, batch_id: int) -> None:

@@ -53,6 +53,7 @@ from ..spec import (
     secrets_of,
     write_options,
 )
+from ..tables.evolution import check_schema_mode
 from ..tables.modes import APPEND, ModeOptions
 from ..tables.new_table import NewTable
 from .arguments import check_write
@@ -155,14 +156,17 @@ class Transaction:
             )
         staged_append = options.mode == APPEND and not s.per_branch_appends
         options = dataclasses.replace(options, stage_append=staged_append)
+        schema_mode = check_schema_mode(given.get("schema_mode"))
         new_table = NewTable.build(
             given.get("create_table_options"),
             given.get("create_table_column_types"),
             options.written(df.columns),
             create,
+            evolving=schema_mode is not None,
         )
         query = streaming_query_id(df.sparkSession) if s.sink_id else None
-        request = write_request(s, TableRef.parse(table), options, create, writer, query, new_table)
+        target = TableRef.parse(table)
+        request = write_request(s, target, options, create, writer, query, new_table, schema_mode)
         with step("spark conf, jars, branch count"):
             memory = conf(df.sparkSession, PYSPARK_MEMORY)
             check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})

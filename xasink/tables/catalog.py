@@ -220,23 +220,31 @@ def match_columns(
     dialect: Dialect, table: TableRef, frame_columns: Sequence[str], table_columns: Sequence[str]
 ) -> tuple[str, ...]:
     """The table's own spelling of each DataFrame column; names every missing one."""
-    exact = {dialect.column_key(c): c for c in table_columns}
-    folded: dict[str, list[str]] = {}
-    for column in table_columns:
-        folded.setdefault(column.lower(), []).append(column)
-    matched, missing = [], []
-    for column in frame_columns:
-        name = exact.get(dialect.column_key(column))
-        if name is None and len(folded.get(column.lower(), [])) == 1:
-            name = folded[column.lower()][0]
-        if name is None:
-            missing.append(column)
-        else:
-            matched.append(name)
+    matched = spelled_columns(dialect, frame_columns, table_columns)
+    missing = [c for c, name in zip(frame_columns, matched, strict=True) if name is None]
     if missing:
         raise SchemaMismatchError(
             f"Table {table} has no column(s) {', '.join(repr(c) for c in missing)} that the "
             f"DataFrame writes. Table columns: {', '.join(table_columns)}. Add the columns to "
-            "the table, or select/rename DataFrame columns to match."
+            "the table (or let the write add them: schema_mode='merge'), or select/rename "
+            "DataFrame columns to match."
         )
-    return tuple(matched)
+    return tuple(name for name in matched if name is not None)
+
+
+def spelled_columns(
+    dialect: Dialect, frame_columns: Sequence[str], table_columns: Sequence[str]
+) -> list[str | None]:
+    """The table's own spelling of each DataFrame column (its exact name, else the one
+    column equal to it but for case), or None where the table has no such column."""
+    exact = {dialect.column_key(c): c for c in table_columns}
+    folded: dict[str, list[str]] = {}
+    for column in table_columns:
+        folded.setdefault(column.lower(), []).append(column)
+    matched: list[str | None] = []
+    for column in frame_columns:
+        name = exact.get(dialect.column_key(column))
+        if name is None and len(folded.get(column.lower(), [])) == 1:
+            name = folded[column.lower()][0]
+        matched.append(name)
+    return matched

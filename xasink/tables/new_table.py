@@ -53,16 +53,19 @@ class NewTable:
         columns: Sequence[str],
         create: str,
         names: tuple[str, str] = KEYWORDS,
+        evolving: bool = False,
     ) -> NewTable:
         """Checked against the columns the created table gets (`columns`); `names` spell
-        the two settings in messages."""
+        the two settings in messages. `evolving` (schema_mode='merge'): the column types
+        also type the columns the write adds to an existing table."""
         text = _fragment(names[0], options)
         types = _column_types(names[1], column_types, columns)
-        if (text or types) and create == "never":
+        if (text or (types and not evolving)) and create == "never":
             given = names[0] if text else names[1]
+            also = "" if text else ", or let it add columns (schema_mode='merge')"
             raise ConfigurationError(
                 f"{given} shapes a table xasink creates, and create='never' creates none: "
-                "drop it, or let the write create the table (create='if_missing')."
+                f"drop it, or let the write create the table (create='if_missing'){also}."
             )
         return cls(types, text)
 
