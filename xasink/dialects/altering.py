@@ -7,13 +7,15 @@ from ..runtime.jdbc import JdbcConnection, query, sql_error_code, sql_state
 from ..spec import TableRef
 from .base import Dialect
 
-#: A prepared transaction's locks have no backend (pid NULL); pg_locks names the
-#: transaction as '-1/<xid>'.
+#: A prepared transaction's locks have no backend (pid NULL); its transaction id lock
+#: shares their virtual transaction, and names it in pg_prepared_xacts.
 _PG_HOLDERS = (
-    "SELECT DISTINCT coalesce('prepared transaction ' || p.gid, 'session pid ' || "
-    "l.pid::text) FROM pg_locks l LEFT JOIN pg_prepared_xacts p ON l.pid IS NULL AND "
-    "l.virtualtransaction = '-1/' || p.transaction::text WHERE l.granted AND "
-    "l.relation = to_regclass(?) AND l.pid IS DISTINCT FROM pg_backend_pid()"
+    "SELECT DISTINCT coalesce('prepared transaction ' || p.gid, CASE WHEN l.pid IS NULL "
+    "THEN 'a prepared transaction' ELSE 'session pid ' || l.pid::text END) FROM pg_locks l "
+    "LEFT JOIN pg_locks x ON l.pid IS NULL AND x.locktype = 'transactionid' AND "
+    "x.virtualtransaction = l.virtualtransaction LEFT JOIN pg_prepared_xacts p ON "
+    "p.transaction = x.transactionid WHERE l.granted AND l.relation = to_regclass(?) AND "
+    "l.pid IS DISTINCT FROM pg_backend_pid()"
 )
 
 

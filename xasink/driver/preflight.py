@@ -18,7 +18,7 @@ from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import check_fit, ensure_table, table_columns
 from ..tables.columns import TableColumn, describe_table
-from ..tables.evolution import MERGE_SCHEMA, add_columns, new_columns
+from ..tables.evolution import MERGE_SCHEMA, add_columns, check_before_adding, new_columns
 from ..tables.self_reference import refuse_fixed_deletes
 from ..tables.tombstone_tables import ensure_tombstones
 from ..tables.tombstones import keeps_deletes
@@ -122,13 +122,15 @@ def _evolved(
     existing: list[TableColumn],
 ) -> list[TableColumn]:
     """The table's columns once the frame's new ones are added (`tables.evolution`), read
-    again (another writer may have added some first, of its own type)."""
+    again (another writer may have added some first, of its own type). The columns the
+    table has must fit first: a refused write leaves the table as it was."""
     dialect = get_dialect(request.spec.dialect)
     named = {dialect.column_key(c.name) for c in existing}
     options = request.options.with_table(lambda column: dialect.column_key(column) in named)
     missing = new_columns(dialect, schema, options, existing)
     if not missing:
         return existing
+    check_before_adding(conn, dialect, request.target, schema, options, existing, missing)
     with step("schema evolution"):
         spec, target = request.spec, request.target
         add_columns(

@@ -226,8 +226,8 @@ def match_columns(
         raise SchemaMismatchError(
             f"Table {table} has no column(s) {', '.join(repr(c) for c in missing)} that the "
             f"DataFrame writes. Table columns: {', '.join(table_columns)}. Add the columns to "
-            "the table (or let the write add them: schema_mode='merge'), or select/rename "
-            "DataFrame columns to match."
+            "the table (or let the write add them: schema_mode='merge', format('xasink')'s "
+            "option xasink.schemaMode=merge), or select/rename DataFrame columns to match."
         )
     return tuple(name for name in matched if name is not None)
 

@@ -33,7 +33,7 @@ from ..errors import ConfigurationError, PreflightError, SchemaMismatchError
 from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, execute, is_denied, java_message
 from ..spec import TableRef
-from .catalog import spelled_columns
+from .catalog import check_fit, spelled_columns
 from .columns import TableColumn
 from .modes import ModeOptions
 from .new_table import NewTable
@@ -81,16 +81,8 @@ def add_columns(
 ) -> list[str]:
     """Add each of `missing` (DataFrame columns) to `table`, nullable, typed as a created
     table would type it (`new_table`'s column types first). Returns the columns this call
-    added (the others were added by another writer first). A key column is refused: a new
-    column is NULL in every row, so it could key nothing."""
-    keyed = [c for c in missing if c in options.key]
-    if keyed:
-        raise SchemaMismatchError(
-            f"key column(s) {', '.join(repr(c) for c in keyed)} are not in table {table}, and "
-            "schema_mode='merge' does not add them: a column it adds is NULL in every existing "
-            "row, so it cannot key the table. Add the column and its primary key or unique "
-            "index yourself, or write with the table's key. Nothing was written."
-        )
+    added (the others were added by another writer first)."""
+    refuse_new_keys(table, options, missing)
     added = []
     for name in missing:
         sql_type = new_table.type_of(name) or column_ddl_type(
@@ -114,6 +106,36 @@ def add_columns(
             table,
         )
     return added
+
+
+def check_before_adding(
+    conn: JdbcConnection,
+    dialect: Dialect,
+    table: TableRef,
+    schema: StructType,
+    options: ModeOptions,
+    columns: Sequence[TableColumn],
+    missing: Sequence[str],
+) -> None:
+    """Refuse the write before any column is added when what the table has already does
+    not fit (a column of another type, a key it lacks): a refused write leaves the table
+    as it was."""
+    refuse_new_keys(table, options, missing)
+    kept = StructType([f for f in schema.fields if f.name not in missing])
+    check_fit(conn, dialect, table, kept, options, columns)
+
+
+def refuse_new_keys(table: TableRef, options: ModeOptions, missing: Sequence[str]) -> None:
+    """A key column is never added: it would be NULL in every existing row, so it could key
+    nothing (and a staged write's `order` is stored only where the table has it)."""
+    keyed = [c for c in missing if c in options.key]
+    if keyed:
+        raise SchemaMismatchError(
+            f"key column(s) {', '.join(repr(c) for c in keyed)} are not in table {table}, and "
+            "schema_mode='merge' does not add them: a column it adds is NULL in every existing "
+            "row, so it cannot key the table. Add the column and its primary key or unique "
+            "index yourself, or write with the table's key. Nothing was written."
+        )
 
 
 def _refusal(
@@ -151,4 +173,12 @@ def _refusal(
     return PreflightError(f"{adding}: {said}. Nothing was written.")
 
 
-__all__ = ["MERGE_SCHEMA", "SCHEMA_MODES", "add_columns", "check_schema_mode", "new_columns"]
+__all__ = [
+    "MERGE_SCHEMA",
+    "SCHEMA_MODES",
+    "add_columns",
+    "check_before_adding",
+    "check_schema_mode",
+    "new_columns",
+    "refuse_new_keys",
+]

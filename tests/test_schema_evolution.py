@@ -1,0 +1,242 @@
+"""Schema evolution (`schema_mode="merge"`): the frame's columns the table lacks are added,
+nullable, before any branch opens, and the rows land in them; two writers adding one
+column both succeed; a column of another type, a key column or no schema_mode is refused
+with the table as it was; a job that fails after the ALTER leaves only the empty column;
+an ALTER held up by a prepared transaction gives up within the lock wait, naming it.
+Tables and rows are read with psycopg/pymysql."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from servers import DbServer
+from support import (
+    assert_exactly,
+    database_of,
+    events_df,
+    in_background,
+    new_table,
+    run_sql,
+    start_foreach_stream,
+    stream_files,
+    xasink_writer,
+)
+
+import xasink.driver.preflight
+from xasink import (
+    CommitProperties,
+    PreflightError,
+    SchemaMismatchError,
+    WriteError,
+    WriterProperties,
+    foreach_batch,
+    transaction,
+    write_xa,
+)
+from xasink._testing.faults import Fault, injected
+
+#: Every row through the executors' branches.
+TASKS = WriterProperties(driver_write_bytes=0, max_branches=2)
+
+
+def columns_of(db: DbServer, table: str) -> dict[str, tuple[str, str, Any]]:
+    """The table's columns: name -> (nullable YES/NO, data type, character length)."""
+    here = "current_schema()" if db.kind == "postgres" else "DATABASE()"
+    rows = run_sql(
+        db,
+        "SELECT column_name, is_nullable, data_type, character_maximum_length FROM "
+        f"information_schema.columns WHERE table_schema = {here} AND table_name = '{table}'",
+        admin=False,
+    )
+    return {str(r[0]): (str(r[1]), str(r[2]).lower(), r[3]) for r in rows}
+
+
+def with_extra(df: Any) -> Any:
+    """`df` with a string column `extra` ('x<id>') and an int column `score` (2 * id)."""
+    return df.withColumn("extra", F.concat(F.lit("x"), F.col("id").cast("string"))).withColumn(
+        "score", (F.col("id") * 2).cast("int")
+    )
+
+
+def old_rows(db: DbServer, table: str, ids: range) -> None:
+    values = ", ".join(f"({i}, 'old')" for i in ids)
+    run_sql(db, f"INSERT INTO {table} (id, name) VALUES {values}", admin=False)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_a_batch_write_adds_the_new_columns_and_its_rows_land_in_them(spark, db, caplog):
+    table = new_table(db)
+    old_rows(db, table, range(3))
+    before = columns_of(db, table)
+    caplog.set_level(logging.INFO, logger="xasink")
+    write_xa(
+        with_extra(events_df(spark, 12, 2).where("id >= 3")),
+        database_of(db),
+        table,
+        schema_mode="merge",
+        create_table_column_types={"extra": "VARCHAR(40)"},
+        writer_properties=TASKS,
+    )
+    assert_exactly(db, table, range(12))
+    columns = columns_of(db, table)
+    varchar = "character varying" if db.kind == "postgres" else "varchar"
+    assert columns == {
+        **before,
+        "extra": ("YES", varchar, 40),
+        "score": ("YES", "integer" if db.kind == "postgres" else "int", None),
+    }
+    rows = run_sql(db, f"SELECT id, extra, score FROM {table} ORDER BY id", admin=False)
+    assert rows == [(i, None, None) for i in range(3)] + [(i, f"x{i}", 2 * i) for i in range(3, 12)]
+    said = [r.getMessage() for r in caplog.records if "schema_mode='merge' added" in r.message]
+    assert said == [f"xasink: schema_mode='merge' added column(s) 'extra', 'score' to table {table} (nullable)"]
+
+
+@pytest.mark.ci_one_server
+def test_the_format_option_adds_them_too(spark, db):
+    table = new_table(db)
+    frame = with_extra(events_df(spark, 6, 1))
+    with pytest.raises(Exception, match=r"SchemaMismatchError.*xasink.schemaMode=merge"):
+        xasink_writer(frame, db, table).save()  # the default refuses
+    assert set(columns_of(db, table)) == {"id", "name", "v", "n", "ts"}
+    xasink_writer(frame, db, table, **{"xasink.schemaMode": "merge"}).save()
+    assert_exactly(db, table, range(6))
+    rows = run_sql(db, f"SELECT id, extra, score FROM {table} ORDER BY id", admin=False)
+    assert rows == [(i, f"x{i}", 2 * i) for i in range(6)]
+
+
+@pytest.mark.ci_one_server
+def test_a_stream_whose_second_batch_brings_a_column(spark, db, tmp_path):
+    """The stream's checked columns are remembered between its batches (check_cache): a
+    batch with a column they lack reads the table again and adds it."""
+    table = new_table(db)
+    stream_files(tmp_path / "in", batches=3, per_batch=4)
+    write = foreach_batch(database_of(db), table, sink_id=f"s-{table}", schema_mode="merge")
+
+    def evolving(df: Any, batch_id: int) -> None:
+        write(df.withColumn("extra", F.lit(f"b{batch_id}")) if batch_id else df, batch_id)
+
+    query = start_foreach_stream(spark, tmp_path / "in", tmp_path / "checkpoint", evolving)
+    query.awaitTermination(180)
+    assert query.exception() is None
+    assert_exactly(db, table, range(12))
+    rows = run_sql(db, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
+    assert rows == [(i, None if i < 4 else f"b{i // 4}") for i in range(12)]
+
+
+@pytest.mark.mysql_ci
+def test_two_writers_adding_one_column_at_once_both_succeed(spark, db, monkeypatch):
+    """Both writers read the table without the column before either adds it (a barrier
+    just before the ALTER): one adds it, the other meets the server's duplicate-column
+    error (PostgreSQL 42701, MySQL and MariaDB 1060), reads the table again and writes."""
+    table = new_table(db)
+    barrier, added = threading.Barrier(2, timeout=120), []
+    adding = xasink.driver.preflight.add_columns
+
+    def together(*args: Any, **kwargs: Any) -> list[str]:
+        barrier.wait()
+        added.append(adding(*args, **kwargs))
+        return added[-1]
+
+    monkeypatch.setattr(xasink.driver.preflight, "add_columns", together)
+    frames = [with_extra(events_df(spark, 20, 1).where(f"id % 2 = {i}")) for i in (0, 1)]
+    runs = [
+        in_background(lambda f=f: write_xa(f, database_of(db), table, schema_mode="merge"))
+        for f in frames
+    ]
+    for thread, _ in runs:
+        thread.join(240)
+    assert [type(outcome[0]).__name__ for _, outcome in runs] == ["WriteResult"] * 2, runs
+    assert sorted(added) == [[], ["extra", "score"]]
+    assert_exactly(db, table, range(20))
+    rows = run_sql(db, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
+    assert rows == [(i, f"x{i}") for i in range(20)]
+
+
+@pytest.mark.ci_one_server
+def test_what_cannot_be_added_is_refused_and_the_table_stays_as_it_was(spark, db):
+    table = new_table(db)
+    before, merge = columns_of(db, table), {"schema_mode": "merge"}
+    frame = with_extra(events_df(spark, 5, 1))
+    with pytest.raises(SchemaMismatchError, match="schema_mode='merge'") as refused:
+        write_xa(frame, database_of(db), table)  # no schema_mode: refused as ever
+    assert "'extra', 'score'" in str(refused.value)
+    retyped = frame.withColumn("n", F.lit("not a number"))
+    with pytest.raises(SchemaMismatchError, match="column 'n'"):
+        write_xa(retyped, database_of(db), table, **merge)
+    keyed = frame.withColumn("k", F.col("id"))
+    with pytest.raises(SchemaMismatchError, match="key column.s. 'k' are not in table"):
+        write_xa(keyed, database_of(db), table, mode="upsert", key="k", **merge)
+    assert columns_of(db, table) == before
+    assert_exactly(db, table, [])
+
+
+@pytest.mark.ci_one_server
+def test_a_job_that_fails_after_adding_leaves_only_the_empty_column(spark, db):
+    table = new_table(db)
+    old_rows(db, table, range(100, 103))
+    with injected(Fault("after_rows", "raise", attempt_number=None)):
+        with pytest.raises(WriteError, match="InjectedFault"):
+            write_xa(with_extra(events_df(spark, 5, 1)), database_of(db), table, schema_mode="merge")
+    assert {"extra", "score"} <= set(columns_of(db, table))
+    assert_exactly(db, table, range(100, 103))
+    rows = run_sql(db, f"SELECT extra, score FROM {table}", admin=False)
+    assert rows == [(None, None)] * 3
+
+
+@contextlib.contextmanager
+def prepared_insert(db: DbServer, table: str, gid: str) -> Any:
+    """A prepared transaction that inserted into `table` (it holds a lock on it), rolled
+    back at the block's end."""
+    conn = db.admin_connect()
+    try:
+        cursor = conn.cursor()
+        if db.kind == "postgres":
+            conn.autocommit = True
+            cursor.execute("BEGIN")
+            cursor.execute(f"INSERT INTO {table} (id) VALUES (-1)")
+            cursor.execute(f"PREPARE TRANSACTION '{gid}'")
+        else:
+            cursor.execute(f"XA START '{gid}'")
+            cursor.execute(f"INSERT INTO {table} (id) VALUES (-1)")
+            cursor.execute(f"XA END '{gid}'")
+            cursor.execute(f"XA PREPARE '{gid}'")
+        yield
+    finally:
+        cursor.execute(f"{'ROLLBACK PREPARED' if db.kind == 'postgres' else 'XA ROLLBACK'} '{gid}'")
+        conn.close()
+
+
+@pytest.mark.mysql_ci
+def test_an_add_held_up_by_a_prepared_transaction_gives_up_in_the_lock_wait(spark, db):
+    table, gid = new_table(db), "held-by-a-test"
+    with prepared_insert(db, table, gid), pytest.raises(PreflightError) as refused:
+        write_xa(
+            with_extra(events_df(spark, 5, 1)),
+            database_of(db),
+            table,
+            schema_mode="merge",
+            commit_properties=CommitProperties(lock_wait_timeout=1),
+        )
+    message = str(refused.value)
+    assert "waited lock_wait_timeout (1 s)" in message and "Nothing was written" in message
+    if db.kind == "postgres":
+        assert f"held by: prepared transaction {gid}" in message, message
+    assert "extra" not in columns_of(db, table)
+    assert_exactly(db, table, [])
+
+
+def test_a_transaction_adds_a_column_to_its_second_table(spark, postgres):
+    first, second = new_table(postgres), new_table(postgres)
+    with transaction(database_of(postgres)) as tx:
+        tx.write(events_df(spark, 4, 1), first)
+        tx.write(with_extra(events_df(spark, 4, 1)), second, schema_mode="merge")
+    assert_exactly(postgres, first, range(4))
+    assert_exactly(postgres, second, range(4))
+    rows = run_sql(postgres, f"SELECT id, extra FROM {second} ORDER BY id", admin=False)
+    assert rows == [(i, f"x{i}") for i in range(4)]
