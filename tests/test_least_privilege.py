@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import secrets
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import servers
+from pyspark.sql import functions as F
 from support import (
     assert_clean,
     assert_exactly,
@@ -145,6 +147,27 @@ def test_staged_writes_without_create_are_refused_naming_the_grants_then_run(spa
         assert contents(db, table) == expected, mode
     assert_clean(db)
     assert stage_tables(db, writer.database.journal_schema) == []
+
+
+@pytest.mark.ci_one_server
+def test_schema_evolution_without_alter_is_refused_naming_the_grant_then_runs(spark, db, writer):
+    """Adding a column needs ALTER on the table (on PostgreSQL, its owner's role): without
+    it the write is refused before anything is written, naming the GRANT that lets it."""
+    table = new_table(db)
+    _grant_table(db, writer, table, "SELECT, INSERT")
+    frame = events_df(spark, 5, 1).withColumn("extra", F.lit("x"))
+    with pytest.raises(PreflightError) as refused:
+        write_xa(frame, writer.database, table, schema_mode="merge")
+    message = str(refused.value)
+    assert "this login may not alter the table" in message, message
+    assert "Nothing was written" in message and writer.database.password not in message
+    grant = re.search(r"GRANT .+? TO [^\s;]+", message)
+    assert grant is not None, message
+    assert_exactly(db, table, [])
+    run_sql(db, grant.group(0))
+    write_xa(frame, writer.database, table, schema_mode="merge")
+    assert_exactly(db, table, range(5))
+    assert_clean(db)
 
 
 def job_states_in(db, writer: Writer) -> dict[str, str]:

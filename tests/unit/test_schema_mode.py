@@ -31,7 +31,8 @@ def test_merge_or_nothing(value):
 
 @pytest.mark.parametrize("value", ["overwrite", "Merge", "", "true", 1])
 def test_anything_else_is_refused_saying_what_it_takes(value):
-    with pytest.raises(ConfigurationError, match=rf"^schema_mode {TAKES}.*got {re.escape(repr(value))}\.$"):
+    got = re.escape(repr(value))
+    with pytest.raises(ConfigurationError, match=rf"^schema_mode {TAKES}.*got {got}\.$"):
         check_schema_mode(value)
 
 
@@ -64,7 +65,7 @@ def test_the_format_option(options):
     assert parse(given, ["id"], overwrite=False).request.schema_mode == "merge"
     with pytest.raises(ConfigurationError, match=f"^Option 'xasink.schemaMode' {TAKES}"):
         parse({**options, "xasink.schemamode": "overwrite"}, ["id"], overwrite=False)
-    with pytest.raises(ConfigurationError, match="Did you mean 'xasink.schemaMode'"):
+    with pytest.raises(ConfigurationError, match=r"Did you mean 'xasink\.schemaMode'"):
         parse({**options, "xasink.schemaMod": "merge"}, ["id"], overwrite=False)
 
 

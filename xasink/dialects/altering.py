@@ -27,6 +27,7 @@ def is_duplicate_column(exc: BaseException) -> bool:
 
 def alter_grant(dialect: Dialect, conn: JdbcConnection, table: TableRef, grantee: str) -> str:
     """What lets `grantee` (as a GRANT names it) add columns to `table`."""
+    table = dialect.table_identity(conn, table) or table  # a GRANT needs its schema
     if dialect.name == "mysql":  # ALTER TABLE needs ALTER, CREATE and INSERT on the table
         return f"GRANT ALTER, CREATE, INSERT ON {dialect.qualified(table)} TO {grantee}"
     if dialect.name != "postgres":
