@@ -19,11 +19,14 @@ from support import (
     assert_exactly,
     database_of,
     events_df,
+    file_stream,
     in_background,
+    json_files,
     new_table,
     run_sql,
     start_foreach_stream,
     stream_files,
+    xasink_stream,
     xasink_writer,
 )
 
@@ -128,6 +131,30 @@ def test_a_stream_whose_second_batch_brings_a_column(spark, db, tmp_path):
     assert_exactly(db, table, range(12))
     rows = run_sql(db, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
     assert rows == [(i, None if i < 4 else f"b{i // 4}") for i in range(12)]
+
+
+def test_a_format_stream_restarted_with_a_new_column(spark, postgres, tmp_path):
+    """format("xasink")'s planner remembers the checked columns too: the query run again on
+    its checkpoint with a wider schema adds the column at its next batch."""
+    table, source = new_table(postgres), tmp_path / "in"
+    batches = [
+        [{"id": i, "name": "n", "v": 0.5, "extra": f"e{i}"} for i in ids]
+        for ids in (range(3), range(3, 6))
+    ]
+
+    def run(schema: str) -> None:
+        stream = xasink_stream(file_stream(spark, source, schema), postgres, table, tmp_path / "cp")
+        query = stream.option("xasink.schemaMode", "merge").trigger(availableNow=True).start()
+        query.awaitTermination(180)
+        assert query.exception() is None
+
+    json_files(source, batches[:1])
+    run("id long, name string, v double")
+    json_files(source, batches)
+    run("id long, name string, v double, extra string")
+    assert_exactly(postgres, table, range(6))
+    rows = run_sql(postgres, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
+    assert rows == [(i, None if i < 3 else f"e{i}") for i in range(6)]
 
 
 @pytest.mark.mysql_ci
