@@ -133,6 +133,7 @@ def test_a_stream_whose_second_batch_brings_a_column(spark, db, tmp_path):
     assert rows == [(i, None if i < 4 else f"b{i // 4}") for i in range(12)]
 
 
+@pytest.mark.full_only  # two streaming queries (~14 s); foreach_batch's case runs in make test
 def test_a_format_stream_restarted_with_a_new_column(spark, postgres, tmp_path):
     """format("xasink")'s planner remembers the checked columns too: the query run again on
     its checkpoint with a wider schema adds the column at its next batch."""
@@ -262,12 +263,21 @@ def test_an_add_held_up_by_a_prepared_transaction_gives_up_in_the_lock_wait(spar
     assert_exactly(db, table, [])
 
 
-def test_a_transaction_adds_a_column_to_its_second_table(spark, postgres):
-    first, second = new_table(postgres), new_table(postgres)
+def test_a_transaction_adds_columns_in_each_database(spark, postgres, mariadb):
+    """A later write of a transaction evolves its table on the coordinator, and a write
+    into another database (a participant) evolves its table in that database."""
+    first, second, elsewhere = new_table(postgres), new_table(postgres), new_table(mariadb)
     with transaction(database_of(postgres)) as tx:
         tx.write(events_df(spark, 4, 1), first)
         tx.write(with_extra(events_df(spark, 4, 1)), second, schema_mode="merge")
+        tx.write(
+            with_extra(events_df(spark, 4, 1)),
+            elsewhere,
+            database=database_of(mariadb),
+            schema_mode="merge",
+        )
     assert_exactly(postgres, first, range(4))
-    assert_exactly(postgres, second, range(4))
-    rows = run_sql(postgres, f"SELECT id, extra FROM {second} ORDER BY id", admin=False)
-    assert rows == [(i, f"x{i}") for i in range(4)]
+    for server, table in ((postgres, second), (mariadb, elsewhere)):
+        assert_exactly(server, table, range(4))
+        rows = run_sql(server, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
+        assert rows == [(i, f"x{i}") for i in range(4)]

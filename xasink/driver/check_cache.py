@@ -22,6 +22,8 @@ Why skipping them for a while is safe:
   journal row and the table it writes always agree.
 * A remembered description may only let a write on: when it would refuse the frame (a
   column it does not know), preflight reads the table again and refuses only on that.
+  Schema evolution (`schema_mode="merge"`) adds columns only after such a fresh read, and
+  remembers the table as read after its ALTER: a stream's next batch sees the new columns.
 * Every failed call forgets all entries of its connection, and the next call checks
   again, with preflight's own message for what is wrong.
 * The journal entry is keyed by the journal's stored tag: a journal dropped and made
