@@ -16,14 +16,18 @@ import pytest
 from pyspark.sql import functions as F
 from servers import DbServer
 from support import (
+    assert_clean,
     assert_exactly,
+    contents,
     database_of,
     events_df,
     file_stream,
     in_background,
     json_files,
+    mode_case,
     new_table,
     run_sql,
+    seeded_table,
     start_foreach_stream,
     stream_files,
     xasink_stream,
@@ -99,6 +103,20 @@ def test_a_batch_write_adds_the_new_columns_and_its_rows_land_in_them(spark, db,
     said = [r.getMessage() for r in caplog.records if "schema_mode='merge' added" in r.message]
     line = f"added column(s) 'extra', 'score' to table {table} (nullable)"
     assert said == [f"xasink: schema_mode='merge' {line}"]
+
+
+@pytest.mark.ci_one_server
+def test_a_staged_upsert_adds_the_column_to_its_staging_and_target_tables(spark, db):
+    """An upsert through tasks stages in a table typed from the evolved description, and
+    its apply (which checks the target's types again) writes the new column."""
+    table = seeded_table(db)
+    frame, options, expected = mode_case(spark, "upsert", 2)
+    frame = frame.withColumn("extra", F.concat(F.lit("u"), F.col("id").cast("string")))
+    write_xa(frame, database_of(db), table, **options, schema_mode="merge", writer_properties=TASKS)
+    assert contents(db, table) == expected
+    rows = run_sql(db, f"SELECT id, extra FROM {table} WHERE extra IS NOT NULL", admin=False)
+    assert sorted(rows) == [(i, f"u{i}") for i in range(50, 350)]
+    assert_clean(db)
 
 
 @pytest.mark.ci_one_server

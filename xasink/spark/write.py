@@ -105,6 +105,7 @@ def write_xa(
             whose decision is recorded is not written again (`WriteResult.skipped`).
         **options: how the write changes the table (`WriteOptions`): `mode` ("append",
             "overwrite", "upsert", "merge"), `key`, `op`, `order`, `op_values`, `create`,
+            `schema_mode` ("merge" adds the frame's columns the table lacks),
             `writer_properties`.
     """
     clock = Stopwatch()
