@@ -45,14 +45,34 @@ def alter_grant(dialect: Dialect, conn: JdbcConnection, table: TableRef, grantee
     )
 
 
-def lock_holders(dialect: Dialect, conn: JdbcConnection, table: TableRef) -> list[str] | None:
-    """Who holds a lock on `table` now, as one looks them up (a prepared transaction's id,
-    a session's pid); None: this server cannot tell (MySQL's metadata locks are listed only
-    where performance_schema instruments them)."""
-    if dialect.name != "postgres":
+def lock_holders(dialect: Dialect, conn: JdbcConnection, table: TableRef) -> str | None:
+    """Who holds a lock on `table` now, as one looks them up: on PostgreSQL the prepared
+    transactions (by id) and sessions (by pid) holding one; on MySQL and MariaDB, whose
+    metadata locks are listed only where performance_schema instruments them, the prepared
+    XA transactions of the server (XA RECOVER), any of which may. None: nothing known."""
+    if dialect.name == "postgres":
+        rows = query(conn, _PG_HOLDERS, (dialect.qualified(table),))
+        held = sorted(str(r[0]) for r in rows if r[0] is not None)
+        return f"held by: {', '.join(held[:5])}" if held else None
+    if dialect.name != "mysql":
         return None
-    rows = query(conn, _PG_HOLDERS, (dialect.qualified(table),))
-    return sorted(str(r[0]) for r in rows if r[0] is not None)
+    prepared = [_xa_name(row) for row in query(conn, "XA RECOVER")]
+    if not prepared:
+        return None
+    return (
+        "prepared XA transactions on the server, any of which may hold it: "
+        f"{', '.join(prepared[:5])}{' ...' if len(prepared) > 5 else ''}"
+    )
+
+
+def _xa_name(row: tuple[object, ...]) -> str:
+    """An XA RECOVER row as XA ROLLBACK would name it: its gtrid when printable."""
+    data, length = row[3], int(str(row[1]))
+    raw = data if isinstance(data, bytes) else str(data).encode("latin-1")
+    gtrid = raw[:length].decode("latin-1")
+    if gtrid.isprintable() and "'" not in gtrid:
+        return f"'{gtrid}'"
+    return f"one of formatID {row[0]}"
 
 
 __all__ = ["alter_grant", "is_duplicate_column", "lock_holders"]

@@ -155,11 +155,11 @@ def _refusal(
             holders = lock_holders(dialect, conn, table)
         except Exception:  # only words for the message: the refusal stands without them
             holders = None
-        held = f" (held by: {', '.join(holders[:5])})" if holders else ""
+        held = f" ({holders})" if holders else ""
         return PreflightError(
             f"{adding}: ALTER TABLE waited lock_wait_timeout ({lock_wait:g} s) for the table, "
             f"which another transaction held{held}: one that read or wrote it and is still "
-            "open, e.g. a prepared branch of an unfinished job (`xasink status` lists them, "
+            "open, e.g. a prepared branch of an unfinished job (`xasink jobs` lists them, "
             "`xasink recover` finishes them) or a long query. Nothing was written. Run the "
             f"write again once it has ended, or raise lock_wait_timeout. ({said})"
         )
