@@ -14,6 +14,7 @@ from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_s
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 from ..xid import Xid
+from .beans import configure, set_properties
 
 _HOST_PORT = re.compile(
     r"^jdbc:[a-z0-9:]+://(?:[^@/]*@)?\[?([^/\]?;,]+?)\]?(?::(\d+))?(?:[/?;,]|$)"
@@ -110,16 +111,20 @@ class Dialect:
         for setter in ("setURL", "setUrl"):
             if hasattr(ds, setter):
                 getattr(ds, setter)(url)
+                set_properties(ds, self.bean_properties(spec))
                 break
         else:
-            raise ConfigurationError(
-                f"{datasource_class} has no setURL/setUrl; name an XADataSource that takes a URL."
-            )
+            configure(ds, url, self.bean_properties(spec))
         if spec.user is not None:
             ds.setUser(spec.user)
         if spec.password is not None:
             ds.setPassword(spec.password)
         return ds
+
+    def bean_properties(self, spec: ConnectionSpec) -> tuple[tuple[str, str], ...]:
+        """`Database(properties=...)` to set through the data source's own setters (none:
+        this dialect puts them in the URL)."""
+        return ()
 
     def branch_properties(self) -> tuple[tuple[str, str], ...]:
         """Connection properties only the executors' branch connections need."""
@@ -413,7 +418,3 @@ class Dialect:
         """CREATE INDEX failed because the index exists (servers without IF NOT EXISTS)."""
         return sql_error_code(exc) == 1061
 
-
-class GenericDialect(Dialect):
-    """Any XA-capable JDBC driver, whose XADataSource class the caller names: ANSI quoting,
-    a setter-configured data source, batched inserts."""
