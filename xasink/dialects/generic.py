@@ -14,7 +14,9 @@ from .base import Dialect, TableIndex
 
 #: SQLSTATEs (and vendor codes under a class-wide SQLSTATE) of a failure, by server:
 #: X/Open's own, PostgreSQL's, Derby's, DB2's, Oracle's (ORA-nnnnn) and SQL Server's.
-_MISSING_TABLE = frozenset({"42S02", "42P01", "42X05", "42704"})
+#: A table in a schema that does not exist is missing too (Derby's 42Y07: a user's default
+#: schema exists only once something is created in it).
+_MISSING_TABLE = frozenset({"42S02", "42P01", "42X05", "42Y07", "42704"})
 _MISSING_TABLE_CODES = frozenset({942, 208})  # Oracle, SQL Server
 _EXISTING = frozenset({"42S01", "42P07", "X0Y32", "42710"})
 _EXISTING_CODES = frozenset({955, 2714})
@@ -85,6 +87,11 @@ class GenericDialect(Dialect):
     def ago_sql(self, seconds: float) -> str:
         # Whole seconds, rounded up: a range a second older than asked holds nothing newer.
         return f"{{fn TIMESTAMPADD(SQL_TSI_SECOND, {-math.ceil(seconds)}, CURRENT_TIMESTAMP)}}"
+
+    def estimated_rows(
+        self, conn: JdbcConnection, table: str, schema: str | None, name: str
+    ) -> int | None:
+        return None  # no standard statistics: counted
 
     def limit_sql(self, rows: int) -> str:
         return f"FETCH FIRST {int(rows)} ROWS ONLY"
