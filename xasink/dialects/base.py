@@ -72,6 +72,9 @@ class Dialect:
     temporary_tables: ClassVar[bool] = False
     #: A query of the schema a table named without one lives in (None: unknown).
     current_schema_sql: ClassVar[str | None] = None
+    #: Whether overwrite, upsert and merge (a staging table, an upsert statement, a joined
+    #: DELETE, an apply lock) can run here; else only append (`driver.preflight` refuses).
+    stages: ClassVar[bool] = True
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
     tls_ca_property: ClassVar[str | None] = None
 

@@ -34,6 +34,7 @@ class GenericDialect(Dialect):
     (`beans`), batched inserts; append only (no upsert statement is ANSI)."""
 
     name: ClassVar[str] = "generic"
+    stages: ClassVar[bool] = False
 
     def bean_properties(self, spec: ConnectionSpec) -> tuple[tuple[str, str], ...]:
         # Checked as they are set: a name without a setter is refused (`beans`).
