@@ -23,7 +23,14 @@ import servers
 from derby_server import CLIENT_JAR, XA_DATASOURCE, DerbyServer, start_derby
 from support import PARTITIONS, ROWS, events_df, failing_once, kill_driver_at
 
-from xasink import FORMAT_ID, ConfigurationError, Database, WriterProperties, write_xa
+from xasink import (
+    FORMAT_ID,
+    ConfigurationError,
+    Database,
+    PreflightError,
+    WriterProperties,
+    write_xa,
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +55,9 @@ def _cli_args(derby: DerbyServer) -> list[str]:
     return [*argv, "--xa-datasource", XA_DATASOURCE, "--jars", str(CLIENT_JAR)]
 
 
-def xasink_process(derby: DerbyServer, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+def xasink_process(
+    derby: DerbyServer, command: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     """`python -m xasink COMMAND` against Derby, as a user runs it (password in a variable)."""
     done = subprocess.run(
         [sys.executable, "-m", "xasink", command, *_cli_args(derby), *args],
@@ -139,9 +148,7 @@ def test_staged_modes_are_refused_before_anything_is_written(spark, derby, mode,
     with pytest.raises(ConfigurationError, match="generic dialect") as refused:
         write_xa(df, Database(**derby.database_args()), table, mode=mode, **options)
     assert "append" in str(refused.value)
-    assert derby.query(
-        f"SELECT COUNT(*) FROM SYS.SYSTABLES WHERE TABLENAME = '{table}'"
-    ) == [(0,)]
+    assert derby.query(f"SELECT COUNT(*) FROM SYS.SYSTABLES WHERE TABLENAME = '{table}'") == [(0,)]
 
 
 # -- another application's prepared transaction ------------------------------------------
@@ -203,3 +210,13 @@ def _xid(jclass):
             return jpype.JArray(jpype.JByte)(b"b1")
 
     return _Foreign()
+
+
+def test_a_refused_login_names_neither_password(spark, derby):
+    """Derby checks the password (built-in authentication is on): a wrong one is refused
+    before anything is written, and the message masks it."""
+    wrong = "Wr0ng-pa55-s3cret"
+    args = {**derby.database_args(), "password": wrong}
+    with pytest.raises(PreflightError, match="Cannot connect to") as refused:
+        write_xa(events_df(spark, 5, 1), Database(**args), new_table())
+    assert wrong not in str(refused.value) and derby.password not in str(refused.value)

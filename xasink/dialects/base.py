@@ -14,7 +14,6 @@ from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_s
 from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec, TableRef
 from ..xid import Xid
-from .beans import configure, set_properties
 
 _HOST_PORT = re.compile(
     r"^jdbc:[a-z0-9:]+://(?:[^@/]*@)?\[?([^/\]?;,]+?)\]?(?::(\d+))?(?:[/?;,]|$)"
@@ -75,6 +74,8 @@ class Dialect:
     #: Whether overwrite, upsert and merge (a staging table, an upsert statement, a joined
     #: DELETE, an apply lock) can run here; else only append (`driver.preflight` refuses).
     stages: ClassVar[bool] = True
+    #: `Database(properties=...)` go to the data source's setters, not the URL (`beans`).
+    bean_properties: ClassVar[bool] = False
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
     tls_ca_property: ClassVar[str | None] = None
 
@@ -114,20 +115,16 @@ class Dialect:
         for setter in ("setURL", "setUrl"):
             if hasattr(ds, setter):
                 getattr(ds, setter)(url)
-                set_properties(ds, self.bean_properties(spec))
                 break
         else:
-            configure(ds, url, self.bean_properties(spec))
+            raise ConfigurationError(
+                f"{datasource_class} has no setURL/setUrl; name an XADataSource that takes a URL."
+            )
         if spec.user is not None:
             ds.setUser(spec.user)
         if spec.password is not None:
             ds.setPassword(spec.password)
         return ds
-
-    def bean_properties(self, spec: ConnectionSpec) -> tuple[tuple[str, str], ...]:
-        """`Database(properties=...)` to set through the data source's own setters (none:
-        this dialect puts them in the URL)."""
-        return ()
 
     def branch_properties(self) -> tuple[tuple[str, str], ...]:
         """Connection properties only the executors' branch connections need."""
@@ -420,4 +417,3 @@ class Dialect:
     def is_duplicate_index(self, exc: BaseException) -> bool:
         """CREATE INDEX failed because the index exists (servers without IF NOT EXISTS)."""
         return sql_error_code(exc) == 1061
-

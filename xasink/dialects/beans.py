@@ -12,7 +12,7 @@ from ..errors import ConfigurationError
 
 #: jdbc:<subprotocol>://host[:port][/database][;k=v...|?k=v&...]
 _URL = re.compile(
-    r"^jdbc:[A-Za-z0-9:]+://\[?(?P<host>[^/\]:;?]+)\]?(?::(?P<port>\d+))?"
+    r"^jdbc:[A-Za-z0-9:]+://(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^/:;?\[]+))(?::(?P<port>\d+))?"
     r"(?:/(?P<database>[^;?]*))?(?P<rest>[;?].*)?$"
 )
 #: Derby's client data source takes the URL's attributes (`create=true`) in one property.
@@ -35,7 +35,8 @@ def url_parts(url: str) -> tuple[str, int | None, str | None, list[tuple[str, st
             raise ConfigurationError(f"The URL's attribute {key!r} has no value; write key=value.")
         attributes.append((key, value))
     port = match.group("port")
-    return match.group("host"), int(port) if port else None, match.group("database"), attributes
+    host = match.group("v6") or match.group("host")
+    return host, int(port) if port else None, match.group("database"), attributes
 
 
 def configure(datasource: Any, url: str, properties: Iterable[tuple[str, str]]) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..runtime.jdbc import JdbcConnection, execute, sql_error_code, sql_state
+from ..runtime.jvm import jclass
 from ..spec import ConnectionSpec
 from .base import Dialect, TableIndex
+from .beans import configure, set_properties
 
 #: SQLSTATEs (and vendor codes under a class-wide SQLSTATE) of a failure, by server:
 #: X/Open's own, PostgreSQL's, Derby's, DB2's, Oracle's (ORA-nnnnn) and SQL Server's.
@@ -36,9 +38,24 @@ class GenericDialect(Dialect):
     name: ClassVar[str] = "generic"
     stages: ClassVar[bool] = False
 
-    def bean_properties(self, spec: ConnectionSpec) -> tuple[tuple[str, str], ...]:
-        # Checked as they are set: a name without a setter is refused (`beans`).
-        return spec.properties
+    bean_properties: ClassVar[bool] = True
+
+    def new_datasource(self, spec: ConnectionSpec, datasource_class: str) -> Any:
+        """The class configured by its URL (setURL) or, lacking one, by the URL's host, port,
+        database and attributes (`beans`); `Database(properties=...)` through the setters of
+        their names, which refuse a name the class lacks."""
+        ds = jclass(datasource_class)()
+        setter = next((s for s in ("setURL", "setUrl") if hasattr(ds, s)), None)
+        if setter is not None:
+            getattr(ds, setter)(spec.url)
+            set_properties(ds, spec.properties)
+        else:
+            configure(ds, spec.url, spec.properties)
+        if spec.user is not None:
+            ds.setUser(spec.user)
+        if spec.password is not None:
+            ds.setPassword(spec.password)
+        return ds
 
     # -- errors, by SQLSTATE ----------------------------------------------------------
     def is_missing_table(self, exc: BaseException) -> bool:

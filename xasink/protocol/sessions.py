@@ -165,7 +165,7 @@ def check_properties(spec: ConnectionSpec) -> None:
     not declare: drivers ignore such a property, so a misspelt one would change nothing."""
     if not spec.properties or spec in _checked:
         return
-    if get_dialect(spec.dialect).bean_properties(spec):
+    if get_dialect(spec.dialect).bean_properties:
         return  # the data source's setters take them, and refuse a name they lack
     # None declared: nothing to check against.
     names = known(get_dialect(spec.dialect), declared_properties(spec))
