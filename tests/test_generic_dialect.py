@@ -16,11 +16,9 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 
 import pytest
-import servers
-from derby_server import CLIENT_JAR, XA_DATASOURCE, DerbyServer, start_derby
+from derby_server import CLIENT_JAR, XA_DATASOURCE, DerbyServer
 from support import PARTITIONS, ROWS, events_df, failing_once, kill_driver_at
 
 from xasink import (
@@ -31,19 +29,6 @@ from xasink import (
     WriterProperties,
     write_xa,
 )
-
-
-@pytest.fixture(scope="module")
-def derby() -> Iterator[DerbyServer]:
-    """One Derby network server for the module (its JVM starts in 2-3 s)."""
-    try:
-        with start_derby() as server:
-            servers._versions["derby"] = server.version()  # the run's "servers:" line
-            yield server
-    except servers.ServerUnavailable as exc:
-        if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
-            pytest.fail(f"derby server required but unavailable: {exc}")
-        pytest.skip(f"no derby server available: {exc}")
 
 
 def new_table() -> str:
