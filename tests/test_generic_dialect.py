@@ -98,6 +98,55 @@ def test_append_exactly_once_through_a_failed_task_and_the_drivers_transaction(s
     assert states == [("committed",), ("committed",)]
 
 
+def test_every_generic_column_type_is_created_and_written(spark, derby):
+    """A new table of every type the generic dialect creates (types.md), a row of values and
+    a row of NULLs, through the driver's one transaction."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from pyspark.sql import types as T
+
+    schema = T.StructType(
+        [T.StructField("id", T.LongType())]
+        + [
+            T.StructField(name, kind)
+            for name, kind in [
+                ("b8", T.ByteType()),
+                ("i16", T.ShortType()),
+                ("i32", T.IntegerType()),
+                ("f32", T.FloatType()),
+                ("f64", T.DoubleType()),
+                ("dec", T.DecimalType(10, 2)),
+                ("txt", T.StringType()),
+                ("bin", T.BinaryType()),
+                ("flag", T.BooleanType()),
+                ("day", T.DateType()),
+                ("at", T.TimestampType()),
+                ("wall", T.TimestampNTZType()),
+                ("doc", T.ArrayType(T.IntegerType())),
+            ]
+        ]
+    )
+    at = dt.datetime(2024, 2, 29, 12, 34, 56, 123456, tzinfo=dt.timezone.utc)
+    values = (1, -8, 300, 70000, 1.5, 0.25, Decimal("12.34"), "héllo", b"\x00\x01", True)
+    values += (dt.date(2024, 2, 29), at, at.replace(tzinfo=None), [1, 2])
+    table = new_table()
+    df = spark.createDataFrame([values, (2, *[None] * 13)], schema).cache()
+    df.count()  # cached: it has a size estimate, so the driver writes it
+    small = WriterProperties(driver_write_bytes=1 << 30)  # the driver's one transaction
+    result = write_xa(df, Database(**derby.database_args()), table, writer_properties=small)
+    assert (result.rows, result.writer, result.created) == (2, "driver", True)
+    columns = ", ".join(
+        f'CAST("{c}" AS VARCHAR(40))' if c in ("txt", "doc") else f'"{c}"'
+        for c in schema.names
+        if c != "bin"
+    )
+    got = derby.query(f'SELECT {columns}, LENGTH("bin") FROM "{table}" ORDER BY "id"')
+    stamp = "2024-02-29 12:34:56.123456"
+    first = (1, -8, 300, 70000, "1.5", "0.25", "12.34", "héllo", "true", "2024-02-29")
+    assert got == [(*first, stamp, stamp, "[1,2]", 2), (2, *[None] * 13)]
+
+
 def test_driver_killed_after_its_decision_is_finished_by_recover(derby):
     table = new_table()
     kill_driver_at(derby, table, "after_decision")  # tasks: one branch per partition

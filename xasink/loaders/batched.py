@@ -122,6 +122,8 @@ class BatchedInsertLoader:
         ]
         types = jpype.JClass("java.sql.Types")
         self._sql_types = [int(getattr(types, k.sql_type)) for k in self._kinds]
+        if legacy_times:  # any other driver: a NULL of the parameter's own type (a BLOB's)
+            self._sql_types = _parameter_types(self._statement, self._sql_types)
         self._bind_as = [
             None if k.bind_as is None else int(getattr(types, k.bind_as)) for k in self._kinds
         ]
@@ -181,6 +183,17 @@ class BatchedInsertLoader:
 
     def abort(self) -> None:
         self._statement.close()
+
+
+def _parameter_types(statement: Any, guessed: list[int]) -> list[int]:
+    """The java.sql.Types of each parameter as the driver describes it (ParameterMetaData),
+    for setNull: Derby refuses a NULL typed VARBINARY for a BLOB column, or VARCHAR for a
+    CLOB. `guessed` (the Arrow type's) where the driver cannot tell."""
+    try:
+        meta = statement.getParameterMetaData()
+        return [int(meta.getParameterType(i + 1)) for i in range(len(guessed))]
+    except Exception:  # an optional part of JDBC: keep the guess
+        return guessed
 
 
 class _JavaValues:
