@@ -5,7 +5,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Debian packages: JDBC drivers (jars in /usr/share/java), a JRE for JPype, and the database
 # server binaries the tests and the demo start throwaway servers from.
-DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java postgresql mariadb-server
+DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java libderby-java libderbyclient-java postgresql mariadb-server
 
 .PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install test-versions chaos failover failover-run demo demo-streaming bench bench-quick spin-deps model model-mutants clean
 

@@ -268,6 +268,23 @@ any_mariadb = _each_server(
 )
 
 
+@pytest.fixture(scope="module")
+def derby(_db_servers: None) -> Iterator[Any]:
+    """An Apache Derby network server (tests/derby_server.py), for the generic dialect: its
+    own kind, as it is read through Derby's client, not psycopg or pymysql."""
+    from derby_server import start_derby
+
+    try:
+        with start_derby() as server:
+            servers._versions["derby"] = server.version()  # the run's "servers:" line
+            yield server
+    except servers.ServerUnavailable as exc:
+        _unavailable["derby"] = str(exc)
+        if os.environ.get("XASINK_TEST_REQUIRE_SERVERS", "").strip() not in ("", "0"):
+            pytest.fail(f"derby server required but unavailable: {exc}")
+        pytest.skip(f"no derby server available: {exc}")
+
+
 @pytest.fixture
 def journal_schema(db: servers.DbServer) -> Iterator[str]:
     """A journal schema (MySQL: a database) of the test's own on each `db`, dropped

@@ -8,7 +8,8 @@ killed (`hang`) or stops itself until SIGCONT (`pause`). XASINK_TEST_SINK="<sink
 id>" makes the write that batch of a stream. XASINK_TEST_WRITER=driver makes the driver
 write the frame itself (one branch, as for any small frame); by default tasks write a
 branch per partition. It ends by printing `RESULT {...}`, or `ERROR <class>: <message>`
-(exit 3) when write_xa raises.
+(exit 3) when write_xa raises. XASINK_TEST_XA_DATASOURCE names the XADataSource class of
+another driver (the generic dialect; its jar from XASINK_JARS).
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ def main() -> None:
         with injected(*faults):
             result = write_xa(
                 df,
-                Database(url, user=user, password=os.environ["XASINK_TEST_PASSWORD"]),
+                Database(
+                    url,
+                    user=user,
+                    password=os.environ["XASINK_TEST_PASSWORD"],
+                    xa_datasource=os.environ.get("XASINK_TEST_XA_DATASOURCE"),
+                ),
                 table,
                 **options,
                 commit_properties=CommitProperties(heartbeat_interval=1.0),

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 #: Every kind a full run tests; the line names each, with its version or why it was not tested.
-KINDS = ("mariadb", "mariadb11", "mysql", "postgres")
+KINDS = ("derby", "mariadb", "mariadb11", "mysql", "postgres")
 RECORD = Path(__file__).parent.parent / ".pytest_cache" / "xasink-servers.jsonl"
 
 

@@ -600,6 +600,7 @@ class DriverProcess(WatchedDriver):
         self.point, self.action = point, action
         args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
         env = {"XASINK_TEST_FAULT_ACTION": action, "XASINK_TEST_WRITER": writer}
+        env.update(getattr(db, "process_env", {}))  # another driver's jar and class (Derby)
         if sink:
             env["XASINK_TEST_SINK"] = sink
         super().__init__("driver_process.py", args + ([mode] if mode else []), db.password, env)

@@ -99,7 +99,13 @@ def _prune(args: argparse.Namespace) -> int:
             Swept(0, False)
             if keep_all
             else prune(
-                conn, journal, days, dry_run=args.dry_run, force=args.force, redact=ops.spec.redact
+                conn,
+                journal,
+                days,
+                dry_run=args.dry_run,
+                force=args.force,
+                redact=ops.spec.redact,
+                recovered=lambda: [xid for _, xid in ops.prepared()],
             )
         )
     verb = "would delete" if args.dry_run else "deleted"

@@ -18,7 +18,8 @@ def run(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
         print(json.dumps(vars(done) | {"grants": done.grants}), file=args.out)
         return EXIT_OK
     what = "created" if done.created else "exists"
-    print(f"-- xasink journal in {done.schema}: {what} (layout {done.version})", file=args.out)
+    where = done.schema or "the connection's default schema"  # a dialect that cannot name it
+    print(f"-- xasink journal in {where}: {what} (layout {done.version})", file=args.out)
     for writes, grants in done.grants.items():
         print(f"-- {writes}:", file=args.out)
         for grant in grants:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..errors import ConfigurationError
-from .base import Dialect, GenericDialect
+from .base import Dialect
+from .generic import GenericDialect
 from .mysql import MySQLDialect
 from .postgres import PostgresDialect
 

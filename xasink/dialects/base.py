@@ -71,6 +71,11 @@ class Dialect:
     temporary_tables: ClassVar[bool] = False
     #: A query of the schema a table named without one lives in (None: unknown).
     current_schema_sql: ClassVar[str | None] = None
+    #: Whether overwrite, upsert and merge (a staging table, an upsert statement, a joined
+    #: DELETE, an apply lock) can run here; else only append (`driver.preflight` refuses).
+    stages: ClassVar[bool] = True
+    #: `Database(properties=...)` go to the data source's setters, not the URL (`beans`).
+    bean_properties: ClassVar[bool] = False
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
     tls_ca_property: ClassVar[str | None] = None
 
@@ -412,8 +417,3 @@ class Dialect:
     def is_duplicate_index(self, exc: BaseException) -> bool:
         """CREATE INDEX failed because the index exists (servers without IF NOT EXISTS)."""
         return sql_error_code(exc) == 1061
-
-
-class GenericDialect(Dialect):
-    """Any XA-capable JDBC driver, whose XADataSource class the caller names: ANSI quoting,
-    a setter-configured data source, batched inserts."""

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..dialects import get_dialect
-from ..errors import PreflightError
+from ..errors import ConfigurationError, PreflightError
 from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.branches import BranchOps
 from ..protocol.journal import Journal
@@ -48,6 +48,13 @@ def preflight(
     here (`tables.self_reference`), not at its apply after the decision."""
     spec, target, options = request.spec, request.target, request.options
     dialect = get_dialect(spec.dialect)
+    if options.staged and not dialect.stages:
+        raise ConfigurationError(
+            f"The {dialect.name} dialect writes mode='append' only; mode={options.mode!r} "
+            "stages the rows and applies them with an upsert, a joined DELETE and an apply "
+            "lock, which have no ANSI SQL form. Nothing was written. Use the postgres or mysql "
+            "dialect for it, or append."
+        )
     with step("server checks"):
         passed = checks.get(spec, "server")
         if not isinstance(passed, int) or passed < branches:

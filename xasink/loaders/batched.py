@@ -54,7 +54,9 @@ def _untyped_strings(target: LoadTarget, column_type: str) -> bool:
     return target.dialect == "postgres" and column_type not in _PG_TEXT_TYPES
 
 
-def _kind(arrow_type: pa.DataType, name: str, untyped: bool = False) -> ColumnKind:
+def _kind(
+    arrow_type: pa.DataType, name: str, untyped: bool = False, legacy_times: bool = False
+) -> ColumnKind:
     long_array = lambda v: jpype.JArray(jpype.JLong)(v)  # noqa: E731
     strings = lambda v: jpype.JArray(jpype.JString)(v)  # noqa: E731
     if pa.types.is_boolean(arrow_type):
@@ -89,8 +91,12 @@ def _kind(arrow_type: pa.DataType, name: str, untyped: bool = False) -> ColumnKi
         )
     if pa.types.is_date32(arrow_type):
         days = lambda a: _numbers("int64")(pc.cast(a, pa.int32()))  # noqa: E731
+        if legacy_times:
+            return ColumnKind(9, "DATE", days, long_array, "setDate")
         return ColumnKind(6, "DATE", days, long_array, "setObject")
     if pa.types.is_timestamp(arrow_type):
+        if legacy_times:
+            return ColumnKind(10, "TIMESTAMP", _micros, long_array, "setTimestamp")
         return ColumnKind(7, "TIMESTAMP", _micros, long_array, "setObject")
     raise ConfigurationError(
         f"Column {name!r} has type {arrow_type}, which the batched writer cannot store yet."
@@ -106,12 +112,18 @@ class BatchedInsertLoader:
             f"INSERT INTO {target.table_sql} ({', '.join(target.quoted_columns)}) VALUES ({marks})"
         )
         self._names = list(target.columns)
+        # java.time is JDBC 4.2's (PostgreSQL's and MariaDB's drivers take it, and keep dates
+        # before 1582 proleptic); any other driver gets JDBC 4.0's java.sql.Date/Timestamp
+        # (Apache Derby 10.14 refuses java.time).
+        legacy_times = target.dialect == "generic"
         self._kinds = [
-            _kind(schema.field(c).type, c, _untyped_strings(target, t))
+            _kind(schema.field(c).type, c, _untyped_strings(target, t), legacy_times)
             for c, t in zip(self._names, target.column_types, strict=True)
         ]
         types = jpype.JClass("java.sql.Types")
         self._sql_types = [int(getattr(types, k.sql_type)) for k in self._kinds]
+        if legacy_times:  # any other driver: a NULL of the parameter's own type (a BLOB's)
+            self._sql_types = _parameter_types(self._statement, self._sql_types)
         self._bind_as = [
             None if k.bind_as is None else int(getattr(types, k.bind_as)) for k in self._kinds
         ]
@@ -173,6 +185,17 @@ class BatchedInsertLoader:
         self._statement.close()
 
 
+def _parameter_types(statement: Any, guessed: list[int]) -> list[int]:
+    """The java.sql.Types of each parameter as the driver describes it (ParameterMetaData),
+    for setNull: Derby refuses a NULL typed VARBINARY for a BLOB column, or VARCHAR for a
+    CLOB. `guessed` (the Arrow type's) where the driver cannot tell."""
+    try:
+        meta = statement.getParameterMetaData()
+        return [int(meta.getParameterType(i + 1)) for i in range(len(guessed))]
+    except Exception:  # an optional part of JDBC: keep the guess
+        return guessed
+
+
 class _JavaValues:
     """Per-value conversions for the fallback path (what ColumnBinder does in Java)."""
 
@@ -182,6 +205,8 @@ class _JavaValues:
         self._local_date_time = jpype.JClass("java.time.LocalDateTime")
         self._utc = jpype.JClass("java.time.ZoneOffset").UTC
         self._bytes = jpype.JArray(jpype.JByte)
+        self._sql_date = jpype.JClass("java.sql.Date")
+        self._sql_timestamp = jpype.JClass("java.sql.Timestamp")
 
     def convert(self, code: int, value: Any) -> Any:
         if code == 4:
@@ -190,6 +215,9 @@ class _JavaValues:
             return self._big_decimal(value)
         if code == 6:
             return self._local_date.ofEpochDay(value)
+        if code in (9, 10):
+            sql_value = self.convert(code - 3, value)
+            return (self._sql_date if code == 9 else self._sql_timestamp).valueOf(sql_value)
         if code == 7:
             # java.time is proleptic Gregorian like Spark and Arrow; java.sql.Timestamp is
             # not, and would shift dates before 1582 by days.

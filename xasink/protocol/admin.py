@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +16,7 @@ from ..errors import ConfigurationError, JournalError
 from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection
 from ..spec import ConnectionSpec, Database, secrets_of
-from ..xid import valid_job_id
+from ..xid import Xid, valid_job_id
 from . import links
 from .actions import BranchAction, RecoveryAction, RecoveryReport
 from .applying import StagedApply
@@ -155,6 +155,7 @@ def prune(
     dry_run: bool,
     force: bool = False,
     redact: Redactor | None = None,
+    recovered: Callable[[], list[Xid]] | None = None,
 ) -> Swept:
     """Delete the journal rows of jobs that ended more than `older_than_days` ago, and the
     tombstones of keys deleted longer ago but never one younger than the journal's
@@ -182,6 +183,7 @@ def prune(
         staged=journal.staged,
         redact=redact or Redactor(),
         retention=retention_days(journal, conn),
+        recovered=recovered,
     )
 
 

@@ -41,7 +41,7 @@ from ..errors import ConfigurationError
 from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, Param, execute, java_message, local_transaction, query
 from ..spec import ConnectionSpec, TableRef
-from ..xid import FORMAT_ID, BranchId
+from ..xid import FORMAT_ID, BranchId, Xid
 from .applying import StagedApply, apply_key
 from .journal import Journal
 from .links import PARTICIPANT, PENDING
@@ -120,14 +120,16 @@ def sweep(
     staged: StagedApply[Any] | None = None,
     redact: Callable[[object], str] = _MASKED,
     retention: float | None = None,
+    recovered: Callable[[], list[Xid]] | None = None,
 ) -> Swept:
     """Delete the rows of up to `limit` jobs (all, when None) that ended more than
     `older_than_days` ago and that nothing reads any more (see the module), oldest first,
     then (with `staged`) the tombstones of keys deleted longer ago, never one younger than
     the journal's `retention` (None: `older_than_days` is it; 0 keeps them all): a delete
     keeps its order for the retention, whatever age the jobs are pruned at. `dry_run`
-    counts them. `redact` masks what a skipped table's failure says in the log."""
-    jobs = _sweep_jobs(journal, conn, older_than_days, limit, dry_run)
+    counts them. `redact` masks what a skipped table's failure says in the log;
+    `recovered` lists the prepared XIDs through XA where the dialect cannot in SQL."""
+    jobs = _sweep_jobs(journal, conn, older_than_days, limit, dry_run, recovered)
     kept = older_than_days if retention is None else retention
     seconds = max(older_than_days, kept) * 86400.0
     bound = None if limit is None else TOMBSTONES_ROUND
@@ -145,6 +147,7 @@ def _sweep_jobs(
     older_than_days: float,
     limit: int | None,
     dry_run: bool,
+    recovered: Callable[[], list[Xid]] | None = None,
 ) -> Swept:
     """The jobs' part of `sweep`. Each read finds its candidates through the index of a
     state's jobs by age, so it reads what it deletes, not the history. A job with a branch
@@ -154,8 +157,13 @@ def _sweep_jobs(
         raise ConfigurationError("--older-than takes a number of days, 0 or more.")
     d = journal.dialect
     age, prepared = d.age_sql("j.finished_at"), d.prepared_xids(conn, FORMAT_ID)
+    if prepared is None and recovered is not None:  # XA's own listing (the generic dialect)
+        prepared = [x for x in recovered() if x.format_id == FORMAT_ID]
     if age is None or prepared is None:
-        raise ConfigurationError(f"The {d.name} dialect cannot tell ages; prune by hand.")
+        raise ConfigurationError(
+            f"The {d.name} dialect cannot tell ages or list prepared branches in SQL; "
+            "prune by hand."
+        )
     busy = sorted({b.job_id for x in prepared if (b := BranchId.parse(x))})
     seconds = max(older_than_days * 86400.0, GRACE)
     # A job that ended before the cutoff began before it: the index's range.
@@ -339,7 +347,15 @@ def tend(journal: JournalLayout, session: XaSession, spec: ConnectionSpec) -> Sw
             return None
         staged = journal.staged if isinstance(journal, Journal) else None
         with d.waits_bounded(conn, ROUND_LOCK_WAIT, journal.lock_wait):
-            swept = sweep(journal, conn, days, limit=ROUND, staged=staged, redact=spec.redact)
+            swept = sweep(
+                journal,
+                conn,
+                days,
+                limit=ROUND,
+                staged=staged,
+                redact=spec.redact,
+                recovered=session.recover,
+            )
     except Exception as exc:
         log.warning(
             "xasink: the journal's retention round failed (retried later): %s", spec.redact(exc)

@@ -165,6 +165,8 @@ def check_properties(spec: ConnectionSpec) -> None:
     not declare: drivers ignore such a property, so a misspelt one would change nothing."""
     if not spec.properties or spec in _checked:
         return
+    if get_dialect(spec.dialect).bean_properties:
+        return  # the data source's setters take them, and refuse a name they lack
     # None declared: nothing to check against.
     names = known(get_dialect(spec.dialect), declared_properties(spec))
     unknown = [name for name, _ in spec.properties if names and name not in names]

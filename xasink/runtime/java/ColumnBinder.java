@@ -23,6 +23,9 @@ public final class ColumnBinder {
     public static final int TIMESTAMP = 7;
     /** A string the server parses as the column's own type (PostgreSQL jsonb, int[], enum). */
     public static final int UNTYPED_STRING = 8;
+    /** A date or timestamp as java.sql.Date / Timestamp (JDBC 4.0), for drivers without java.time. */
+    public static final int SQL_DATE = 9;
+    public static final int SQL_TIMESTAMP = 10;
 
     private ColumnBinder() {}
 
@@ -74,13 +77,15 @@ public final class ColumnBinder {
                         statement.setObject(index, LocalDate.ofEpochDay(((long[]) values)[row]));
                         break;
                     case TIMESTAMP:
-                        long micros = ((long[]) values)[row];
-                        statement.setObject(
+                        statement.setObject(index, localDateTime(((long[]) values)[row]));
+                        break;
+                    case SQL_DATE:
+                        statement.setDate(
                                 index,
-                                LocalDateTime.ofEpochSecond(
-                                        Math.floorDiv(micros, 1_000_000L),
-                                        (int) Math.floorMod(micros, 1_000_000L) * 1000,
-                                        ZoneOffset.UTC));
+                                java.sql.Date.valueOf(LocalDate.ofEpochDay(((long[]) values)[row])));
+                        break;
+                    case SQL_TIMESTAMP:
+                        statement.setTimestamp(index, timestamp(((long[]) values)[row]));
                         break;
                     default:
                         throw new SQLException("unknown column kind " + kinds[column]);
@@ -93,5 +98,17 @@ public final class ColumnBinder {
             }
         }
         return pending;
+    }
+
+    private static LocalDateTime localDateTime(long micros) {
+        return LocalDateTime.ofEpochSecond(
+                Math.floorDiv(micros, 1_000_000L),
+                (int) Math.floorMod(micros, 1_000_000L) * 1000,
+                ZoneOffset.UTC);
+    }
+
+    /** The same wall-clock fields as a java.sql.Timestamp (the JVM runs in UTC). */
+    private static java.sql.Timestamp timestamp(long micros) {
+        return java.sql.Timestamp.valueOf(localDateTime(micros));
     }
 }
