@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server binaries the tests and the demo start throwaway servers from.
 DEB_PACKAGES := libpostgresql-jdbc-java libmariadb-java libderby-java libderbyclient-java postgresql mariadb-server
 
-.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install test-versions chaos failover failover-run demo demo-streaming bench bench-quick spin-deps model model-mutants clean
+.PHONY: help system-deps install lint typecheck unit test test-full test-mysql test-mariadb11 test-install test-versions chaos failover failover-run demo demo-streaming bench bench-quick bench-floor spin-deps model model-mutants clean
 
 help:
 	@echo "make demo     set up, start a throwaway PostgreSQL, write exactly once through faults, two tables through a driver kill, then the streaming demo"
@@ -23,6 +23,7 @@ help:
 	@echo "make failover  failover: a primary with a synchronous standby (PostgreSQL) or a semi-synchronous replica (MariaDB 10.11, 11.8, MySQL 9.7), killed at each point of a job"
 	@echo "make bench    benchmark write_xa against Spark JDBC and the raw bulk-load limit, a stream of 1k-row micro-batches, and two-table transactions"
 	@echo "make bench-quick  the same, small (CI smoke)"
+	@echo "make bench-floor  the small write's and the stream's targets side by side, 3 runs: each ratio's median and spread"
 	@echo "make install  install xasink (editable) with its test dependencies"
 	@echo "make model    exhaustively model-check the protocol with spin (model/xasink.pml)"
 	@echo "make model-mutants  check that spin finds each re-introduced old bug"
@@ -132,6 +133,12 @@ bench: install
 	$(PYTHON) -m benchmarks.breakdown fixed
 	$(PYTHON) -m benchmarks.breakdown branches --databases mariadb
 	$(PYTHON) -m benchmarks.breakdown format-batch
+
+# The small write at its floor: every ratio of a small call and a stream beside its floor,
+# in 3 runs of their own, with each ratio's median and spread (benchmarks/floor.py; about
+# 40 minutes on 2 cores).
+bench-floor: install
+	$(PYTHON) -m benchmarks.floor --output-dir benchmarks/results/floor
 
 bench-quick: install
 	$(PYTHON) -m benchmarks --quick --output-dir "$$(mktemp -d)"

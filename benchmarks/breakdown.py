@@ -7,6 +7,8 @@
     python -m benchmarks.breakdown branches [--rows 1m] [--databases mariadb]
     python -m benchmarks.breakdown format-batch [--databases postgres,mariadb] [--calls 100]
     python -m benchmarks.breakdown order [--rows 200k] [--databases postgres,mariadb]
+    python -m benchmarks.breakdown together [--databases postgres,mariadb] [--streams 4]
+        [--rounds 2]
 
 `stages` times the same cached DataFrame through cumulative stages, each a real Spark job,
 and `memory` compares a worker's peak RSS for one partition of 1M and of 10M rows
@@ -17,7 +19,9 @@ beside the raw load with as many concurrent streams: how many the server absorbs
 (benchmarks/branches.py). `format-batch` runs a `format("xasink")` micro-batch's steps in one
 process, next to the raw load of its rows (benchmarks/format_batch.py). `order` times upsert
 and merge into a table that stores the order column next to one that does not
-(benchmarks/order_cost.py). `--label` writes results/breakdown-<mode>-<label>.{md,json}
+(benchmarks/order_cost.py). `together` runs several streams at once through one driver and
+one journal, beside one alone, for xasink's foreach_batch and the collect-only floor
+(benchmarks/together.py). `--label` writes results/breakdown-<mode>-<label>.{md,json}
 instead of overwriting results/breakdown-<mode>.{md,json}; `--output-dir DIR` writes them
 into DIR instead.
 """
@@ -30,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import branches, fixed, format_batch, order_cost, stages
+from benchmarks import branches, fixed, format_batch, order_cost, stages, together
 from benchmarks.workloads import parse_count
 
 RESULTS = Path(__file__).parent / "results"
@@ -69,6 +73,11 @@ def _order(args: argparse.Namespace, databases: list[str]) -> tuple[dict[str, An
     return report, order_cost.markdown(report)
 
 
+def _together(args: argparse.Namespace, databases: list[str]) -> tuple[dict[str, Any], str]:
+    report = together.together(databases, args.streams, args.rounds)
+    return report, together.markdown(report)
+
+
 MODES: dict[str, Mode] = {
     "stages": _stages,
     "memory": _memory,
@@ -76,6 +85,7 @@ MODES: dict[str, Mode] = {
     "branches": _branches,
     "format-batch": _format_batch,
     "order": _order,
+    "together": _together,
 }
 
 
@@ -97,6 +107,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="`fixed`: calls counted by the server per writer "
         f"(default {fixed.COUNT_CALLS}; 0: none)",
     )
+    parser.add_argument("--streams", type=int, default=4, help="`together`: queries at once")
+    parser.add_argument("--rounds", type=int, default=2, help="`together`: rounds")
     parser.add_argument(
         "--label", default="", help="results go to breakdown-<mode>-<label>.{md,json}"
     )

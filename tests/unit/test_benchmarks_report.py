@@ -314,3 +314,54 @@ def test_an_order_write_expects_its_tables_contents_and_resets_them_on_the_serve
     maria = reset_sql("mariadb", "t", False, 1000)
     assert maria[1] == "INSERT INTO t (id, name, v) SELECT seq, 'old', -1 FROM seq_0_to_999"
     assert maria[2] == "ANALYZE TABLE t"
+
+
+def _floor_run(write_xa: float, collect: float, foreach: float, floor: float) -> dict:
+    """A run's latest.json as the floor command reads it: timings and stream summaries."""
+
+    def timing(contender: str, seconds: float, warmup: bool = False) -> dict:
+        return {
+            "database": "postgres",
+            "workload": "small-1k",
+            "contender": contender,
+            "warmup": warmup,
+            "error": None,
+            "seconds": seconds,
+        }
+
+    return {
+        "timings": [
+            timing("write_xa", 9.0, warmup=True),  # a warm-up never counts
+            timing("write_xa", write_xa),
+            timing("write_xa", write_xa),
+            timing("arrow_collect", collect),
+        ],
+        "stream_summary": [
+            {
+                "database": "postgres",
+                "workload": "stream-1k",
+                "contender": c,
+                "batches_per_second": r,
+            }
+            for c, r in (("write_xa", foreach), ("collect_load", floor))
+        ],
+    }
+
+
+def test_the_floor_command_gives_each_runs_ratio_its_median_and_spread():
+    """Every ratio is taken within one run; a bound must hold in every run, and a run
+    without the figure fails it rather than passing unseen."""
+    from benchmarks.floor import summarise
+
+    runs = [_floor_run(0.11, 0.10, 9.6, 10.0), _floor_run(0.13, 0.10, 9.0, 10.0)]
+    rows = {r["target"]: r for r in summarise(runs, ["postgres"])}
+    small = rows["1,000-row write_xa call time / collect of the frame"]
+    assert small["runs"] == pytest.approx([1.1, 1.3])
+    assert (small["min"], small["max"]) == pytest.approx((1.1, 1.3))
+    assert small["median"] == pytest.approx(1.2)
+    assert small["every_run_met"] is False  # 1.3 > 1.15
+    stream = rows["foreach_batch batches/s / collect, then raw bulk load"]
+    assert stream["runs"] == pytest.approx([0.96, 0.9])
+    assert stream["every_run_met"] is False
+    missing = rows["transaction of two writes time / the two writes apart"]
+    assert missing["runs"] == [None, None] and missing["every_run_met"] is False
