@@ -47,6 +47,20 @@ def conf(spark: SparkSession, key: str) -> str | None:
     return None if value is None else str(value)
 
 
+#: (session, key) -> a setting fixed when the session's context started (`static_conf`).
+_static: dict[tuple[int, str], str | None] = {}
+
+
+def static_conf(spark: SparkSession, key: str) -> str | None:
+    """A setting fixed for the session's life (an executor's, read when its context
+    started: setting it later changes nothing), read once per session. Every read through
+    PySpark records the caller's stack, which costs a small write a few milliseconds."""
+    cached = (id(spark), key)
+    if cached not in _static:
+        _static[cached] = conf(spark, key)
+    return _static[cached]
+
+
 def partition_count(df: DataFrame) -> int | None:
     """The DataFrame's partition count; None under Spark Connect, which cannot tell it
     without running a job."""

@@ -58,7 +58,7 @@ from ..tables.modes import APPEND, ModeOptions
 from ..tables.new_table import NewTable
 from .arguments import check_write
 from .frame import branch_count, shape_frame, writes_on_driver
-from .session import PYSPARK_MEMORY, check_spark_conf, conf, ship_jars, streaming_query_id
+from .session import PYSPARK_MEMORY, check_spark_conf, ship_jars, static_conf, streaming_query_id
 from .small_writes import HeldWrite, hold, promote
 from .tasks import write_branches
 
@@ -168,7 +168,7 @@ class Transaction:
         target = TableRef.parse(table)
         request = write_request(s, target, options, create, writer, query, new_table, schema_mode)
         with step("spark conf, jars, branch count"):
-            memory = conf(df.sparkSession, PYSPARK_MEMORY)
+            memory = static_conf(df.sparkSession, PYSPARK_MEMORY)
             check_spark_conf({PYSPARK_MEMORY: memory} if memory else {})
             ship_jars(df.sparkSession, s.spec.jars)
             on_driver = max_branches == "auto" and writes_on_driver(df, writer.driver_write_bytes)
