@@ -365,3 +365,22 @@ def test_the_floor_command_gives_each_runs_ratio_its_median_and_spread():
     assert stream["every_run_met"] is False
     missing = rows["transaction of two writes time / the two writes apart"]
     assert missing["runs"] == [None, None] and missing["every_run_met"] is False
+
+
+def test_streams_together_compare_xasinks_growth_with_the_floors():
+    """Growth is the median call together over the median call alone, per sink; the
+    floor command holds xasink's growth to the collect-only floor's."""
+    from benchmarks.floor import TOGETHER, summarise
+    from benchmarks.together import _growth
+
+    growth = _growth(
+        {
+            "write_xa": {"apart": [40.0, 50.0, 60.0], "together": [70.0, 75.0, 80.0]},
+            "stream_collect": {"apart": [30.0], "together": [45.0]},
+        }
+    )
+    assert growth["write_xa"]["growth"] == pytest.approx(1.5)
+    assert growth["stream_collect"]["growth"] == pytest.approx(1.5)
+    run = {"timings": [], "stream_summary": [], "together": {"databases": {"postgres": growth}}}
+    (row,) = [r for r in summarise([run], ["postgres"]) if r["target"] == TOGETHER]
+    assert row["runs"] == pytest.approx([1.0]) and row["every_run_met"] is True
