@@ -263,7 +263,7 @@ def markdown(report: dict[str, Any]) -> str:
         runs_text = ", ".join("—" if v is None else f"{v:.2f}" for v in row["runs"])
         spread = "—" if row["min"] is None else f"{row['min']:.2f} to {row['max']:.2f}"
         median = "—" if row["median"] is None else f"{row['median']:.2f}"
-        met = "yes" if row["every_run_met"] else ("no" if row["bound"] else "")
+        met = ("yes" if row["every_run_met"] else "no") if row["bound"] else ""
         lines.append(
             f"| {row['target']} | {row['database']} | {row['bound'] or '(figure)'} | "
             f"{runs_text} | {median} | {spread} | {met} |"
