@@ -299,6 +299,11 @@ class WriteOptions(TypedDict, total=False):
         ("WITH (fillfactor=70)", "ENGINE=InnoDB ..."), and column -> type to use instead
         of the mapped one ({"name": "VARCHAR(64)"}). Written into the DDL as given.
     writer_properties: how the rows load (`WriterProperties`).
+    replace_where: with mode="overwrite", a SQL condition on the table's columns: only the
+        rows it selects are replaced (Delta's replaceWhere); a row of the DataFrame outside
+        it is refused before anything is written.
+    pre_sql, post_sql: a SQL statement, or a list of them, run inside the transaction that
+        applies the rows, before and after it: they commit or roll back with the rows.
     """
 
     mode: defaults.Mode
@@ -310,6 +315,9 @@ class WriteOptions(TypedDict, total=False):
     create_table_options: str | None
     create_table_column_types: Mapping[str, str] | None
     writer_properties: WriterProperties | None
+    replace_where: str | None
+    pre_sql: str | Sequence[str] | None
+    post_sql: str | Sequence[str] | None
 
 
 def write_options(call: str, given: Mapping[str, object]) -> WriteOptions:

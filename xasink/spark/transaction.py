@@ -146,11 +146,11 @@ class Transaction:
         mode = given.get("mode", defaults.MODE)
         writer = given.get("writer_properties") or WriterProperties()
         max_branches, create = writer.max_branches, given.get("create", defaults.CREATE)
-        order, op, op_values = given.get("order"), given.get("op"), given.get("op_values")
-        options = ModeOptions.build(mode, given.get("key"), op, order, op_values, df.columns)
-        if s.per_branch_appends and options.mode != APPEND:
+        options = _mode_options(given, df.columns)
+        if s.per_branch_appends and (options.mode != APPEND or options.actions):
+            what = f"mode={mode!r}" if options.mode != APPEND else "pre_sql or post_sql"
             raise ConfigurationError(
-                f"per_branch_appends=True takes appends only, not mode={mode!r}: a staged "
+                f"per_branch_appends=True takes appends only, without {what}: a staged "
                 "apply refused after the appends committed could not take them back."
             )
         staged_append = options.mode == APPEND and not s.per_branch_appends
@@ -326,6 +326,21 @@ class Transaction:
                 "deduplicate them) and write it once."
             )
         self._tables.add((job.journal.tag, table))
+
+
+def _mode_options(given: WriteOptions, columns: Sequence[str]) -> ModeOptions:
+    """The write's mode and what goes with it, checked against the DataFrame's columns."""
+    return ModeOptions.build(
+        given.get("mode", defaults.MODE),
+        given.get("key"),
+        given.get("op"),
+        given.get("order"),
+        given.get("op_values"),
+        columns,
+        given.get("replace_where"),
+        given.get("pre_sql"),
+        given.get("post_sql"),
+    )
 
 
 __all__ = ["TableWrite", "Transaction", "TransactionResult"]
