@@ -19,6 +19,7 @@ from support import (
     latest_job_state,
     mode_rows,
     old_contents,
+    run_sql,
     seeded_table,
     stage_tables,
     until,
@@ -142,18 +143,29 @@ def test_a_reader_sees_the_old_slice_or_the_new_never_half(spark, db):
 
 
 @pytest.mark.ci_one_server
-def test_recover_finishes_a_killed_drivers_slice(db):
+def test_recover_finishes_a_killed_drivers_slice_and_actions(db):
     """The driver dies after its decision, before the apply: readers see the old table,
-    and `xasink recover` applies the slice from the stored plan, as the driver would."""
-    table = seeded_table(db)
-    kill_driver_at(db, table, "after_decision", "overwrite", options={"replace_where": "id >= 50"})
+    and `xasink recover` applies the slice and runs the write's pre_sql and post_sql from
+    the stored plan, in the apply's one transaction, as the driver would have."""
+    table, log = seeded_table(db), f"log_{uuid.uuid4().hex[:10]}"
+    run_sql(db, f"CREATE TABLE {log} (what VARCHAR(16), n BIGINT)", admin=False)
+    counted = f"(SELECT COUNT(*) FROM {table})"
+    options = {
+        "replace_where": "id >= 50",
+        "pre_sql": f"INSERT INTO {log} VALUES ('pre', {counted})",
+        "post_sql": [f"INSERT INTO {log} VALUES ('post', {counted})"],
+    }
+    kill_driver_at(db, table, "after_decision", "overwrite", options=options)
     assert contents(db, table) == old_contents()
+    assert run_sql(db, f"SELECT what FROM {log}", admin=False) == []
     done = cli(db, "--grace", "0", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "applied" in {a["action"] for a in json.loads(done.stdout)["actions"]}
     expected = {i: v for i, v in old_contents().items() if i < 50}
     expected.update(mode_rows("overwrite")[3])
     assert contents(db, table) == expected
+    logged = run_sql(db, f"SELECT what, n FROM {log} ORDER BY n", admin=False)
+    assert [(w, int(n)) for w, n in logged] == [("pre", 100), ("post", len(expected))]
     assert latest_job_state(db) == "committed"
     assert_clean(db)
 

@@ -206,20 +206,23 @@ def check_on_server(
 ) -> None:
     """At preflight, before any job exists: the actions against this server's rules
     (`check_actions`), and the predicate parsed by the server over the columns the write
-    stages (`columns`, the table's spelling), which is what it will be evaluated on: a
-    typo or a column the write does not have is refused here, with the server's words.
-    Reads no row (`AND 1=0`)."""
+    stages (`columns`, the table's spelling), which is what it will be evaluated on, and
+    the apply's DELETE planned by the server (EXPLAIN, not run): a typo or a column the
+    write does not have is refused here, with the server's words. Reads no row."""
     for name, statements in actions.items():
         check_actions(name, list(statements), dialect.name)
     if replace_where is None:
         return
-    listed = ", ".join(dialect.quote(c) for c in columns)
+    listed, target = ", ".join(dialect.quote(c) for c in columns), dialect.qualified(table)
     try:
         query(
             conn,
-            f"SELECT 1 FROM (SELECT {listed} FROM {dialect.qualified(table)}) xasink_slice "
+            f"SELECT 1 FROM (SELECT {listed} FROM {target}) xasink_slice "
             f"WHERE ({replace_where}) AND 1=0",
         )
+        # The apply's own DELETE, planned and not run (no row, no trigger): MySQL refuses
+        # one whose subquery reads the target (1093), which a SELECT would not show.
+        query(conn, f"EXPLAIN DELETE FROM {target} WHERE ({replace_where})")
     except Exception as exc:
         raise PreflightError(
             f"replace_where {replace_where!r} cannot be evaluated on the columns the write "
