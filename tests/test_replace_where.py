@@ -142,6 +142,44 @@ def test_a_reader_sees_the_old_slice_or_the_new_never_half(spark, db):
     assert_clean(db)
 
 
+def test_a_reader_never_sees_a_two_phase_slice_half_applied(spark, postgres):
+    """Tasks' job applies after phase 2; another session's uncommitted row holds a key of
+    the new slice, so the apply waits in its INSERT, its DELETE done: a reader sees the
+    old slice whole. Once that session rolls back, the new slice commits whole."""
+    db, blocked = postgres, 110
+    table = seeded_table(db)
+    rows = [(i, "new", 0.5) for i in range(80, 120)]
+    blocker = db.connect()
+    blocker.autocommit = False  # the row stays uncommitted, its key locked
+    try:
+        blocker.cursor().execute(f"INSERT INTO {table} VALUES ({blocked}, 'blocker', 0)")
+        thread, outcome = in_background(
+            lambda: write_xa(
+                frame(spark, rows),
+                table=table,
+                mode="overwrite",
+                replace_where="id >= 80",
+                writer_properties=TASKS,
+                **connection_args(db),
+            )
+        )
+        waiting = (
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            f"AND query LIKE 'INSERT INTO %{table}%'"
+        )
+        until(lambda: run_sql(db, waiting)[0][0] == 1, "the apply waiting in its INSERT", 120)
+        assert contents(db, table) == old_contents()
+    finally:
+        blocker.rollback()
+        blocker.close()
+    thread.join(120)
+    assert outcome and not isinstance(outcome[0], Exception), outcome
+    expected = {i: v for i, v in old_contents().items() if i < 80}
+    expected.update({i: (n, v) for i, n, v in rows})
+    assert contents(db, table) == expected
+    assert_clean(db)
+
+
 @pytest.mark.ci_one_server
 def test_recover_finishes_a_killed_drivers_slice_and_actions(db):
     """The driver dies after its decision, before the apply: readers see the old table,
