@@ -116,7 +116,10 @@ class Transaction:
         goes on.
 
         `database` writes into another database, a participant: the transaction's own
-        database (its first write goes there) records the one decision for every one."""
+        database (its first write goes there) records the one decision for every one.
+
+        Each database's one apply transaction runs the `pre_sql` of all its writes, in the
+        order of the `tx.write` calls, then every write's apply, then their `post_sql`."""
         if self._ended:
             raise ConfigurationError("This transaction has ended: open a new one to write.")
         if self._failed is not None:
@@ -143,16 +146,9 @@ class Transaction:
         table: str | Sequence[str],
         given: WriteOptions,
     ) -> None:
-        mode = given.get("mode", defaults.MODE)
         writer = given.get("writer_properties") or WriterProperties()
         max_branches, create = writer.max_branches, given.get("create", defaults.CREATE)
-        options = _mode_options(given, df.columns)
-        if s.per_branch_appends and (options.mode != APPEND or options.actions):
-            what = f"mode={mode!r}" if options.mode != APPEND else "pre_sql or post_sql"
-            raise ConfigurationError(
-                f"per_branch_appends=True takes appends only, without {what}: a staged "
-                "apply refused after the appends committed could not take them back."
-            )
+        options = _mode_options(given, df.columns, s.per_branch_appends)
         staged_append = options.mode == APPEND and not s.per_branch_appends
         options = dataclasses.replace(options, stage_append=staged_append)
         new_table = NewTable.build(
@@ -328,9 +324,12 @@ class Transaction:
         self._tables.add((job.journal.tag, table))
 
 
-def _mode_options(given: WriteOptions, columns: Sequence[str]) -> ModeOptions:
-    """The write's mode and what goes with it, checked against the DataFrame's columns."""
-    return ModeOptions.build(
+def _mode_options(
+    given: WriteOptions, columns: Sequence[str], per_branch_appends: bool
+) -> ModeOptions:
+    """The write's mode and what goes with it, checked against the DataFrame's columns
+    and the transaction's `per_branch_appends`."""
+    options = ModeOptions.build(
         given.get("mode", defaults.MODE),
         given.get("key"),
         given.get("op"),
@@ -341,6 +340,18 @@ def _mode_options(given: WriteOptions, columns: Sequence[str]) -> ModeOptions:
         given.get("pre_sql"),
         given.get("post_sql"),
     )
+    if per_branch_appends and options.mode != APPEND:
+        raise ConfigurationError(
+            f"per_branch_appends=True takes appends only, not mode={options.mode!r}: a "
+            "staged apply refused after the appends committed could not take them back."
+        )
+    if per_branch_appends and options.actions:
+        raise ConfigurationError(
+            "per_branch_appends=True commits each append's branches into its table, with "
+            "no apply transaction to run pre_sql or post_sql in: drop them, or "
+            "per_branch_appends."
+        )
+    return options
 
 
 __all__ = ["TableWrite", "Transaction", "TransactionResult"]
