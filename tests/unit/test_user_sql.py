@@ -10,6 +10,8 @@ import pytest
 
 from xasink.dialects import get_dialect
 from xasink.errors import ConfigurationError, JournalError
+from xasink.protocol.jobtables import modes_in_plan, tables_in_plan
+from xasink.protocol.journal_tables import SEVERAL_WRITES
 from xasink.spark.options import parse
 from xasink.spec import TableRef
 from xasink.tables.applier import apply_statements
@@ -202,6 +204,8 @@ def test_a_plan_an_older_release_cannot_apply_is_one_it_refuses(fields):
     text = plan.to_json()
     raw = json.loads(text)
     assert set(raw) == {"writes", "requires"} and "mode" not in raw
+    assert text.startswith(SEVERAL_WRITES)  # a transaction's plan, to the journal's queries
+    assert (modes_in_plan(text), tables_in_plan(text)) == ("overwrite", ["app.events"])
     assert raw["requires"] == sorted(plan.requires)
     with pytest.raises(JournalError, match="not one this xasink wrote"):
         _older_release_reads(text)

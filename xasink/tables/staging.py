@@ -190,10 +190,11 @@ class ApplyPlans:
         requires = sorted({r for p in self.writes for r in p.requires})
         if len(self.writes) == 1 and not requires:
             return self.writes[0].to_json()
-        raw: dict[str, Any] = {"writes": [p.raw() for p in self.writes]}
-        if requires:
-            raw["requires"] = requires
-        return json.dumps(raw, sort_keys=True)
+        writes = json.dumps({"writes": [p.raw() for p in self.writes]}, sort_keys=True)
+        if not requires:
+            return writes
+        # "writes" first all the same: the text still starts with SEVERAL_WRITES.
+        return f"{writes[:-1]}, {json.dumps('requires')}: {json.dumps(requires)}}}"
 
     @classmethod
     def from_json(cls, text: str) -> ApplyPlans:
