@@ -50,7 +50,6 @@ def frame(spark, rows, partitions=3):
 
 
 @pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
 def test_replace_where_replaces_its_slice_and_leaves_the_rest(spark, db):
     """Tasks write the first slice (two phases, a staging table), the driver the second
     (one local transaction, a temporary one): each replaces the rows its condition selects,
@@ -85,7 +84,7 @@ def test_replace_where_replaces_its_slice_and_leaves_the_rest(spark, db):
     assert_clean(db)
 
 
-@pytest.mark.mysql_ci
+@pytest.mark.ci_one_server
 @pytest.mark.parametrize("writer", ["tasks", "driver"])
 def test_a_row_outside_replace_where_is_refused_and_nothing_changes(spark, db, writer):
     """The condition is the server's: a row for which it is false, or NULL (v IS NULL, so
