@@ -7,9 +7,10 @@ The password comes from XASINK_TEST_PASSWORD. The fault's action is XASINK_TEST_
 killed (`hang`) or stops itself until SIGCONT (`pause`). XASINK_TEST_SINK="<sink id>:<batch
 id>" makes the write that batch of a stream. XASINK_TEST_WRITER=driver makes the driver
 write the frame itself (one branch, as for any small frame); by default tasks write a
-branch per partition. It ends by printing `RESULT {...}`, or `ERROR <class>: <message>`
-(exit 3) when write_xa raises. XASINK_TEST_XA_DATASOURCE names the XADataSource class of
-another driver (the generic dialect; its jar from XASINK_JARS).
+branch per partition. XASINK_TEST_OPTIONS, a JSON object, adds write_xa keywords. It ends
+by printing `RESULT {...}`, or `ERROR <class>: <message>` (exit 3) when write_xa raises.
+XASINK_TEST_XA_DATASOURCE names the XADataSource class of another driver (the generic
+dialect; its jar from XASINK_JARS).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main() -> None:
     df, options = events_df(spark, int(rows), int(partitions)), {}
     if mode:
         df, options, _ = mode_case(spark, mode, int(partitions))
+    options.update(json.loads(os.environ.get("XASINK_TEST_OPTIONS", "{}")))
     if os.environ.get("XASINK_TEST_WRITER") == "driver":
         options = {"writer_properties": WriterProperties(driver_write_bytes=1 << 30), **options}
     else:  # a branch per partition, written by tasks, whatever the frame's size or keys

@@ -596,11 +596,14 @@ class DriverProcess(WatchedDriver):
         action: str = "hang",
         sink: str | None = None,
         writer: str = "tasks",
+        options: dict[str, Any] | None = None,
     ):
         self.point, self.action = point, action
         args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
         env = {"XASINK_TEST_FAULT_ACTION": action, "XASINK_TEST_WRITER": writer}
         env.update(getattr(db, "process_env", {}))  # another driver's jar and class (Derby)
+        if options:
+            env["XASINK_TEST_OPTIONS"] = json.dumps(options)
         if sink:
             env["XASINK_TEST_SINK"] = sink
         super().__init__("driver_process.py", args + ([mode] if mode else []), db.password, env)
@@ -639,13 +642,15 @@ def kill_driver_at(
     mode: str | None = None,
     sink: str | None = None,
     writer: str = "tasks",
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group.
 
-    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input; with `sink`
+    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input (`options`: more
+    write_xa keywords); with `sink`
     ("<sink id>:<batch id>"), as that batch of a stream; with writer="driver", in the one
     branch the driver writes itself."""
-    driver = DriverProcess(db, table, point, mode, sink=sink, writer=writer)
+    driver = DriverProcess(db, table, point, mode, sink=sink, writer=writer, options=options)
     try:
         driver.wait_for_point()
     finally:

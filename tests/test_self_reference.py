@@ -332,3 +332,16 @@ def test_postgresql_writes_a_not_null_self_reference(spark, postgres, mode, path
     want = sorted(DELETING["overwrite"][0]) if mode == "overwrite" else [(1, 1, "p1"), (4, 1, "p4")]
     assert _contents(postgres, table) == want
     _clean(postgres)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_replace_where_replaces_one_chart_and_leaves_the_other(spark, db, path):
+    """Two charts in one table; replace_where selects the second, which another of a
+    different shape replaces: only its rows are unlinked and deleted (InnoDB checks the
+    key row by row), and the first chart keeps every row and every link."""
+    first = _chart(0, 40)
+    table = _table(db, first + _chart(100, 20))
+    new = _chart(100, 30, fanout=2)
+    _write(spark, db, table, new, path, mode="overwrite", replace_where="id >= 100")
+    assert _contents(db, table) == sorted(first + new)
+    _clean(db)

@@ -303,6 +303,11 @@ class WriteOptions(TypedDict, total=False):
         first), before the write (delta-rs's schema_mode="merge"); None (the default)
         refuses such a column. Nothing is ever dropped, narrowed or retyped.
     writer_properties: how the rows load (`WriterProperties`).
+    replace_where: with mode="overwrite", a SQL condition on the table's columns: only the
+        rows it selects are replaced (Delta's replaceWhere); a row of the DataFrame outside
+        it is refused before anything is written.
+    pre_sql, post_sql: a SQL statement, or a list of them, run inside the transaction that
+        applies the rows, before and after it: they commit or roll back with the rows.
     """
 
     mode: defaults.Mode
@@ -315,6 +320,9 @@ class WriteOptions(TypedDict, total=False):
     create_table_column_types: Mapping[str, str] | None
     schema_mode: defaults.SchemaMode | None
     writer_properties: WriterProperties | None
+    replace_where: str | None
+    pre_sql: str | Sequence[str] | None
+    post_sql: str | Sequence[str] | None
 
 
 def write_options(call: str, given: Mapping[str, object]) -> WriteOptions:

@@ -24,8 +24,8 @@ from ..protocol.waiting import blocked_detail
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.timing import step
 from ..spec import ConnectionSpec
+from ..tables.actions import refused_by
 from ..tables.retyping import ChangedTypesError
-from ..tables.staging import refused
 from ..xid import BranchId
 from .decision import fence
 from .request import PhaseOne
@@ -182,7 +182,7 @@ def _finish(
             "as they are now."
         )
     if refusal is not None and plan.apply is not None:
-        raise refused(plan.target, plan.job_id, plan.spec.redact(refusal))
+        raise refused_by(plan.target, plan.job_id, refusal, plan.spec.redact)
     if finished:
         return finished.stale
     state = on_live_connection(plan, conn, lambda c: journal.state(c, plan.job_id))

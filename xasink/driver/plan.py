@@ -66,6 +66,9 @@ def apply_plan_for(
         op_skip=options.op_skip,
         types=tuple(c.sql_type for c in targets),
         tombs=tomb_table(target) if keeps_deletes(options) else None,
+        replace_where=options.replace_where,
+        pre_sql=options.pre_sql,
+        post_sql=options.post_sql,
     )
 
 

@@ -22,6 +22,7 @@ from ..tables.evolution import MERGE_SCHEMA, add_columns, check_before_adding, n
 from ..tables.self_reference import refuse_fixed_deletes
 from ..tables.tombstone_tables import ensure_tombstones
 from ..tables.tombstones import keeps_deletes
+from ..tables.user_sql import check_on_server
 from ..xid import FORMAT_ID
 from .check_cache import UNCACHED, CheckCache
 from .request import JobRequest, Preflight
@@ -89,6 +90,11 @@ def preflight(
         if not isinstance(table, TableRef):
             table = dialect.table_identity(conn, target) or target
             checks.put(spec, ("identity", target), table)
+    with step("replace_where and action checks"):
+        sql = {"pre_sql": options.pre_sql, "post_sql": options.post_sql}
+        if options.replace_where is not None or options.actions:
+            written = [c.name for c in targets]
+            check_on_server(conn, dialect, table, written, options.replace_where, sql, spec.redact)
     with step("self-reference check"):  # a write that may delete rows (overwrite, merge)
         if options.deletes and not checks.get(spec, ("deletes hold", table, options.mode)):
             refuse_fixed_deletes(conn, dialect, table, options.mode)

@@ -21,10 +21,11 @@ from ..protocol.states import JobEnded
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
+from ..tables.actions import refused_by
 from ..tables.catalog import table_columns
 from ..tables.modes import APPEND
 from ..tables.retyping import ChangedTypesError
-from ..tables.staging import ApplyPlans, branch_problem, is_data_error, refused
+from ..tables.staging import ApplyPlans, branch_problem, is_data_error
 from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
@@ -116,7 +117,7 @@ def write_one_phase(
                 "the write again: it reads the table's column types as they are now."
             ) from None
         if staged is not None and is_data_error(exc):
-            raise refused(plan.target, plan.job_id, plan.spec.redact(exc)) from None
+            raise refused_by(plan.target, plan.job_id, exc, plan.spec.redact) from None
         raise WriteError(
             f"Writing job {plan.job_id} into {plan.target} failed by the driver (a "
             f"small frame, one local transaction) ({type(exc).__name__}: "

@@ -228,7 +228,10 @@ class Resolver:
             detail = self._redact(refusal)
             log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
             self.job_action(
-                record.job_id, RecoveryAction.ABORTED, f"target refused the rows: {detail}"
+                record.job_id,
+                RecoveryAction.ABORTED,
+                # A write's own statement (pre_sql, post_sql) names itself; else the rows.
+                f"{'' if '_sql statement ' in detail else 'target refused the rows: '}{detail}",
             )
         elif not finished:
             self.job_action(

@@ -33,6 +33,9 @@ OWN = (
     "startTimeout",
     "networkTimeout",
     "sinkId",
+    "replaceWhere",
+    "preSql",
+    "postSql",
 )
 #: xasink's options that may also go without the prefix (both spellings must agree).
 UNPREFIXED = ("mode", "key", "op", "order")

@@ -109,7 +109,15 @@ def parse(
     spec = _with_properties(make_spec(database), given, driver_properties)
     key = _list(own.get("key"))
     mode_options = ModeOptions.build(
-        mode, key or None, own.get("op"), own.get("order"), _op_values(own), columns
+        mode,
+        key or None,
+        own.get("op"),
+        own.get("order"),
+        _op_values(own),
+        columns,
+        own.get("replacewhere"),
+        _statements(own, "presql"),
+        _statements(own, "postsql"),
     )
     create = cast(defaults.Create, own.get("create", defaults.CREATE))  # JobRequest checks it
     schema_mode = check_schema_mode(own.get("schemamode"), "Option 'xasink.schemaMode'")
@@ -275,6 +283,24 @@ def _op_values(own: Mapping[str, str]) -> dict[str, str | list[str]] | None:
         raise ConfigurationError(
             "xasink.opValues takes a JSON object, e.g. "
             '{"insert": "c", "update": "u", "delete": "d"}.'
+        )
+    return value
+
+
+def _statements(own: Mapping[str, str], name: str) -> str | list[str] | None:
+    """xasink.preSql / xasink.postSql: one statement, or a JSON list of them."""
+    text = own.get(name)
+    if text is None or not text.lstrip().startswith("["):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        spelled = {"presql": "xasink.preSql", "postsql": "xasink.postSql"}[name]
+        raise ConfigurationError(
+            f"{spelled} takes a SQL statement, or a JSON list of them, e.g. "
+            '["UPDATE audit SET n = n + 1", "DELETE FROM cache"].'
         )
     return value
 

@@ -117,7 +117,10 @@ class Transaction:
         goes on.
 
         `database` writes into another database, a participant: the transaction's own
-        database (its first write goes there) records the one decision for every one."""
+        database (its first write goes there) records the one decision for every one.
+
+        Each database's one apply transaction runs the `pre_sql` of all its writes, in the
+        order of the `tx.write` calls, then every write's apply, then their `post_sql`."""
         if self._ended:
             raise ConfigurationError("This transaction has ended: open a new one to write.")
         if self._failed is not None:
@@ -144,16 +147,9 @@ class Transaction:
         table: str | Sequence[str],
         given: WriteOptions,
     ) -> None:
-        mode = given.get("mode", defaults.MODE)
         writer = given.get("writer_properties") or WriterProperties()
         max_branches, create = writer.max_branches, given.get("create", defaults.CREATE)
-        order, op, op_values = given.get("order"), given.get("op"), given.get("op_values")
-        options = ModeOptions.build(mode, given.get("key"), op, order, op_values, df.columns)
-        if s.per_branch_appends and options.mode != APPEND:
-            raise ConfigurationError(
-                f"per_branch_appends=True takes appends only, not mode={mode!r}: a staged "
-                "apply refused after the appends committed could not take them back."
-            )
+        options = _mode_options(given, df.columns, s.per_branch_appends)
         staged_append = options.mode == APPEND and not s.per_branch_appends
         options = dataclasses.replace(options, stage_append=staged_append)
         schema_mode = check_schema_mode(given.get("schema_mode"))
@@ -330,6 +326,36 @@ class Transaction:
                 "deduplicate them) and write it once."
             )
         self._tables.add((job.journal.tag, table))
+
+
+def _mode_options(
+    given: WriteOptions, columns: Sequence[str], per_branch_appends: bool
+) -> ModeOptions:
+    """The write's mode and what goes with it, checked against the DataFrame's columns
+    and the transaction's `per_branch_appends`."""
+    options = ModeOptions.build(
+        given.get("mode", defaults.MODE),
+        given.get("key"),
+        given.get("op"),
+        given.get("order"),
+        given.get("op_values"),
+        columns,
+        given.get("replace_where"),
+        given.get("pre_sql"),
+        given.get("post_sql"),
+    )
+    if per_branch_appends and options.mode != APPEND:
+        raise ConfigurationError(
+            f"per_branch_appends=True takes appends only, not mode={options.mode!r}: a "
+            "staged apply refused after the appends committed could not take them back."
+        )
+    if per_branch_appends and options.actions:
+        raise ConfigurationError(
+            "per_branch_appends=True commits each append's branches into its table, with "
+            "no apply transaction to run pre_sql or post_sql in: drop them, or "
+            "per_branch_appends."
+        )
+    return options
 
 
 __all__ = ["TableWrite", "Transaction", "TransactionResult"]

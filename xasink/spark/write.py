@@ -106,14 +106,17 @@ def write_xa(
         **options: how the write changes the table (`WriteOptions`): `mode` ("append",
             "overwrite", "upsert", "merge"), `key`, `op`, `order`, `op_values`, `create`,
             `schema_mode` ("merge" adds the frame's columns the table lacks),
-            `writer_properties`.
+            `writer_properties`, `replace_where` (overwrite only the rows a SQL condition
+            selects), `pre_sql` and `post_sql` (statements run in the apply's transaction).
     """
     clock = Stopwatch()
     with step("arguments"):
         given = write_options("write_xa", options)
         check_database(_WRITE_XA, database, table)
         check_write(_WRITE_XA, df, table, given, commit_properties)
-        alone = given.get("mode", defaults.MODE) == APPEND  # its branches write the table
+        # An append's branches write the table, unless it has actions to run in an apply.
+        actions = given.get("pre_sql") is not None or given.get("post_sql") is not None
+        alone = given.get("mode", defaults.MODE) == APPEND and not actions
         settings = TransactionSettings.of(database, commit_properties, alone, sink_id, batch_id)
     tx = Transaction(settings, clock)
     with run(tx):

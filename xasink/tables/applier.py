@@ -12,9 +12,17 @@ from ..dialects import Dialect
 from ..runtime.jdbc import JdbcConnection, Param, execute, query
 from ..spec import TableRef
 from . import tombstones
+from .actions import run_actions
 from .modes import APPEND, MERGE, OVERWRITE, UPSERT
 from .self_reference import SelfReference, self_references, tree_order, unlinked
-from .staging import ApplyPlan, ApplyPlans, check_stage, drop_stage, is_data_error, stage_name
+from .staging import (
+    ApplyPlan,
+    ApplyPlans,
+    check_stage,
+    drop_stage,
+    is_data_error,
+    stage_name,
+)
 
 _ROW_NUMBER = "xasink_rn"
 #: What a merge's DELETE calls the stored row it compares orders with.
@@ -57,12 +65,7 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     tree, order = tree_order(dialect, refs, _latest(dialect, plan, ""))
     if plan.mode in (APPEND, OVERWRITE):
         rows = (insert + f"{stage} s{tree}{order}" if tree else insert + stage, ())
-        if plan.mode == APPEND:
-            return Steps([], [], [], [rows])
-        unlinks: list[Statement] = [
-            (f"UPDATE {target} SET {s} WHERE {w}", ()) for s, w in unlinked(dialect, refs)
-        ]
-        return Steps(unlinks, [(f"DELETE FROM {target}", ())], [], [rows])
+        return _replaced(dialect, plan, refs, rows)
     source = _latest(dialect, plan)
     others = [c for c in plan.columns if c not in plan.key]
     upsert = dialect.upsert_clause(plan.key, others, plan.order_column, target)
@@ -84,7 +87,7 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
     ]
     if plan.order_column is None:
         chosen = f"({keys}) IN (SELECT {keys} FROM {source} WHERE {op} IN ({marks}))"
-        unlinks = [
+        unlinks: list[Statement] = [
             (f"UPDATE {target} SET {s} WHERE {w} AND {chosen}", deletes)
             for s, w in unlinked(dialect, refs)
         ]
@@ -100,6 +103,23 @@ def _apply_steps(dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference
         (dialect.delete_joined(target, stored, source, same, where), deletes)
     ]
     return Steps(unlinks, deleted, tombs, inserts)
+
+
+def _replaced(
+    dialect: Dialect, plan: ApplyPlan, refs: Sequence[SelfReference], rows: Statement
+) -> Steps:
+    """An append's steps (its rows), or an overwrite's: it unlinks and deletes the rows of
+    the table, or with `replace_where` the rows of its slice only, then inserts its rows."""
+    if plan.mode == APPEND:
+        return Steps([], [], [], [rows])
+    target = dialect.qualified(plan.target)
+    where = f"({plan.replace_where})" if plan.replace_where is not None else ""
+    unlinks: list[Statement] = [
+        (f"UPDATE {target} SET {s} WHERE {w}{' AND ' + where if where else ''}", ())
+        for s, w in unlinked(dialect, refs)
+    ]
+    delete = f"DELETE FROM {target}" + (f" WHERE {where}" if where else "")
+    return Steps(unlinks, [(delete, ())], [], [rows])
 
 
 def _older(dialect: Dialect, stored: str, order: str) -> str:
@@ -148,6 +168,8 @@ def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tupl
     write's inserts parents first, so that a foreign key between two tables of one
     transaction holds at each statement, on every server. Each write's tombstones are
     kept after every write's deletes, before the inserts (`tombstones.tomb_steps`)."""
+    for plan in plans.writes:  # every write's pre_sql first, in the order of the writes
+        run_actions(conn, dialect, plan, "pre_sql")
     writes = [
         p if tombstones.present(conn, dialect, p) else replace(p, tombs=None) for p in plans.writes
     ]
@@ -161,7 +183,10 @@ def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tupl
     changed = sum(execute(conn, *s) for step in reversed(steps) for s in step.deletes)
     for sql, params in (s for step in steps for s in step.tombs):
         execute(conn, sql, params)
-    return changed + sum(execute(conn, *s) for step in steps for s in step.inserts), stale
+    changed += sum(execute(conn, *s) for step in steps for s in step.inserts)
+    for plan in plans.writes:
+        run_actions(conn, dialect, plan, "post_sql")
+    return changed, stale
 
 
 def parents_first(

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, TypeGuard, get_args
+from typing import Any, Final, TypeGuard, get_args
 
 from ..defaults import Mode
 from ..errors import ConfigurationError
+from .user_sql import check_actions, check_predicate
 
 APPEND: Final = "append"
 OVERWRITE: Final = "overwrite"
@@ -55,6 +56,11 @@ class ModeOptions:
     #: is written like any other column, and a change applies only when it is newer than
     #: the stored row (`with_table` says from the table's columns).
     order_stored: bool = True
+    #: Overwrite only the rows this SQL condition selects (`replace_where`); None: all.
+    replace_where: str | None = None
+    #: Statements run in the apply's transaction, before its statements and after them.
+    pre_sql: tuple[str, ...] = ()
+    post_sql: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -65,9 +71,13 @@ class ModeOptions:
         order: str | None,
         op_values: Mapping[str, str | Sequence[str]] | None,
         frame_columns: Sequence[str],
+        replace_where: str | None = None,
+        pre_sql: str | Sequence[str] | None = None,
+        post_sql: str | Sequence[str] | None = None,
     ) -> ModeOptions:
         keys = (key,) if isinstance(key, str) else tuple(key or ())
         checked = check_mode(mode, keys, op, order, op_values)
+        sql = _user_sql(checked, replace_where, pre_sql, post_sql)
         steering = [c for c in (op, order) if c]
         if (
             len(set(keys)) != len(keys)
@@ -82,13 +92,19 @@ class ModeOptions:
                 f"{', '.join(frame_columns)}."
             )
         if checked != MERGE:
-            return cls(checked, keys, op, order)
+            return replace(cls(checked, keys, op, order), **sql)
         values, skip = _op_values(CDC_OP_VALUES if op_values is None else op_values)
-        return cls(checked, keys, op, order, values, op_values is None, skip)
+        return replace(cls(checked, keys, op, order, values, op_values is None, skip), **sql)
 
     @property
     def staged(self) -> bool:
         return self.mode != APPEND or self.stage_append
+
+    @property
+    def actions(self) -> bool:
+        """The write runs statements of its own in its apply (`pre_sql`, `post_sql`): an
+        append with them is staged, to have an apply transaction."""
+        return bool(self.pre_sql or self.post_sql)
 
     @property
     def deletes(self) -> bool:
@@ -151,6 +167,29 @@ def check_mode(
             f"key wins), not to mode={mode!r}: did you mean mode='upsert'?"
         )
     return mode
+
+
+def _user_sql(
+    mode: str,
+    replace_where: str | None,
+    pre_sql: str | Sequence[str] | None,
+    post_sql: str | Sequence[str] | None,
+) -> dict[str, Any]:
+    """The SQL of the write's own (`user_sql`), checked as far as it can be without the
+    server (preflight checks the rest)."""
+    if replace_where is not None and mode != OVERWRITE:
+        raise ConfigurationError(
+            f"replace_where applies to mode='overwrite' only (it says which rows the "
+            f"overwrite replaces), not to mode={mode!r}: did you mean mode='overwrite'?"
+        )
+    checked: dict[str, Any] = {
+        "replace_where": None if replace_where is None else check_predicate(replace_where),
+        "pre_sql": check_actions("pre_sql", pre_sql),
+        "post_sql": check_actions("post_sql", post_sql),
+    }
+    if mode == APPEND and (checked["pre_sql"] or checked["post_sql"]):
+        checked["stage_append"] = True  # an apply transaction to run them in
+    return checked
 
 
 def _op_values(

@@ -59,9 +59,30 @@ class ApplyPlan:
     #: The table keeping the order of the target's deleted keys (`tombstones`), when the
     #: target stores the order column; None in plans written before it was kept.
     tombs: TableRef | None = None
+    #: An overwrite's SQL condition: the rows it replaces (None: the whole table).
+    replace_where: str | None = None
+    #: The write's own statements, run in the apply's transaction before and after it.
+    pre_sql: tuple[str, ...] = ()
+    post_sql: tuple[str, ...] = ()
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """What of this plan a release must know to apply it (`ApplyPlans.to_json`)."""
+        needs = ("replace_where",) if self.replace_where is not None else ()
+        return needs + (("actions",) if self.pre_sql or self.post_sql else ())
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        if self.requires:  # never in a shape an older release would apply without them
+            return ApplyPlans((self,)).to_json()
+        return json.dumps(self.raw(), sort_keys=True)
+
+    def raw(self) -> dict[str, Any]:
+        """The plan as JSON values; a plan without the later fields keeps the earlier shape."""
+        raw = asdict(self)
+        for name in ("replace_where", "pre_sql", "post_sql"):
+            if not raw[name]:
+                del raw[name]
+        return raw
 
     @classmethod
     def from_json(cls, text: str) -> ApplyPlan:
@@ -91,6 +112,9 @@ class ApplyPlan:
             types=tuple(str(t) for t in raw.get("types", ())),
             order_column=raw.get("order_column"),
             tombs=TableRef(**raw["tombs"]) if raw.get("tombs") else None,
+            replace_where=raw.get("replace_where"),
+            pre_sql=tuple(str(s) for s in raw.get("pre_sql", ())),
+            post_sql=tuple(str(s) for s in raw.get("post_sql", ())),
         )
 
     @property
@@ -158,20 +182,40 @@ class ApplyPlans:
 
     def to_json(self) -> str:
         """One write keeps the single plan's text, which every xasink release reads;
-        several start with `xasink.protocol.journal_tables.SEVERAL_WRITES`."""
-        if len(self.writes) == 1:
+        several start with `xasink.protocol.journal_tables.SEVERAL_WRITES`. A plan that
+        needs what older releases do not know (`ApplyPlan.requires`: a replace_where
+        overwrite applied as a whole-table one would delete every row) also lists it under
+        "requires": a release that reads only a plan or exactly {"writes": [...]} refuses
+        it as a plan it did not write, and this one refuses a requirement it does not know."""
+        requires = sorted({r for p in self.writes for r in p.requires})
+        if len(self.writes) == 1 and not requires:
             return self.writes[0].to_json()
-        return json.dumps({"writes": [asdict(p) for p in self.writes]}, sort_keys=True)
+        writes = json.dumps({"writes": [p.raw() for p in self.writes]}, sort_keys=True)
+        if not requires:
+            return writes
+        # "writes" first all the same: the text still starts with SEVERAL_WRITES.
+        return f"{writes[:-1]}, {json.dumps('requires')}: {json.dumps(requires)}}}"
 
     @classmethod
     def from_json(cls, text: str) -> ApplyPlans:
         try:
             raw = json.loads(text)
-            if isinstance(raw, dict) and set(raw) == {"writes"}:
+            if isinstance(raw, dict) and set(raw) in ({"writes"}, {"writes", "requires"}):
+                unknown = sorted(set(raw.get("requires", ())) - set(REQUIREMENTS))
+                if unknown:
+                    raise JournalError(
+                        f"A job row's apply plan requires {', '.join(map(repr, unknown))}, "
+                        "which this xasink release does not know: finish the job with the "
+                        "release that wrote it (`xasink recover`), never with this one."
+                    )
                 return cls(tuple(ApplyPlan._from_raw(w) for w in raw["writes"]))
         except (KeyError, TypeError, ValueError):
             pass
         return cls((ApplyPlan.from_json(text),))
+
+
+#: What a stored plan may require of the release that applies it (`ApplyPlans.to_json`).
+REQUIREMENTS = ("actions", "replace_where")
 
 
 def stage_name(job_id: str, schema: str | None, index: int = 0) -> TableRef:
@@ -229,7 +273,12 @@ def branch_problem(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> s
     Runs inside the branch before PREPARE and sees only this branch's rows. Key routing
     puts every row of a key in one branch, as Spark compares keys (binary); keys that only
     the column's collation makes equal ('Bob' and 'bob' under a case-insensitive one) are
-    caught by `check_stage` over the whole staging table, in the apply transaction."""
+    caught by `check_stage` over the whole staging table, in the apply transaction.
+    A replace_where overwrite's rows must all lie in its slice, as the server evaluates
+    its condition (`outside_slice`)."""
+    outside = outside_slice(conn, dialect, plan)
+    if outside:
+        return outside
     if not plan.key:
         return None
     q = dialect.quote
@@ -259,6 +308,29 @@ def branch_problem(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> s
             shown = ", ".join(repr(row[0]) for row in unknown[:SHOWN])
             return f"unknown op value(s) {shown}; op_values accepts {', '.join(map(repr, known))}"
     return None
+
+
+def outside_slice(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str | None:
+    """Why rows of the staging table lie outside the overwrite's `replace_where` (its
+    condition false or NULL for them: the overwrite would not replace what they replace, as
+    Delta refuses them too), naming a few; None when every row is in the slice."""
+    if plan.replace_where is None:
+        return None
+    shown = plan.key or plan.columns[:3]
+    columns = ", ".join(dialect.quote(c) for c in shown)
+    rows = query(
+        conn,
+        f"SELECT {columns} FROM {dialect.qualified(plan.stage)} "
+        f"WHERE NOT COALESCE(({plan.replace_where}), FALSE) LIMIT {SHOWN + 1}",
+    )
+    if not rows:
+        return None
+    more = " and more" if len(rows) > SHOWN else ""
+    return (
+        f"rows outside replace_where ({plan.replace_where}), which it would not replace: "
+        f"{_show(shown, rows[:SHOWN])}{more}. Filter the DataFrame to the condition, or "
+        "widen it"
+    )
 
 
 def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str | None:

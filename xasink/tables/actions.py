@@ -1,0 +1,63 @@
+"""A write's own statements (`pre_sql`, `post_sql`, checked by `user_sql`), run in its
+apply's local transaction (`applier.apply_all`): before its statements and after them, so
+that they commit or roll back with its rows. A statement that fails for itself ends the
+job aborted with its target unchanged (it would fail again); a failure that is no fault of
+the statement (a lost connection, a lock wait) leaves the job to be applied again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..dialects import Dialect
+from ..errors import InputDataError
+from ..runtime.jdbc import JdbcConnection, execute, java_message, sql_state
+from .staging import ApplyPlan, refused
+
+
+class ActionError(InputDataError):
+    """A write's own statement (`pre_sql`, `post_sql`) failed in its apply's transaction,
+    which rolls back with it: applying again would fail the same way, so the job is
+    aborted, its target unchanged (a lost connection or a lock wait is not this: the
+    apply is retried, by `xasink recover`)."""
+
+
+#: SQLSTATE classes of failures that are no fault of the statement itself: a connection
+#: (08), a deadlock or serialization failure (40), resources (53), an operator (57).
+_TRANSIENT_CLASSES = ("08", "40", "53", "57")
+
+
+def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: str) -> None:
+    """Run the plan's `which` ("pre_sql", "post_sql") statements, in order, in the
+    caller's transaction (the apply's); a statement's own failure is an ActionError."""
+    statements: tuple[str, ...] = getattr(plan, which)
+    for number, statement in enumerate(statements, 1):
+        try:
+            execute(conn, statement)
+        except Exception as exc:
+            state = sql_state(exc)
+            if state is None or state[:2] in _TRANSIENT_CLASSES or dialect.is_lock_timeout(exc):
+                raise
+            shown = statement if len(statement) <= 80 else statement[:77] + "..."
+            raise ActionError(
+                f"{which} statement {number} of {len(statements)} for {plan.target}, "
+                f"{shown!r}, failed: {java_message(exc)}"
+            ) from None
+
+
+def refused_by(
+    target: str, job_id: str, exc: BaseException, redact: Callable[[object], str]
+) -> InputDataError:
+    """The error of a staged job aborted because its apply failed for good (`is_data_error`):
+    the target refused its rows, or one of the write's own statements failed."""
+    if not isinstance(exc, ActionError):
+        return refused(target, job_id, redact(exc))
+    return ActionError(
+        f"Job {job_id} was not applied: its {redact(exc)}. The statement ran in the "
+        f"transaction that applies the job's rows, which rolled back with it: nothing was "
+        f"changed in {target} and none of the job's rows were written; the job is aborted "
+        "and its staging table dropped. Fix the statement (or what it needs), then run the "
+        "write again."
+    )
+
+
+__all__ = ["ActionError", "refused_by", "run_actions"]
