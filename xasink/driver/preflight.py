@@ -104,23 +104,30 @@ def preflight(
             journal = journal.ensure(conn, spec)
             checks.put(spec, ("journal", journal.schema, journal.tag), True)
     with step("tombstones DDL checks"):  # the order of deleted keys (tables.tombstones)
-        # Keyed by the columns' types too (MySQL's name their collation): a key or order
-        # whose type changed is checked against its tombstones again.
-        types = tuple(c.sql_type for c in targets)
-        kept = (
-            "tombstones",
-            table,
-            journal.schema,
-            options.mode,
-            options.key,
-            options.order,
-            types,
-        )
-        if keeps_deletes(options) and not checks.get(spec, kept):
-            args = (options, schema.names, targets, spec.user, journal.lock_wait, spec.redact)
-            ensure_tombstones(conn, dialect, table, journal.schema, *args)
-            checks.put(spec, kept, True)
+        _tombstones(conn, request, journal, table, options, schema, targets, checks)
     return Preflight(journal, targets, created, table, options)
+
+
+def _tombstones(
+    conn: JdbcConnection,
+    request: JobRequest,
+    journal: Journal,
+    table: TableRef,
+    options: ModeOptions,
+    schema: StructType,
+    targets: list[TableColumn],
+    checks: CheckCache,
+) -> None:
+    """The table keeping the order of the target's deleted keys, where the write keeps it.
+    Remembered by the columns' types too (MySQL's name their collation): a key or order
+    whose type changed is checked against its tombstones again."""
+    spec = request.spec
+    types = tuple(c.sql_type for c in targets)
+    kept = ("tombstones", table, journal.schema, options.mode, options.key, options.order, types)
+    if keeps_deletes(options) and not checks.get(spec, kept):
+        args = (options, schema.names, targets, spec.user, journal.lock_wait, spec.redact)
+        ensure_tombstones(conn, get_dialect(spec.dialect), table, journal.schema, *args)
+        checks.put(spec, kept, True)
 
 
 class _Undescribed(Exception):

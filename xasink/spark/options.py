@@ -126,18 +126,8 @@ def parse(
         target=TableRef.parse(table),
         options=mode_options,
         create=create,
-        writer=WriterProperties(
-            batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
-            bulk=_flag(own, "bulk", True),
-            driver_write_bytes=_whole(own, "driverwritebytes", defaults.DRIVER_WRITE_BYTES),
-        ),
-        commit=CommitProperties(
-            retries=_whole(own, "commitretries", defaults.COMMIT_RETRIES),
-            parallelism=_whole(own, "commitparallelism", defaults.COMMIT_PARALLELISM),
-            recover_first=_flag(own, "recoverfirst", True),
-            grace=_number(own, "grace", defaults.GRACE),
-            lock_wait_timeout=_number(own, "lockwaittimeout", defaults.LOCK_WAIT),
-        ),
+        writer=_writer(given, own),
+        commit=_commit(own),
         journal_schema=database.journal_schema,
         new_table=NewTable.build(
             given.get("createtableoptions"),
@@ -165,6 +155,24 @@ def parse(
         stream_key=_stream_key(keyed, spec.masked_url) if streaming else None,
         lease=_lease(own, interval),
         start_timeout=_number(own, "starttimeout", defaults.START_TIMEOUT),
+    )
+
+
+def _writer(given: Mapping[str, str], own: Mapping[str, str]) -> WriterProperties:
+    return WriterProperties(
+        batch_size=_whole(given, "batchsize", defaults.BATCH_SIZE),
+        bulk=_flag(own, "bulk", True),
+        driver_write_bytes=_whole(own, "driverwritebytes", defaults.DRIVER_WRITE_BYTES),
+    )
+
+
+def _commit(own: Mapping[str, str]) -> CommitProperties:
+    return CommitProperties(
+        retries=_whole(own, "commitretries", defaults.COMMIT_RETRIES),
+        parallelism=_whole(own, "commitparallelism", defaults.COMMIT_PARALLELISM),
+        recover_first=_flag(own, "recoverfirst", True),
+        grace=_number(own, "grace", defaults.GRACE),
+        lock_wait_timeout=_number(own, "lockwaittimeout", defaults.LOCK_WAIT),
     )
 
 
