@@ -66,6 +66,8 @@ def test_url_parts():
     assert url_parts("jdbc:vendor://[::1]:9/d?a=1&b=2") == ("::1", 9, "d", [("a", "1"), ("b", "2")])
     with pytest.raises(ConfigurationError, match="jdbc:<driver>://host:port/database"):
         url_parts("jdbc:oracle:thin:@h:1521/x")
+    with pytest.raises(ConfigurationError, match="attribute number 2 is not key=value"):
+        url_parts("jdbc:derby://h/db;create=true;s3cret")
 
 
 class FakeDataSource:
@@ -115,3 +117,18 @@ def test_a_property_without_a_setter_is_refused_without_its_value():
         configure(FakeDataSource(attributes=False), "jdbc:x://h:1/d", [("portNumber", "hunter2")])
     assert "takes neither text, a number nor true/false" in str(refused.value)
     assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("password", ["Qx7&Zr=Kp9", "Qx7&Zr9"])
+def test_a_password_with_an_ampersand_is_one_attribute_and_never_quoted(password):
+    # Derby splits `;k=v` attributes at `;` alone: `&` and `=` belong to the value.
+    url = f"jdbc:derby://h:1527/db;create=true;password={password};user=u"
+    assert url_parts(url)[3] == [("create", "true"), ("password", password), ("user", "u")]
+    source = FakeDataSource(attributes=True)
+    configure(source, url, [])
+    assert source.values["connectionAttributes"] == f"create=true;password={password};user=u"
+    with pytest.raises(ConfigurationError) as refused:
+        configure(FakeDataSource(attributes=False), url, [])
+    message = str(refused.value)
+    assert "has no property create, password, user." in message
+    assert not any(part in message for part in {password, *password.replace("=", "&").split("&")})
