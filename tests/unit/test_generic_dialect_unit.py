@@ -8,7 +8,7 @@ import pytest
 
 from xasink.dialects import get_dialect
 from xasink.dialects.beans import configure, url_parts
-from xasink.errors import ConfigurationError
+from xasink.errors import ConfigurationError, JournalError
 
 GENERIC = get_dialect("generic")
 
@@ -132,3 +132,56 @@ def test_a_password_with_an_ampersand_is_one_attribute_and_never_quoted(password
     message = str(refused.value)
     assert "has no property create, password, user." in message
     assert not any(part in message for part in {password, *password.replace("=", "&").split("&")})
+
+
+def _racing(monkeypatch, dialect, *, created_after, tag, create_fails):
+    """A journal whose jobs table appears after `created_after` looks (another first writer)."""
+    from xasink.protocol import schema
+
+    looks, created = [], []
+
+    def exists(self, conn):
+        looks.append(1)
+        return len(looks) > created_after
+
+    def create(self, conn):
+        if create_fails:
+            raise FakeSqlError("X0Y32", 30000)  # Derby: the table exists
+        created.append(1)
+
+    monkeypatch.setattr(schema.JournalLayout, "exists", exists)
+    monkeypatch.setattr(schema.JournalLayout, "_stored_tag", lambda self, conn: tag)
+    monkeypatch.setattr(schema.JournalLayout, "_create", create)
+    monkeypatch.setattr(schema, "CREATION_RACE_WAIT", 0.5)
+    monkeypatch.setattr(schema, "_CREATION_POLL", 0.01)
+    return schema.JournalLayout(dialect.name, None, "", 5.0), created
+
+
+@pytest.mark.parametrize(("tag", "create_fails"), [("a1b2c3d4", False), (None, True)])
+def test_a_first_writer_without_a_creation_lock_waits_for_the_other_ones_journal(
+    monkeypatch, tag, create_fails
+):
+    # The tag without the jobs table, or a table that exists already: another first writer
+    # is creating the journal at this moment (no creation lock on the generic dialect).
+    journal, created = _racing(
+        monkeypatch, GENERIC, created_after=3, tag=tag, create_fails=create_fails
+    )
+    journal._create_first(None)
+    assert created == []
+
+
+def test_a_journal_that_never_appears_is_refused_after_a_bounded_wait(monkeypatch):
+    journal, _ = _racing(monkeypatch, GENERIC, created_after=10**9, tag=None, create_fails=True)
+    with pytest.raises(JournalError, match=r"half-created.*Try again"):
+        journal._create_first(None)
+    journal, _ = _racing(monkeypatch, GENERIC, created_after=10**9, tag="t", create_fails=False)
+    with pytest.raises(JournalError, match=r"incomplete.*restored from a backup"):
+        journal._create_first(None)
+
+
+def test_under_a_creation_lock_the_tag_without_jobs_is_a_lost_table(monkeypatch):
+    journal, _ = _racing(
+        monkeypatch, get_dialect("postgres"), created_after=3, tag="t", create_fails=False
+    )
+    with pytest.raises(JournalError, match="incomplete"):
+        journal._create_first(None)

@@ -78,6 +78,9 @@ class Dialect:
     bean_properties: ClassVar[bool] = False
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
     tls_ca_property: ClassVar[str | None] = None
+    #: Whether `lock_session` takes a real lock (else two first writers may create the
+    #: same journal at once, and the later one waits for the earlier one's tables).
+    session_locks: ClassVar[bool] = False
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:

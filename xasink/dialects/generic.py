@@ -74,7 +74,8 @@ class GenericDialect(Dialect):
     def create_table_sql(
         self, table: str, name: str, columns: str, indexes: Sequence[TableIndex] = ()
     ) -> list[str]:
-        # Run under the journal's creation check: a table found missing is created once.
+        # No creation lock here: a first writer racing another one gets `is_existing_table`
+        # and waits for the other's journal (`JournalLayout._create_first`).
         return [f"CREATE TABLE {table} ({columns})"] + [
             sql for index in indexes if (sql := self.create_index_sql(table, name, index))
         ]
