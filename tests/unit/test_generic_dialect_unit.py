@@ -185,3 +185,19 @@ def test_under_a_creation_lock_the_tag_without_jobs_is_a_lost_table(monkeypatch)
     )
     with pytest.raises(JournalError, match="incomplete"):
         journal._create_first(None)
+
+
+def test_no_retention_round_after_a_job_where_lock_waits_cannot_be_bounded():
+    # Derby's lock wait is the server's (no lock_wait_sql): a round could stall a writer.
+    from types import SimpleNamespace
+
+    from xasink.protocol import retention
+    from xasink.protocol.schema import JournalLayout
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"the round used the session ({name})")
+
+    journal = JournalLayout("generic", None, "a1b2c3d4", 5.0)
+    spec = SimpleNamespace(url="jdbc:derby://h/db", user=None, redact=str)
+    assert retention.tend(journal, Untouchable(), spec) is None
