@@ -201,3 +201,30 @@ def test_no_retention_round_after_a_job_where_lock_waits_cannot_be_bounded():
     journal = JournalLayout("generic", None, "a1b2c3d4", 5.0)
     spec = SimpleNamespace(url="jdbc:derby://h/db", user=None, redact=str)
     assert retention.tend(journal, Untouchable(), spec) is None
+
+
+def test_a_layout_upgrade_on_the_generic_dialect_is_idempotent(monkeypatch):
+    # No IF NOT EXISTS in its DDL: every table, index and column of an upgrade may be there
+    # already (an earlier layout has most; a crashed upgrade some more).
+    import contextlib
+
+    from xasink.dialects import generic
+    from xasink.protocol import jobtables, schema
+
+    ran = []
+
+    def derby(conn, sql, params=()):
+        ran.append(sql.split(" ", 2)[:2])
+        if sql.startswith(("CREATE", "ALTER")):
+            raise FakeSqlError("X0Y32", 30000)  # Derby: table, index or column exists
+        if sql.startswith("DROP INDEX"):
+            raise FakeSqlError("42X65", 30000)  # Derby: no such index
+        return 0
+
+    monkeypatch.setattr(schema, "execute", derby)
+    monkeypatch.setattr(generic, "execute", derby)
+    monkeypatch.setattr(schema, "network_timeout_lifted", lambda conn: contextlib.nullcontext())
+    monkeypatch.setattr(jobtables, "record_plans", lambda journal, conn: None)
+    schema.JournalLayout("generic", None, "a1b2c3d4", 5.0)._upgrade_steps(None)
+    assert ["CREATE", "TABLE"] in ran and ["ALTER", "TABLE"] in ran
+    assert ran[-1] == ["UPDATE", '"xasink_meta"']  # the new version, once all is there

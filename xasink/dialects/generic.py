@@ -24,6 +24,8 @@ _EXISTING = frozenset({"42S01", "42P07", "X0Y32", "42710"})
 _EXISTING_CODES = frozenset({955, 2714})
 _DUPLICATE_INDEX = frozenset({"42S11", "X0Y32", "42710"})
 _DUPLICATE_INDEX_CODES = frozenset({955, 1913})
+#: A column that exists: X/Open's, Derby's (as for a table), DB2's, PostgreSQL's.
+_DUPLICATE_COLUMN = frozenset({"42S21", "X0Y32", "42711", "42701"})
 #: A lock wait that timed out: Derby's 40XL1 (it rolls the transaction back, as DB2's
 #: 40001 with reason 68 does), PostgreSQL's 55P03, DB2's 57033; Oracle's ORA-30006 and
 #: ORA-00054, SQL Server's 1222.
@@ -75,7 +77,8 @@ class GenericDialect(Dialect):
         self, table: str, name: str, columns: str, indexes: Sequence[TableIndex] = ()
     ) -> list[str]:
         # No creation lock here: a first writer racing another one gets `is_existing_table`
-        # and waits for the other's journal (`JournalLayout._create_first`).
+        # and waits for the other's journal (`JournalLayout._create_first`); an upgrade
+        # skips what exists (`JournalLayout._create_unless_there`).
         return [f"CREATE TABLE {table} ({columns})"] + [
             sql for index in indexes if (sql := self.create_index_sql(table, name, index))
         ]
@@ -97,6 +100,13 @@ class GenericDialect(Dialect):
             execute(conn, f"DROP INDEX {schema}{self.quote(name)}")
         except Exception as exc:
             if not self.is_missing_table(exc) and sql_state(exc) != "42X65":  # Derby: no index
+                raise
+
+    def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
+        try:  # no ADD COLUMN IF NOT EXISTS in SQL:2016
+            execute(conn, f"ALTER TABLE {table} ADD COLUMN {column}")
+        except Exception as exc:
+            if sql_state(exc) not in _DUPLICATE_COLUMN:
                 raise
 
     # -- time and paging: JDBC escapes and SQL:2008 ------------------------------------

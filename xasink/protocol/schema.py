@@ -290,7 +290,7 @@ class JournalLayout(JournalTables):
         with network_timeout_lifted(conn):  # an index over a long history
             for table, name, columns, indexes in definitions(self):
                 for sql in d.create_table_sql(table, name, columns, indexes):
-                    execute(conn, sql)
+                    self._create_unless_there(conn, sql)
                 for index in indexes:  # an existing table lacks the newer indexes
                     self._add_index(conn, table, name, index)
         for name in _REPLACED_INDEXES:
@@ -303,6 +303,15 @@ class JournalLayout(JournalTables):
             f"UPDATE {self.meta} SET version = ? WHERE id = 1 AND version < ?",
             (SCHEMA_VERSION, SCHEMA_VERSION),
         )
+
+    def _create_unless_there(self, conn: JdbcConnection, sql: str) -> None:
+        """An upgrade's CREATE TABLE or INDEX, a no-op where it exists (the generic dialect's
+        DDL has no IF NOT EXISTS, and an earlier layout has most of its tables)."""
+        try:
+            execute(conn, sql)
+        except Exception as exc:
+            if not (self.dialect.is_existing_table(exc) or self.dialect.is_duplicate_index(exc)):
+                raise
 
     def _add_index(self, conn: JdbcConnection, table: str, name: str, index: TableIndex) -> None:
         sql = self.dialect.create_index_sql(table, name, index)
