@@ -41,6 +41,14 @@ class FakeSqlError(Exception):
         ("42S01", 2714, "existing"),  # SQL Server
         ("40XL1", 30000, "lock"),  # Derby: lock wait timed out
         ("61000", 54, "lock"),  # Oracle: ORA-00054, resource busy
+        ("40XL2", 30000, "lock"),  # Derby: the same, with deadlock tracing on
+        ("57033", -911, "lock"),  # DB2: a deadlock or a timeout, not rolled back
+        ("S00018", 1222, "lock"),  # SQL Server: lock request time out
+        ("S0002", 208, "missing"),  # SQL Server without xopenStates
+        ("S0001", 2714, "existing"),
+        ("21000", 1222, "none"),  # MySQL's 1222 (column counts) behind the generic dialect
+        ("HY000", 54, "none"),  # another server's 54: only Oracle's (61000) is ORA-00054
+        ("42S02", 942, "missing"),  # X/Open's state says it, whatever the code
         ("42000", 1, "none"),
         ("23505", 20000, "none"),  # a duplicate key is none of them
     ],
