@@ -236,3 +236,21 @@ def test_a_layout_upgrade_on_the_generic_dialect_is_idempotent(monkeypatch):
     schema.JournalLayout("generic", None, "a1b2c3d4", 5.0)._upgrade_steps(None)
     assert ["CREATE", "TABLE"] in ran and ["ALTER", "TABLE"] in ran
     assert ran[-1] == ["UPDATE", '"xasink_meta"']  # the new version, once all is there
+
+
+def test_a_staged_append_in_a_transaction_is_refused_with_per_branch_appends_named():
+    from types import SimpleNamespace
+
+    from xasink.driver.preflight import preflight
+    from xasink.tables.modes import ModeOptions
+
+    request = SimpleNamespace(
+        spec=SimpleNamespace(dialect="generic"),
+        target=None,
+        options=ModeOptions("append", stage_append=True),
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        preflight(None, None, request, None, 1)
+    message = str(refused.value)
+    assert "per_branch_appends=True" in message and "transaction" in message
+    assert "writes mode='append' only" not in message  # it is an append
