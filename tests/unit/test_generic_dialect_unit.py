@@ -5,29 +5,13 @@ properties from the URL, never with a value in a message."""
 from __future__ import annotations
 
 import pytest
+from fake_sql_errors import FakeSqlError
 
 from xasink.dialects import get_dialect
 from xasink.dialects.beans import configure, url_parts
 from xasink.errors import ConfigurationError, JournalError
 
 GENERIC = get_dialect("generic")
-
-
-class FakeSqlError(Exception):
-    """Duck-types a java.sql.SQLException as xasink reads one."""
-
-    def __init__(self, state: str | None, code: int = 0) -> None:
-        super().__init__(f"SQLSTATE {state}")
-        self._state, self._code = state, code
-
-    def getSQLState(self) -> str | None:
-        return self._state
-
-    def getErrorCode(self) -> int:
-        return self._code
-
-    def getCause(self) -> None:
-        return None
 
 
 @pytest.mark.parametrize(
