@@ -596,9 +596,11 @@ class DriverProcess(WatchedDriver):
         action: str = "hang",
         sink: str | None = None,
         writer: str = "tasks",
+        rows: int = ROWS,
+        partitions: int = PARTITIONS,
     ):
         self.point, self.action = point, action
-        args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
+        args = [db.jdbc_url, db.user, table, str(rows), str(partitions), point]
         env = {"XASINK_TEST_FAULT_ACTION": action, "XASINK_TEST_WRITER": writer}
         env.update(getattr(db, "process_env", {}))  # another driver's jar and class (Derby)
         if sink:
@@ -639,13 +641,17 @@ def kill_driver_at(
     mode: str | None = None,
     sink: str | None = None,
     writer: str = "tasks",
+    rows: int = ROWS,
+    partitions: int = PARTITIONS,
 ) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group.
 
-    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input; with `sink`
-    ("<sink id>:<batch id>"), as that batch of a stream; with writer="driver", in the one
-    branch the driver writes itself."""
-    driver = DriverProcess(db, table, point, mode, sink=sink, writer=writer)
+    It writes `rows` events in `partitions`, or with `mode`, `mode_case(mode)`'s input; with
+    `sink` ("<sink id>:<batch id>"), as that batch of a stream; with writer="driver", in the
+    one branch the driver writes itself."""
+    driver = DriverProcess(
+        db, table, point, mode, sink=sink, writer=writer, rows=rows, partitions=partitions
+    )
     try:
         driver.wait_for_point()
     finally:
