@@ -161,6 +161,34 @@ def test_driver_killed_after_its_decision_is_finished_by_recover(derby):
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_two_first_writers_create_one_journal_and_an_upgrade_skips_what_exists(derby):
+    """No creation lock on the generic dialect: the later of two racing first writers meets
+    the other's tables (Derby's X0Y32) and waits for its journal. A layout upgrade over a
+    whole journal (CREATE without IF NOT EXISTS) is a no-op."""
+    import threading
+
+    from xasink.protocol.schema import JournalLayout
+
+    tags, errors = [], []
+
+    def first_writer() -> None:
+        try:
+            with derby.connect() as conn:
+                tags.append(JournalLayout("generic", "race", "", 20.0).ensure(conn).tag)
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=first_writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(tags) == 2 and len(set(tags)) == 1
+    with derby.connect() as conn:
+        JournalLayout("generic", "race", tags[0], 20.0)._upgrade_steps(conn)
+    assert derby.query('SELECT COUNT(*) FROM "race"."xasink_meta"') == [(1,)]
+
+
 @pytest.mark.parametrize(
     ("mode", "options"),
     [("upsert", {"key": "id"}), ("merge", {"key": "id", "op": "op"}), ("overwrite", {})],
