@@ -597,9 +597,11 @@ class DriverProcess(WatchedDriver):
         sink: str | None = None,
         writer: str = "tasks",
         options: dict[str, Any] | None = None,
+        rows: int = ROWS,
+        partitions: int = PARTITIONS,
     ):
         self.point, self.action = point, action
-        args = [db.jdbc_url, db.user, table, str(ROWS), str(PARTITIONS), point]
+        args = [db.jdbc_url, db.user, table, str(rows), str(partitions), point]
         env = {"XASINK_TEST_FAULT_ACTION": action, "XASINK_TEST_WRITER": writer}
         env.update(getattr(db, "process_env", {}))  # another driver's jar and class (Derby)
         if options:
@@ -643,14 +645,25 @@ def kill_driver_at(
     sink: str | None = None,
     writer: str = "tasks",
     options: dict[str, Any] | None = None,
+    rows: int = ROWS,
+    partitions: int = PARTITIONS,
 ) -> None:
     """Start a driver that stops at `point`, then SIGKILL its whole process group.
 
-    It writes `ROWS` events, or with `mode`, `mode_case(mode)`'s input (`options`: more
-    write_xa keywords); with `sink`
-    ("<sink id>:<batch id>"), as that batch of a stream; with writer="driver", in the one
-    branch the driver writes itself."""
-    driver = DriverProcess(db, table, point, mode, sink=sink, writer=writer, options=options)
+    It writes `rows` events in `partitions`, or with `mode`, `mode_case(mode)`'s input
+    (`options`: more write_xa keywords); with `sink` ("<sink id>:<batch id>"), as that batch
+    of a stream; with writer="driver", in the one branch the driver writes itself."""
+    driver = DriverProcess(
+        db,
+        table,
+        point,
+        mode,
+        sink=sink,
+        writer=writer,
+        options=options,
+        rows=rows,
+        partitions=partitions,
+    )
     try:
         driver.wait_for_point()
     finally:

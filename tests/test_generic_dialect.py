@@ -2,8 +2,8 @@
 Derby's network server, through Derby's ClientXADataSource named by class and jar.
 
 Append through tasks (a task failing once, retried by Spark) and through the driver's one
-transaction, a driver SIGKILLed after its decision finished by `xasink recover` (a process
-of its own) while another application's prepared transaction is left alone, `xasink check`,
+transaction, a driver SIGKILLed after its decision (a process of its own) finished by
+`xasink recover` while another application's prepared transaction is left alone, `xasink check`,
 and the modes the generic dialect refuses. Rows and prepared transactions are read with
 Derby's own JDBC client and XAResource (tests/derby_server.py), never through xasink.
 """
@@ -14,12 +14,11 @@ import io
 import json
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
 from derby_server import CLIENT_JAR, XA_DATASOURCE, DerbyServer
-from support import PARTITIONS, ROWS, events_df, failing_once, kill_driver_at
+from support import events_df, failing_once, kill_driver_at
 
 from xasink import (
     FORMAT_ID,
@@ -40,24 +39,9 @@ def _cli_args(derby: DerbyServer) -> list[str]:
     return [*argv, "--xa-datasource", XA_DATASOURCE, "--jars", str(CLIENT_JAR)]
 
 
-def xasink_process(
-    derby: DerbyServer, command: str, *args: str
-) -> subprocess.CompletedProcess[str]:
-    """`python -m xasink COMMAND` against Derby, as a user runs it (password in a variable)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "xasink", command, *_cli_args(derby), *args],
-        env={**os.environ, "DERBY_PW": derby.password},
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=180,
-    )
-    assert derby.password not in done.stdout + done.stderr, "the password was printed"
-    return done
-
-
 def xasink_here(derby: DerbyServer, command: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The same command in this process (`xasink.cli.main`), sparing a Python and a JVM."""
+    """`xasink COMMAND` against Derby as a user runs it (password in a variable), in this
+    process (`xasink.cli.main`), sparing a Python and a JVM."""
     from xasink.cli import main
 
     os.environ["DERBY_PW"] = derby.password
@@ -71,21 +55,21 @@ def xasink_here(derby: DerbyServer, command: str, *args: str) -> subprocess.Comp
 def test_append_exactly_once_through_a_failed_task_and_the_drivers_transaction(spark, derby):
     table = new_table()
     db = Database(**derby.database_args())
-    # Two branches written by tasks; the task meeting id 700 fails once, and Spark retries it.
+    # Two branches written by tasks; the task meeting id 300 fails once, and Spark retries it.
     tasks = write_xa(
-        failing_once(events_df(spark, 1000, 2), at_id=700),
+        failing_once(events_df(spark, 400, 2), at_id=300),
         db,
         table,
         writer_properties=WriterProperties(driver_write_bytes=0),
     )
-    assert (tasks.rows, tasks.partitions, tasks.writer, tasks.created) == (1000, 2, "tasks", True)
+    assert (tasks.rows, tasks.partitions, tasks.writer, tasks.created) == (400, 2, "tasks", True)
     assert tasks.load_paths == ("batched",)
     # A small frame: one local transaction on the driver (rows, job row, no PREPARE).
-    small = events_df(spark, 50, 1).selectExpr("id + 1000 AS id", "name", "v", "n", "ts")
+    small = events_df(spark, 50, 1).selectExpr("id + 400 AS id", "name", "v", "n", "ts")
     driver = write_xa(small, db, table)
     assert (driver.rows, driver.writer) == (50, "driver")
 
-    assert derby.ids_in(table) == list(range(1050))
+    assert derby.ids_in(table) == list(range(450))
     assert derby.prepared() == []
     row = derby.query(
         f'SELECT CAST("name" AS VARCHAR(20)), "n", CAST("ts" AS VARCHAR(30)) FROM "{table}" '
@@ -98,6 +82,7 @@ def test_append_exactly_once_through_a_failed_task_and_the_drivers_transaction(s
     assert states == [("committed",), ("committed",)]
 
 
+@pytest.mark.full_only  # ~10 s: a Python-row frame; make test keeps append, failure, kill
 def test_every_generic_column_type_is_created_and_written(spark, derby):
     """A new table of every type the generic dialect creates (types.md), a row of values and
     a row of NULLs, through the driver's one transaction."""
@@ -147,19 +132,25 @@ def test_every_generic_column_type_is_created_and_written(spark, derby):
     assert got == [(*first, stamp, stamp, "[1,2]", 2), (2, *[None] * 13)]
 
 
+#: The killed driver's frame: one wave of tasks on local[2] (a branch per partition).
+KILLED_ROWS, KILLED_PARTITIONS = 400, 2
+
+
 def test_driver_killed_after_its_decision_is_finished_by_recover(derby):
     table = new_table()
-    kill_driver_at(derby, table, "after_decision")  # tasks: one branch per partition
+    kill_driver_at(  # tasks: one branch per partition
+        derby, table, "after_decision", rows=KILLED_ROWS, partitions=KILLED_PARTITIONS
+    )
     ours = [x for x in derby.prepared() if x.startswith(f"{FORMAT_ID}:")]
-    assert len(ours) == PARTITIONS
+    assert len(ours) == KILLED_PARTITIONS
     foreign = _foreign_prepared(derby)  # another application's, on the same server
 
-    done = xasink_process(derby, "recover", "--grace", "0", "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = xasink_here(derby, "recover", "--grace", "0", "--json")  # the killed job's state
+    assert done.returncode == 0, done.stdout + done.stderr  # is in no process but the journal
     actions = [a["action"] for a in json.loads(done.stdout)["actions"]]
-    assert actions.count("commit") == PARTITIONS, done.stdout
+    assert actions.count("commit") == KILLED_PARTITIONS, done.stdout
 
-    assert derby.ids_in(table) == list(range(ROWS))
+    assert derby.ids_in(table) == list(range(KILLED_ROWS))
     assert derby.prepared() == [foreign]  # recovery touches xasink's own branches only
     _rollback_foreign(derby)
     assert derby.prepared() == []
@@ -168,6 +159,34 @@ def test_driver_killed_after_its_decision_is_finished_by_recover(derby):
 
     check = xasink_here(derby, "check")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_two_first_writers_create_one_journal_and_an_upgrade_skips_what_exists(derby):
+    """No creation lock on the generic dialect: the later of two racing first writers meets
+    the other's tables (Derby's X0Y32) and waits for its journal. A layout upgrade over a
+    whole journal (CREATE without IF NOT EXISTS) is a no-op."""
+    import threading
+
+    from xasink.protocol.schema import JournalLayout
+
+    tags, errors = [], []
+
+    def first_writer() -> None:
+        try:
+            with derby.connect() as conn:
+                tags.append(JournalLayout("generic", "race", "", 20.0).ensure(conn).tag)
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=first_writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(tags) == 2 and len(set(tags)) == 1
+    with derby.connect() as conn:
+        JournalLayout("generic", "race", tags[0], 20.0)._upgrade_steps(conn)
+    assert derby.query('SELECT COUNT(*) FROM "race"."xasink_meta"') == [(1,)]
 
 
 @pytest.mark.parametrize(

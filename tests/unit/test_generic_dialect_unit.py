@@ -5,29 +5,13 @@ properties from the URL, never with a value in a message."""
 from __future__ import annotations
 
 import pytest
+from fake_sql_errors import FakeSqlError
 
 from xasink.dialects import get_dialect
 from xasink.dialects.beans import configure, url_parts
-from xasink.errors import ConfigurationError
+from xasink.errors import ConfigurationError, JournalError
 
 GENERIC = get_dialect("generic")
-
-
-class FakeSqlError(Exception):
-    """Duck-types a java.sql.SQLException as xasink reads one."""
-
-    def __init__(self, state: str | None, code: int = 0) -> None:
-        super().__init__(f"SQLSTATE {state}")
-        self._state, self._code = state, code
-
-    def getSQLState(self) -> str | None:
-        return self._state
-
-    def getErrorCode(self) -> int:
-        return self._code
-
-    def getCause(self) -> None:
-        return None
 
 
 @pytest.mark.parametrize(
@@ -41,6 +25,14 @@ class FakeSqlError(Exception):
         ("42S01", 2714, "existing"),  # SQL Server
         ("40XL1", 30000, "lock"),  # Derby: lock wait timed out
         ("61000", 54, "lock"),  # Oracle: ORA-00054, resource busy
+        ("40XL2", 30000, "lock"),  # Derby: the same, with deadlock tracing on
+        ("57033", -911, "lock"),  # DB2: a deadlock or a timeout, not rolled back
+        ("S00018", 1222, "lock"),  # SQL Server: lock request time out
+        ("S0002", 208, "missing"),  # SQL Server without xopenStates
+        ("S0001", 2714, "existing"),
+        ("21000", 1222, "none"),  # MySQL's 1222 (column counts) behind the generic dialect
+        ("HY000", 54, "none"),  # another server's 54: only Oracle's (61000) is ORA-00054
+        ("42S02", 942, "missing"),  # X/Open's state says it, whatever the code
         ("42000", 1, "none"),
         ("23505", 20000, "none"),  # a duplicate key is none of them
     ],
@@ -66,6 +58,8 @@ def test_url_parts():
     assert url_parts("jdbc:vendor://[::1]:9/d?a=1&b=2") == ("::1", 9, "d", [("a", "1"), ("b", "2")])
     with pytest.raises(ConfigurationError, match="jdbc:<driver>://host:port/database"):
         url_parts("jdbc:oracle:thin:@h:1521/x")
+    with pytest.raises(ConfigurationError, match="attribute number 2 is not key=value"):
+        url_parts("jdbc:derby://h/db;create=true;s3cret")
 
 
 class FakeDataSource:
@@ -115,3 +109,132 @@ def test_a_property_without_a_setter_is_refused_without_its_value():
         configure(FakeDataSource(attributes=False), "jdbc:x://h:1/d", [("portNumber", "hunter2")])
     assert "takes neither text, a number nor true/false" in str(refused.value)
     assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("password", ["Qx7&Zr=Kp9", "Qx7&Zr9"])
+def test_a_password_with_an_ampersand_is_one_attribute_and_never_quoted(password):
+    # Derby splits `;k=v` attributes at `;` alone: `&` and `=` belong to the value.
+    url = f"jdbc:derby://h:1527/db;create=true;password={password};user=u"
+    assert url_parts(url)[3] == [("create", "true"), ("password", password), ("user", "u")]
+    source = FakeDataSource(attributes=True)
+    configure(source, url, [])
+    assert source.values["connectionAttributes"] == f"create=true;password={password};user=u"
+    with pytest.raises(ConfigurationError) as refused:
+        configure(FakeDataSource(attributes=False), url, [])
+    message = str(refused.value)
+    assert "has no property create, password, user." in message
+    assert not any(part in message for part in {password, *password.replace("=", "&").split("&")})
+
+
+def _racing(monkeypatch, dialect, *, created_after, tag, create_fails):
+    """A journal whose jobs table appears after `created_after` looks (another first writer)."""
+    from xasink.protocol import schema
+
+    looks, created = [], []
+
+    def exists(self, conn):
+        looks.append(1)
+        return len(looks) > created_after
+
+    def create(self, conn):
+        if create_fails:
+            raise FakeSqlError("X0Y32", 30000)  # Derby: the table exists
+        created.append(1)
+
+    monkeypatch.setattr(schema.JournalLayout, "exists", exists)
+    monkeypatch.setattr(schema.JournalLayout, "_stored_tag", lambda self, conn: tag)
+    monkeypatch.setattr(schema.JournalLayout, "_create", create)
+    monkeypatch.setattr(schema, "CREATION_RACE_WAIT", 0.5)
+    monkeypatch.setattr(schema, "_CREATION_POLL", 0.01)
+    return schema.JournalLayout(dialect.name, None, "", 5.0), created
+
+
+@pytest.mark.parametrize(("tag", "create_fails"), [("a1b2c3d4", False), (None, True)])
+def test_a_first_writer_without_a_creation_lock_waits_for_the_other_ones_journal(
+    monkeypatch, tag, create_fails
+):
+    # The tag without the jobs table, or a table that exists already: another first writer
+    # is creating the journal at this moment (no creation lock on the generic dialect).
+    journal, created = _racing(
+        monkeypatch, GENERIC, created_after=3, tag=tag, create_fails=create_fails
+    )
+    journal._create_first(None)
+    assert created == []
+
+
+def test_a_journal_that_never_appears_is_refused_after_a_bounded_wait(monkeypatch):
+    journal, _ = _racing(monkeypatch, GENERIC, created_after=10**9, tag=None, create_fails=True)
+    with pytest.raises(JournalError, match=r"half-created.*Try again"):
+        journal._create_first(None)
+    journal, _ = _racing(monkeypatch, GENERIC, created_after=10**9, tag="t", create_fails=False)
+    with pytest.raises(JournalError, match=r"incomplete.*restored from a backup"):
+        journal._create_first(None)
+
+
+def test_under_a_creation_lock_the_tag_without_jobs_is_a_lost_table(monkeypatch):
+    journal, _ = _racing(
+        monkeypatch, get_dialect("postgres"), created_after=3, tag="t", create_fails=False
+    )
+    with pytest.raises(JournalError, match="incomplete"):
+        journal._create_first(None)
+
+
+def test_no_retention_round_after_a_job_where_lock_waits_cannot_be_bounded():
+    # Derby's lock wait is the server's (no lock_wait_sql): a round could stall a writer.
+    from types import SimpleNamespace
+
+    from xasink.protocol import retention
+    from xasink.protocol.schema import JournalLayout
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"the round used the session ({name})")
+
+    journal = JournalLayout("generic", None, "a1b2c3d4", 5.0)
+    spec = SimpleNamespace(url="jdbc:derby://h/db", user=None, redact=str)
+    assert retention.tend(journal, Untouchable(), spec) is None
+
+
+def test_a_layout_upgrade_on_the_generic_dialect_is_idempotent(monkeypatch):
+    # No IF NOT EXISTS in its DDL: every table, index and column of an upgrade may be there
+    # already (an earlier layout has most; a crashed upgrade some more).
+    import contextlib
+
+    from xasink.dialects import generic
+    from xasink.protocol import jobtables, schema
+
+    ran = []
+
+    def derby(conn, sql, params=()):
+        ran.append(sql.split(" ", 2)[:2])
+        if sql.startswith(("CREATE", "ALTER")):
+            raise FakeSqlError("X0Y32", 30000)  # Derby: table, index or column exists
+        if sql.startswith("DROP INDEX"):
+            raise FakeSqlError("42X65", 30000)  # Derby: no such index
+        return 0
+
+    monkeypatch.setattr(schema, "execute", derby)
+    monkeypatch.setattr(generic, "execute", derby)
+    monkeypatch.setattr(schema, "network_timeout_lifted", lambda conn: contextlib.nullcontext())
+    monkeypatch.setattr(jobtables, "record_plans", lambda journal, conn: None)
+    schema.JournalLayout("generic", None, "a1b2c3d4", 5.0)._upgrade_steps(None)
+    assert ["CREATE", "TABLE"] in ran and ["ALTER", "TABLE"] in ran
+    assert ran[-1] == ["UPDATE", '"xasink_meta"']  # the new version, once all is there
+
+
+def test_a_staged_append_in_a_transaction_is_refused_with_per_branch_appends_named():
+    from types import SimpleNamespace
+
+    from xasink.driver.preflight import preflight
+    from xasink.tables.modes import ModeOptions
+
+    request = SimpleNamespace(
+        spec=SimpleNamespace(dialect="generic"),
+        target=None,
+        options=ModeOptions("append", stage_append=True),
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        preflight(None, None, request, None, 1)
+    message = str(refused.value)
+    assert "per_branch_appends=True" in message and "transaction" in message
+    assert "writes mode='append' only" not in message  # it is an append

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from fake_sql_errors import FakeSqlError
 
 from xasink.dialects import get_dialect
 from xasink.errors import ConfigurationError, InputDataError, JournalError
@@ -374,21 +375,6 @@ def test_apply_quotes_hostile_column_names():
 
 
 # -- refused rows ----------------------------------------------------------------------------
-class FakeSqlError(Exception):
-    """Duck-types a java.sql.SQLException as xasink reads one."""
-
-    def __init__(self, state: str | None, code: int = 0) -> None:
-        super().__init__(f"SQLSTATE {state}")
-        self._state, self._code = state, code
-
-    def getSQLState(self) -> str | None:
-        return self._state
-
-    def getErrorCode(self) -> int:
-        return self._code
-
-    def getCause(self) -> None:
-        return None
 
 
 @pytest.mark.parametrize(

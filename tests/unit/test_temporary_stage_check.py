@@ -7,29 +7,10 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+from fake_sql_errors import FakeSqlError
 
 from xasink.driver.preflight import can_stage_temporarily
 from xasink.spec import ConnectionSpec
-
-
-class FakeSqlError(Exception):
-    """Duck-types a java.sql.SQLException as xasink reads one."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self._code = code
-
-    def getSQLState(self) -> str:
-        return "HY000"
-
-    def getErrorCode(self) -> int:
-        return self._code
-
-    def getMessage(self) -> str:
-        return str(self)
-
-    def getCause(self) -> None:
-        return None
 
 
 class ProbeConnection:
@@ -59,7 +40,7 @@ READ_ONLY = "The MySQL server is running with the --read-only option so it canno
 
 
 @pytest.mark.parametrize(
-    "error", [FakeSqlError(1290, READ_ONLY), RuntimeError("the connection went away")]
+    "error", [FakeSqlError("HY000", 1290, READ_ONLY), RuntimeError("the connection went away")]
 )
 def test_any_probe_error_falls_back_to_two_phases_with_one_warning(error, caplog):
     conn = ProbeConnection(error)

@@ -42,9 +42,9 @@ class TableIndex:
 
 
 class Dialect:
-    """Base dialect: ANSI quoting and a generic XADataSource configured by setters."""
+    """What every dialect shares; each server's subclass (postgres, mysql, generic) is named."""
 
-    name: ClassVar[str] = "generic"
+    name: ClassVar[str] = "base"
     jar_kinds: ClassVar[tuple[str, ...]] = ()
     datasource_classes: ClassVar[tuple[str, ...]] = ()
     #: The java.sql.Driver of each XADataSource class: it declares the connection properties.
@@ -57,8 +57,7 @@ class Dialect:
     now_sql: ClassVar[str] = "CURRENT_TIMESTAMP"
     #: Whether a connection may open a new branch after preparing one (MariaDB: no, 1399).
     reuse_after_prepare: ClassVar[bool] = False
-    #: Whether concurrent bulk loads into a table without a unique key contend, so that one
-    #: stream loads faster than several (InnoDB: the hidden row id and the last page).
+    #: Whether bulk loads into a table without a unique key contend (InnoDB's hidden row id).
     one_stream_without_key: ClassVar[bool] = False
     #: The schema a session's temporary tables live in (None: the table's own, as MySQL
     #: keeps them; PostgreSQL's `pg_temp` alias names the session's temporary schema).
@@ -78,6 +77,8 @@ class Dialect:
     bean_properties: ClassVar[bool] = False
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
     tls_ca_property: ClassVar[str | None] = None
+    #: Whether `lock_session` locks (else two first writers of a journal race: `schema`).
+    session_locks: ClassVar[bool] = False
 
     # -- identifiers -----------------------------------------------------------------
     def quote(self, identifier: str) -> str:

@@ -27,16 +27,27 @@ def url_parts(url: str) -> tuple[str, int | None, str | None, list[tuple[str, st
             "The data source takes no URL, and xasink reads host, port and database only "
             "from a URL shaped jdbc:<driver>://host:port/database;key=value. Give one so."
         )
-    rest = (match.group("rest") or "").lstrip(";?")
     attributes = []
-    for item in filter(None, re.split(r"[;&]", rest)):
+    for position, item in enumerate(_attribute_items(match.group("rest") or ""), 1):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigurationError(f"The URL's attribute {key!r} has no value; write key=value.")
+            # Its position only: the text may be part of a password.
+            raise ConfigurationError(
+                f"The URL's attribute number {position} is not key=value; write each "
+                "attribute as key=value."
+            )
         attributes.append((key, value))
     port = match.group("port")
     host = match.group("v6") or match.group("host")
     return host, int(port) if port else None, match.group("database"), attributes
+
+
+def _attribute_items(rest: str) -> list[str]:
+    """The attributes after the database: Derby's `;k=v;k=v` split at `;` alone (as Derby
+    does: a value may hold `&`), a `?k=v&k=v` query at `&`."""
+    if rest.startswith("?"):
+        return [item for item in rest[1:].split("&") if item]
+    return [item for item in rest.lstrip(";").split(";") if item]
 
 
 def configure(datasource: Any, url: str, properties: Iterable[tuple[str, str]]) -> None:

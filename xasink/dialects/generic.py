@@ -5,7 +5,7 @@ for everything XA. Tested against Apache Derby's network server (docs/deployment
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from ..runtime.jdbc import JdbcConnection, execute, sql_error_code, sql_state
@@ -14,21 +14,42 @@ from ..spec import ConnectionSpec
 from .base import Dialect, TableIndex
 from .beans import configure, set_properties
 
-#: SQLSTATEs (and vendor codes under a class-wide SQLSTATE) of a failure, by server:
-#: X/Open's own, PostgreSQL's, Derby's, DB2's, Oracle's (ORA-nnnnn) and SQL Server's.
+#: SQLSTATEs of a failure, by server: X/Open's own, PostgreSQL's, Derby's, DB2's.
 #: A table in a schema that does not exist is missing too (Derby's 42Y07: a user's default
 #: schema exists only once something is created in it).
 _MISSING_TABLE = frozenset({"42S02", "42P01", "42X05", "42Y07", "42704"})
-_MISSING_TABLE_CODES = frozenset({942, 208})  # Oracle, SQL Server
 _EXISTING = frozenset({"42S01", "42P07", "X0Y32", "42710"})
-_EXISTING_CODES = frozenset({955, 2714})
 _DUPLICATE_INDEX = frozenset({"42S11", "X0Y32", "42710"})
-_DUPLICATE_INDEX_CODES = frozenset({955, 1913})
-#: A lock wait that timed out: Derby's 40XL1 (it rolls the transaction back, as DB2's
-#: 40001 with reason 68 does), PostgreSQL's 55P03, DB2's 57033; Oracle's ORA-30006 and
-#: ORA-00054, SQL Server's 1222.
-_LOCK_TIMEOUT = frozenset({"40XL1", "55P03", "57033"})
-_LOCK_TIMEOUT_CODES = frozenset({30006, 54, 1222})
+#: A column that exists: X/Open's, Derby's (as for a table), DB2's, PostgreSQL's.
+_DUPLICATE_COLUMN = frozenset({"42S21", "X0Y32", "42711", "42701"})
+#: A lock wait given up: Derby's 40XL1 and 40XL2 (the same with derby.locks.deadlockTrace
+#: on; it rolls the transaction back, as DB2's 40001 with reason 68 does), PostgreSQL's
+#: 55P03, DB2's 57033 (a deadlock or a timeout, the transaction left as it was: either way
+#: a wait on a lock another transaction holds, which is what a caller reports).
+_LOCK_TIMEOUT = frozenset({"40XL1", "40XL2", "55P03", "57033"})
+
+
+def _oracle(state: str) -> bool:
+    """Oracle's driver reports ORA-nnnnn under a class-wide SQLSTATE (42000 for syntax and
+    objects, 61000 for resources, 72000 for SQL*Plus-era statements, 99999 unmapped)."""
+    return state in ("42000", "61000", "72000", "99999")
+
+
+def _sql_server(state: str) -> bool:
+    """Microsoft's driver: S0001/S0002 for an existing or missing table, else S000 and the
+    error's state number; 42000 and 42S0x with xopenStates=true."""
+    return state.startswith("S000") or state in ("42000", "42S01", "42S02")
+
+
+#: Vendor codes, each with the SQLSTATEs its own vendor's driver sends it under: the same
+#: number from another server (MySQL's 1222 under 21000) means something else.
+_VendorCodes = tuple[tuple[int, Callable[[str], bool]], ...]
+_MISSING_TABLE_CODES: _VendorCodes = ((942, _oracle), (208, _sql_server))
+_EXISTING_CODES: _VendorCodes = ((955, _oracle), (2714, _sql_server))
+_DUPLICATE_INDEX_CODES: _VendorCodes = ((955, _oracle), (1913, _sql_server))
+_DUPLICATE_COLUMN_CODES: _VendorCodes = ((1430, _oracle), (2705, _sql_server))
+#: Oracle's ORA-00054 (NOWAIT) and ORA-30006 (WAIT n), SQL Server's 1222.
+_LOCK_TIMEOUT_CODES: _VendorCodes = ((54, _oracle), (30006, _oracle), (1222, _sql_server))
 
 
 class GenericDialect(Dialect):
@@ -74,7 +95,9 @@ class GenericDialect(Dialect):
     def create_table_sql(
         self, table: str, name: str, columns: str, indexes: Sequence[TableIndex] = ()
     ) -> list[str]:
-        # Run under the journal's creation check: a table found missing is created once.
+        # No creation lock here: a first writer racing another one gets `is_existing_table`
+        # and waits for the other's journal (`JournalLayout._create_first`); an upgrade
+        # skips what exists (`JournalLayout._create_unless_there`).
         return [f"CREATE TABLE {table} ({columns})"] + [
             sql for index in indexes if (sql := self.create_index_sql(table, name, index))
         ]
@@ -98,6 +121,15 @@ class GenericDialect(Dialect):
             if not self.is_missing_table(exc) and sql_state(exc) != "42X65":  # Derby: no index
                 raise
 
+    def add_column(self, conn: JdbcConnection, table: str, column: str) -> None:
+        try:  # no ADD COLUMN IF NOT EXISTS in SQL:2016
+            execute(conn, f"ALTER TABLE {table} ADD COLUMN {column}")
+        except Exception as exc:
+            if sql_state(exc) not in _DUPLICATE_COLUMN and not _vendor(
+                exc, _DUPLICATE_COLUMN_CODES
+            ):
+                raise
+
     # -- time and paging: JDBC escapes and SQL:2008 ------------------------------------
     def age_sql(self, column: str) -> str:
         return f"{{fn TIMESTAMPDIFF(SQL_TSI_SECOND, {column}, CURRENT_TIMESTAMP)}}"
@@ -115,7 +147,8 @@ class GenericDialect(Dialect):
         return f"FETCH FIRST {int(rows)} ROWS ONLY"
 
 
-def _vendor(exc: BaseException, codes: frozenset[int]) -> bool:
-    """A vendor code of `codes`, under a SQLSTATE that does not say it (Oracle's class 42000
-    or 72000, SQL Server's S0002 and friends)."""
-    return sql_error_code(exc) in codes and sql_state(exc) not in (None, "")
+def _vendor(exc: BaseException, codes: _VendorCodes) -> bool:
+    """A vendor code of `codes` under a SQLSTATE of that vendor's driver (a class-wide one
+    that does not say it: Oracle's 42000, SQL Server's S0001 and friends)."""
+    code, state = sql_error_code(exc), sql_state(exc) or ""
+    return any(code == number and of_vendor(state) for number, of_vendor in codes)

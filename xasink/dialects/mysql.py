@@ -45,6 +45,7 @@ def _mariadb_connection_class() -> Any:
 
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
+    session_locks: ClassVar[bool] = True
     jar_kinds: ClassVar[tuple[str, ...]] = ("mariadb", "mysql")
     tls_ca_property: ClassVar[str | None] = "serverSslCert"
     datasource_classes: ClassVar[tuple[str, ...]] = (MARIADB_DATASOURCE, MYSQL_DATASOURCE)

@@ -20,6 +20,7 @@ _STORED = "xasink_stored"
 
 class PostgresDialect(Dialect):
     name: ClassVar[str] = "postgres"
+    session_locks: ClassVar[bool] = True
     jar_kinds: ClassVar[tuple[str, ...]] = ("postgres",)
     tls_ca_property: ClassVar[str | None] = "sslrootcert"
     datasource_classes: ClassVar[tuple[str, ...]] = ("org.postgresql.xa.PGXADataSource",)

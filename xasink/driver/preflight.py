@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..dialects import get_dialect
+from ..dialects import Dialect, get_dialect
 from ..errors import ConfigurationError, PreflightError
 from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.branches import BranchOps
@@ -19,6 +19,7 @@ from ..spec import ConnectionSpec, TableRef
 from ..tables.catalog import check_fit, ensure_table, table_columns
 from ..tables.columns import TableColumn, describe_table
 from ..tables.evolution import MERGE_SCHEMA, add_columns, check_before_adding, new_columns
+from ..tables.modes import APPEND
 from ..tables.self_reference import refuse_fixed_deletes
 from ..tables.tombstone_tables import ensure_tombstones
 from ..tables.tombstones import keeps_deletes
@@ -49,13 +50,7 @@ def preflight(
     here (`tables.self_reference`), not at its apply after the decision."""
     spec, target, options = request.spec, request.target, request.options
     dialect = get_dialect(spec.dialect)
-    if options.staged and not dialect.stages:
-        raise ConfigurationError(
-            f"The {dialect.name} dialect writes mode='append' only; mode={options.mode!r} "
-            "stages the rows and applies them with an upsert, a joined DELETE and an apply "
-            "lock, which have no ANSI SQL form. Nothing was written. Use the postgres or mysql "
-            "dialect for it, or append."
-        )
+    _refuse_staging(dialect, options)
     with step("server checks"):
         passed = checks.get(spec, "server")
         if not isinstance(passed, int) or passed < branches:
@@ -128,6 +123,33 @@ def _tombstones(
         args = (options, schema.names, targets, spec.user, journal.lock_wait, spec.redact)
         ensure_tombstones(conn, get_dialect(spec.dialect), table, journal.schema, *args)
         checks.put(spec, kept, True)
+
+
+def _refuse_staging(dialect: Dialect, options: ModeOptions) -> None:
+    """A dialect without staging (generic) takes appends only, and not a transaction's
+    staged ones."""
+    if not options.staged or dialect.stages:
+        return
+    if options.mode == APPEND and options.actions:
+        raise ConfigurationError(
+            f"The {dialect.name} dialect cannot stage rows, and an append with pre_sql or "
+            "post_sql stages them (to run the statements in the transaction that applies "
+            "them). Nothing was written. Run the statements apart, or use the postgres or "
+            "mysql dialect."
+        )
+    if options.mode == APPEND:  # a transaction stages its appends by default
+        raise ConfigurationError(
+            f"The {dialect.name} dialect cannot stage rows, and a transaction stages its "
+            "appends (so that all its tables change at once). Nothing was written. Open "
+            "the transaction with per_branch_appends=True (each task's rows committed "
+            "by its own branch), or use the postgres or mysql dialect."
+        )
+    raise ConfigurationError(
+        f"The {dialect.name} dialect writes mode='append' only; mode={options.mode!r} "
+        "stages the rows and applies them with an upsert, a joined DELETE and an apply "
+        "lock, which have no ANSI SQL form. Nothing was written. Use the postgres or mysql "
+        "dialect for it, or append."
+    )
 
 
 class _Undescribed(Exception):

@@ -331,7 +331,12 @@ def tend(journal: JournalLayout, session: XaSession, spec: ConnectionSpec) -> Sw
     job used (to the database `spec` names), with no transaction open; its lock waits
     are bounded to a few seconds meanwhile (a round never waits on a writer for long).
     Never raises: a failed round is retried later, and a job's outcome is never its
-    business."""
+    business. Never runs on a dialect that cannot bound its lock waits (generic)."""
+    if journal.dialect.lock_wait_sql(ROUND_LOCK_WAIT)[0] is None:
+        # A dialect that cannot bound a session's lock waits (generic: Derby waits its
+        # server-wide derby.locks.waitTimeout, and its reads take locks) could stall a
+        # writer behind the round: `xasink prune` by hand.
+        return None
     key = (spec.url, spec.user, journal.schema, journal.tag)
     now = time.monotonic()
     with _due_lock:

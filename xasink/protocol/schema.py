@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -56,6 +57,10 @@ LINKED_VERSION = 2
 EARLIER_VERSIONS = (1, LINKED_VERSION, LAYERED_VERSION)
 #: Seconds the upgrade's DDL waits for a lock before it is left for a later call.
 UPGRADE_LOCK_WAIT = 5
+#: Seconds a first writer without a creation lock (`Dialect.session_locks`) waits for
+#: another first writer's journal to be whole, then a pause between looks.
+CREATION_RACE_WAIT = 10.0
+_CREATION_POLL = 0.2
 #: (schema, jobs table) of the journals whose deferred upgrade this process told of.
 _DEFERRED: set[tuple[str | None, str]] = set()
 #: The journal's own retention in days (`retention`), added to earlier layouts' meta.
@@ -229,8 +234,7 @@ class JournalLayout(JournalTables):
         if not self.exists(conn):  # only a first writer pays for the creation lock
             with self._creation_lock(conn):
                 if not self.exists(conn):  # else another first writer created it meanwhile
-                    self._check_not_half_gone(conn)
-                    self._create(conn)
+                    self._create_first(conn)
         version = self.check_complete(conn)
         if version != SCHEMA_VERSION:
             version = self.upgrade(conn)
@@ -286,7 +290,7 @@ class JournalLayout(JournalTables):
         with network_timeout_lifted(conn):  # an index over a long history
             for table, name, columns, indexes in definitions(self):
                 for sql in d.create_table_sql(table, name, columns, indexes):
-                    execute(conn, sql)
+                    self._create_unless_there(conn, sql)
                 for index in indexes:  # an existing table lacks the newer indexes
                     self._add_index(conn, table, name, index)
         for name in _REPLACED_INDEXES:
@@ -299,6 +303,15 @@ class JournalLayout(JournalTables):
             f"UPDATE {self.meta} SET version = ? WHERE id = 1 AND version < ?",
             (SCHEMA_VERSION, SCHEMA_VERSION),
         )
+
+    def _create_unless_there(self, conn: JdbcConnection, sql: str) -> None:
+        """An upgrade's CREATE TABLE or INDEX, a no-op where it exists (the generic dialect's
+        DDL has no IF NOT EXISTS, and an earlier layout has most of its tables)."""
+        try:
+            execute(conn, sql)
+        except Exception as exc:
+            if not (self.dialect.is_existing_table(exc) or self.dialect.is_duplicate_index(exc)):
+                raise
 
     def _add_index(self, conn: JdbcConnection, table: str, name: str, index: TableIndex) -> None:
         sql = self.dialect.create_index_sql(table, name, index)
@@ -340,6 +353,35 @@ class JournalLayout(JournalTables):
                     "(xasink's creation lock); try again once it has finished."
                 )
             yield
+
+    def _create_first(self, conn: JdbcConnection) -> None:
+        """Create the journal as its first writer. Without a creation lock (the generic
+        dialect) another first writer may be creating it at this very moment: a table of it
+        already there, or its tag without the jobs table, means waiting (bounded) for that
+        writer's jobs table, not that the journal was lost."""
+        if self.dialect.session_locks:
+            self._check_not_half_gone(conn)
+            self._create(conn)
+            return
+        try:
+            if self._stored_tag(conn) is None:
+                self._create(conn)
+                return
+        except Exception as exc:
+            if not self.dialect.is_existing_table(exc):
+                raise
+        deadline = time.monotonic() + CREATION_RACE_WAIT
+        while time.monotonic() < deadline:
+            time.sleep(_CREATION_POLL)
+            if self.exists(conn):
+                return  # the other writer's journal: `ensure` checks it is whole
+        self._check_not_half_gone(conn)
+        raise JournalError(
+            f"The journal {self.jobs} is half-created: {self.meta} exists without its tag "
+            f"and {self.jobs} has not appeared for {CREATION_RACE_WAIT:.0f}s (a first "
+            "writer died creating it, or is still at it). Try again; if this persists, drop "
+            "the journal's tables that exist (they hold nothing yet) and write again."
+        )
 
     def _create(self, conn: JdbcConnection) -> None:
         """The tables and the tag (under the creation lock). The meta row first and the jobs
