@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 from servers import DbServer
 from support import (
+    ROWS,
     assert_clean,
     assert_exactly,
     contents,
@@ -24,12 +25,14 @@ from support import (
     file_stream,
     in_background,
     json_files,
+    kill_driver_at,
     mode_case,
     new_table,
     run_sql,
     seeded_table,
     start_foreach_stream,
     stream_files,
+    xasink_prepared,
     xasink_stream,
     xasink_writer,
 )
@@ -299,3 +302,18 @@ def test_a_transaction_adds_columns_in_each_database(spark, postgres, mariadb):
         assert_exactly(server, table, range(4))
         rows = run_sql(server, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
         assert rows == [(i, f"x{i}") for i in range(4)]
+
+
+@pytest.mark.ci_one_server  # a driver process of its own (~15 s)
+def test_a_killed_jobs_prepared_branches_are_resolved_before_the_add(spark, db):
+    """A driver killed with its branches prepared leaves them holding the table: the next
+    write's recovery resolves them before its ALTER (which they would hold up for good)."""
+    table = new_table(db)
+    kill_driver_at(db, table, "before_decision")
+    assert xasink_prepared(db)
+    commit = CommitProperties(grace=0, lock_wait_timeout=2)
+    frame = with_extra(events_df(spark, 5, 1)).withColumn("id", F.col("id") + ROWS)
+    write_xa(frame, database_of(db), table, schema_mode="merge", commit_properties=commit)
+    assert "extra" in columns_of(db, table)
+    assert_exactly(db, table, range(ROWS, ROWS + 5))  # the killed job's rows rolled back
+    assert_clean(db)

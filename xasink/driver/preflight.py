@@ -4,6 +4,7 @@ what earlier jobs left on the table. Every failure says how to fix it; nothing i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..dialects import get_dialect
@@ -41,11 +42,13 @@ def preflight(
     schema: StructType,
     branches: int,
     checks: CheckCache = UNCACHED,
+    recover: Recover | None = None,
 ) -> Preflight:
     """Server, table and journal checks (DDL included), before any job exists; what passed
     recently on this connection is not checked again (see check_cache). A write that may
     delete from a table whose deletes the server cannot be given an order for is refused
-    here (`tables.self_reference`), not at its apply after the decision."""
+    here (`tables.self_reference`), not at its apply after the decision. `recover`
+    resolves what earlier jobs left on the table before schema evolution alters it."""
     spec, target, options = request.spec, request.target, request.options
     dialect = get_dialect(spec.dialect)
     if options.staged and not dialect.stages:
@@ -81,7 +84,9 @@ def preflight(
                 request.new_table,
             )
             if request.schema_mode == MERGE_SCHEMA:
-                existing = _evolved(conn, journal, request, schema, existing)
+                existing, journal = _evolved(
+                    conn, journal, request, schema, existing, checks, recover
+                )
             checks.put(spec, ("table", target), tuple(existing))
             options, targets = _fitted(conn, request, schema, existing)
     with step("table identity"):
@@ -94,9 +99,7 @@ def preflight(
             refuse_fixed_deletes(conn, dialect, table, options.mode)
             checks.put(spec, ("deletes hold", table, options.mode), True)
     with step("journal DDL checks"):
-        if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
-            journal = journal.ensure(conn, spec)
-            checks.put(spec, ("journal", journal.schema, journal.tag), True)
+        journal = _journal(conn, journal, spec, checks)
     with step("tombstones DDL checks"):  # the order of deleted keys (tables.tombstones)
         # Keyed by the columns' types too (MySQL's name their collation): a key or order
         # whose type changed is checked against its tombstones again.
@@ -117,8 +120,23 @@ def preflight(
     return Preflight(journal, targets, created, table, options)
 
 
+#: Resolves what earlier jobs left on a table (`recover_table`, with the job's branch
+#: operations on this journal), before schema evolution alters it.
+Recover = Callable[[Journal, TableRef], None]
+
+
 class _Undescribed(Exception):
     """No remembered description of the table: read it."""
+
+
+def _journal(
+    conn: JdbcConnection, journal: Journal, spec: ConnectionSpec, checks: CheckCache
+) -> Journal:
+    """The journal, created or checked (once per `checks` period), with its tag."""
+    if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
+        journal = journal.ensure(conn, spec)
+        checks.put(spec, ("journal", journal.schema, journal.tag), True)
+    return journal
 
 
 def _evolved(
@@ -127,19 +145,29 @@ def _evolved(
     request: JobRequest,
     schema: StructType,
     existing: list[TableColumn],
-) -> list[TableColumn]:
+    checks: CheckCache,
+    recover: Recover | None,
+) -> tuple[list[TableColumn], Journal]:
     """The table's columns once the frame's new ones are added (`tables.evolution`), read
-    again (another writer may have added some first, of its own type). The columns the
-    table has must fit first: a refused write leaves the table as it was."""
+    again (another writer may have added some first, of its own type), and the journal.
+    The columns the table has must fit first: a refused write leaves the table as it was.
+    An earlier job's prepared branches hold the table (a row lock on PostgreSQL, a metadata
+    lock on MySQL and MariaDB) until recovery ends them, so with `recover` what earlier
+    jobs left on it is resolved before the ALTER, which would otherwise wait for them in
+    vain on every run."""
     dialect = get_dialect(request.spec.dialect)
     named = {dialect.column_key(c.name) for c in existing}
     options = request.options.with_table(lambda column: dialect.column_key(column) in named)
     missing = new_columns(dialect, schema, options, existing)
     if not missing:
-        return existing
+        return existing, journal
     check_before_adding(conn, dialect, request.target, schema, options, existing, missing)
+    spec, target = request.spec, request.target
+    if recover is not None:
+        with step("recovery scan"):
+            journal = _journal(conn, journal, spec, checks)
+            recover(journal, dialect.table_identity(conn, target) or target)
     with step("schema evolution"):
-        spec, target = request.spec, request.target
         add_columns(
             conn,
             dialect,
@@ -152,9 +180,10 @@ def _evolved(
             redact=spec.redact,
             user=spec.user,
         )
-        return describe_table(
+        columns = describe_table(
             conn, dialect, target, table_columns(conn, dialect, target, spec.redact)
         )
+        return columns, journal
 
 
 def _fitted(
