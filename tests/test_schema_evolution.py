@@ -189,10 +189,11 @@ def test_two_writers_adding_one_column_at_once_both_succeed(spark, db, monkeypat
     barrier, added = threading.Barrier(2, timeout=120), []
     adding = xasink.driver.preflight.add_columns
 
-    def together(*args: Any, **kwargs: Any) -> list[str]:
+    def together(*args: Any, **kwargs: Any) -> Any:
         barrier.wait()
-        added.append(adding(*args, **kwargs))
-        return added[-1]
+        done = adding(*args, **kwargs)
+        added.append(done[0])
+        return done
 
     monkeypatch.setattr(xasink.driver.preflight, "add_columns", together)
     frames = [with_extra(events_df(spark, 20, 1).where(f"id % 2 = {i}")) for i in (0, 1)]
@@ -203,7 +204,8 @@ def test_two_writers_adding_one_column_at_once_both_succeed(spark, db, monkeypat
     for thread, _ in runs:
         thread.join(240)
     assert [type(outcome[0]).__name__ for _, outcome in runs] == ["WriteResult"] * 2, runs
-    # Each column added once, by one writer or the other: the rest met it there.
+    # Each column added once, by one writer or the other (in one statement each): the rest
+    # met it there.
     assert len(added) == 2 and sorted(added[0] + added[1]) == ["extra", "score"], added
     assert_exactly(db, table, range(20))
     rows = run_sql(db, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
@@ -317,3 +319,24 @@ def test_a_killed_jobs_prepared_branches_are_resolved_before_the_add(spark, db):
     assert "extra" in columns_of(db, table)
     assert_exactly(db, table, range(ROWS, ROWS + 5))  # the killed job's rows rolled back
     assert_clean(db)
+
+
+@pytest.mark.ci_one_server
+def test_new_columns_are_added_in_one_statement_or_none_is(spark, db, caplog):
+    """All the new columns in one ALTER TABLE: when one of them cannot be added (here a type
+    the server has not), none is, and the table stays as it was."""
+    table = new_table(db)
+    with pytest.raises(PreflightError) as refused:
+        write_xa(
+            with_extra(events_df(spark, 5, 1)),
+            database_of(db),
+            table,
+            schema_mode="merge",
+            create_table_column_types="score NO_SUCH_TYPE",
+        )
+    assert "Nothing was written" in str(refused.value), refused.value
+    assert not {"extra", "score"} & set(columns_of(db, table))
+    caplog.set_level(logging.WARNING, logger="xasink")
+    write_xa(with_extra(events_df(spark, 5, 1)), database_of(db), table, schema_mode="merge")
+    assert "added column(s) 'extra', 'score'" in caplog.text
+    assert_exactly(db, table, range(5))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..dialects import get_dialect
-from ..errors import ConfigurationError, PreflightError
+from ..errors import ConfigurationError, PreflightError, XasinkError
 from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.branches import BranchOps
 from ..protocol.journal import Journal
@@ -17,8 +17,8 @@ from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
-from ..tables.catalog import check_fit, ensure_table, table_columns
-from ..tables.columns import TableColumn, describe_table
+from ..tables.catalog import check_fit, ensure_table
+from ..tables.columns import TableColumn
 from ..tables.evolution import MERGE_SCHEMA, add_columns, check_before_adding, new_columns
 from ..tables.self_reference import refuse_fixed_deletes
 from ..tables.tombstone_tables import ensure_tombstones
@@ -83,12 +83,21 @@ def preflight(
                 spec.user,
                 request.new_table,
             )
+            added: list[str] = []
             if request.schema_mode == MERGE_SCHEMA:
-                existing, journal = _evolved(
+                existing, journal, added = _evolved(
                     conn, journal, request, schema, existing, checks, recover
                 )
             checks.put(spec, ("table", target), tuple(existing))
-            options, targets = _fitted(conn, request, schema, existing)
+            try:
+                options, targets = _fitted(conn, request, schema, existing)
+            except XasinkError as exc:
+                if not added:
+                    raise
+                raise type(exc)(
+                    f"{exc} (schema_mode='merge' added column(s) {', '.join(map(repr, added))} "
+                    "to the table first: they stay, NULL in every row.)"
+                ) from None
     with step("table identity"):
         table = checks.get(spec, ("identity", target))
         if not isinstance(table, TableRef):
@@ -147,9 +156,10 @@ def _evolved(
     existing: list[TableColumn],
     checks: CheckCache,
     recover: Recover | None,
-) -> tuple[list[TableColumn], Journal]:
+) -> tuple[list[TableColumn], Journal, list[str]]:
     """The table's columns once the frame's new ones are added (`tables.evolution`), read
-    again (another writer may have added some first, of its own type), and the journal.
+    again (another writer may have added some first, of its own type), the journal, and
+    the columns this write added.
     The columns the table has must fit first: a refused write leaves the table as it was.
     An earlier job's prepared branches hold the table (a row lock on PostgreSQL, a metadata
     lock on MySQL and MariaDB) until recovery ends them, so with `recover` what earlier
@@ -160,7 +170,7 @@ def _evolved(
     options = request.options.with_table(lambda column: dialect.column_key(column) in named)
     missing = new_columns(dialect, schema, options, existing)
     if not missing:
-        return existing, journal
+        return existing, journal, []
     check_before_adding(conn, dialect, request.target, schema, options, existing, missing)
     spec, target = request.spec, request.target
     if recover is not None:
@@ -168,7 +178,7 @@ def _evolved(
             journal = _journal(conn, journal, spec, checks)
             recover(journal, dialect.table_identity(conn, target) or target)
     with step("schema evolution"):
-        add_columns(
+        added, columns = add_columns(
             conn,
             dialect,
             target,
@@ -180,10 +190,7 @@ def _evolved(
             redact=spec.redact,
             user=spec.user,
         )
-        columns = describe_table(
-            conn, dialect, target, table_columns(conn, dialect, target, spec.redact)
-        )
-        return columns, journal
+    return columns, journal, added
 
 
 def _fitted(
