@@ -8,7 +8,11 @@ import pytest
 
 from xasink.dialects import get_dialect
 from xasink.dialects.beans import configure, url_parts
+from xasink.driver.preflight import preflight
+from xasink.driver.request import JobRequest
 from xasink.errors import ConfigurationError
+from xasink.spec import ConnectionSpec, TableRef
+from xasink.tables.modes import ModeOptions
 
 GENERIC = get_dialect("generic")
 
@@ -115,3 +119,12 @@ def test_a_property_without_a_setter_is_refused_without_its_value():
         configure(FakeDataSource(attributes=False), "jdbc:x://h:1/d", [("portNumber", "hunter2")])
     assert "takes neither text, a number nor true/false" in str(refused.value)
     assert "hunter2" not in str(refused.value)
+
+
+def test_schema_evolution_is_refused_before_anything_is_read() -> None:
+    """schema_mode='merge' is not offered on the generic dialect (its ALTER TABLE ADD has
+    no tested form there): refused like a staged mode, before the connection is used."""
+    spec = ConnectionSpec("jdbc:derby://db/app", "app", "pw", dialect="generic")
+    request = JobRequest(spec, TableRef("events"), ModeOptions(), schema_mode="merge")
+    with pytest.raises(ConfigurationError, match=r"generic dialect does not evolve"):
+        preflight(None, None, request, None, 1)  # type: ignore[arg-type]

@@ -58,6 +58,13 @@ def preflight(
             "lock, which have no ANSI SQL form. Nothing was written. Use the postgres or mysql "
             "dialect for it, or append."
         )
+    if request.schema_mode == MERGE_SCHEMA and not dialect.evolves:
+        raise ConfigurationError(
+            f"The {dialect.name} dialect does not evolve a table: schema_mode='merge' adds "
+            "columns with an ALTER TABLE whose form and locking xasink has not tested on "
+            "other servers. Nothing was written. Add the DataFrame's new columns to the "
+            "table yourself, or write without schema_mode."
+        )
     with step("server checks"):
         passed = checks.get(spec, "server")
         if not isinstance(passed, int) or passed < branches:
