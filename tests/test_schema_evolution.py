@@ -40,6 +40,7 @@ from support import (
 import xasink.driver.preflight
 from xasink import (
     CommitProperties,
+    ConfigurationError,
     PreflightError,
     SchemaMismatchError,
     WriteError,
@@ -340,3 +341,20 @@ def test_new_columns_are_added_in_one_statement_or_none_is(spark, db, caplog):
     write_xa(with_extra(events_df(spark, 5, 1)), database_of(db), table, schema_mode="merge")
     assert "added column(s) 'extra', 'score'" in caplog.text
     assert_exactly(db, table, range(5))
+
+
+@pytest.mark.ci_one_server
+def test_a_table_written_twice_in_a_transaction_is_refused_before_its_alter(spark, db):
+    """The second write into a table of one transaction is refused before schema evolution
+    alters it: the ALTER would wait for the transaction's own prepared branches."""
+    table = new_table(db)
+    commit = CommitProperties(lock_wait_timeout=3)
+    with (
+        pytest.raises(ConfigurationError, match="written twice") as refused,
+        transaction(database_of(db), commit_properties=commit, per_branch_appends=True) as tx,
+    ):
+        tx.write(events_df(spark, 4, 2), table, writer_properties=TASKS)
+        tx.write(with_extra(events_df(spark, 4, 1)), table, schema_mode="merge")
+    assert "extra" not in columns_of(db, table), refused.value
+    assert_exactly(db, table, [])
+    assert_clean(db)
