@@ -189,7 +189,17 @@ def _refusal(
             f"write again once it has ended, or raise lock_wait_timeout. ({said})"
         )
     if is_denied(exc):
-        grant = alter_grant(dialect, conn, table, dialect.grantee(conn, user))
+        grantee = dialect.quote(user) if user else "<the writing user>"
+        try:
+            grantee = dialect.grantee(conn, user)
+            grant = alter_grant(dialect, conn, table, grantee)
+        except Exception:  # only words for the message: the refusal stands without them
+            grant = (
+                f"the right to ALTER TABLE {dialect.qualified(table)}, granted to {grantee} "
+                "(on PostgreSQL ownership of the table or membership in its owning role, "
+                "unless that role is a superuser or may create roles; on MySQL and MariaDB "
+                "GRANT ALTER, CREATE, INSERT on it)"
+            )
         return PreflightError(
             f"{adding}: this login may not alter the table ({said}). Nothing was written. "
             f"Have its owner allow it: {grant}; or add the column yourself, or write "
