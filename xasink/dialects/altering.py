@@ -69,7 +69,8 @@ def lock_holders(dialect: Dialect, conn: JdbcConnection, table: TableRef) -> str
     if dialect.name == "postgres":
         rows = query(conn, _PG_HOLDERS, (dialect.qualified(table),))
         held = sorted(str(r[0]) for r in rows if r[0] is not None)
-        return f"held by: {', '.join(held[:5])}" if held else None
+        more = " ..." if len(held) > 5 else ""
+        return f"held by: {', '.join(held[:5])}{more}" if held else None
     if dialect.name != "mysql":
         return None
     prepared = [_xa_name(row) for row in query(conn, "XA RECOVER")]

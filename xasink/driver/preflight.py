@@ -4,10 +4,10 @@ what earlier jobs left on the table. Every failure says how to fix it; nothing i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..dialects import get_dialect
+from ..dialects import Dialect, get_dialect
 from ..errors import ConfigurationError, PreflightError, XasinkError
 from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.branches import BranchOps
@@ -51,20 +51,7 @@ def preflight(
     resolves what earlier jobs left on the table before schema evolution alters it."""
     spec, target, options = request.spec, request.target, request.options
     dialect = get_dialect(spec.dialect)
-    if options.staged and not dialect.stages:
-        raise ConfigurationError(
-            f"The {dialect.name} dialect writes mode='append' only; mode={options.mode!r} "
-            "stages the rows and applies them with an upsert, a joined DELETE and an apply "
-            "lock, which have no ANSI SQL form. Nothing was written. Use the postgres or mysql "
-            "dialect for it, or append."
-        )
-    if request.schema_mode == MERGE_SCHEMA and not dialect.evolves:
-        raise ConfigurationError(
-            f"The {dialect.name} dialect does not evolve a table: schema_mode='merge' adds "
-            "columns with an ALTER TABLE whose form and locking xasink has not tested on "
-            "other servers. Nothing was written. Add the DataFrame's new columns to the "
-            "table yourself, or write without schema_mode."
-        )
+    _refuse_unsupported(dialect, request)
     with step("server checks"):
         passed = checks.get(spec, "server")
         if not isinstance(passed, int) or passed < branches:
@@ -96,15 +83,7 @@ def preflight(
                     conn, journal, request, schema, existing, checks, recover
                 )
             checks.put(spec, ("table", target), tuple(existing))
-            try:
-                options, targets = _fitted(conn, request, schema, existing)
-            except XasinkError as exc:
-                if not added:
-                    raise
-                raise type(exc)(
-                    f"{exc} (schema_mode='merge' added column(s) {', '.join(map(repr, added))} "
-                    "to the table first: they stay, NULL in every row.)"
-                ) from None
+            options, targets = _fitted(conn, request, schema, existing, added)
     with step("table identity"):
         table = checks.get(spec, ("identity", target))
         if not isinstance(table, TableRef):
@@ -172,9 +151,7 @@ def _evolved(
     lock on MySQL and MariaDB) until recovery ends them, so with `recover` what earlier
     jobs left on it is resolved before the ALTER, which would otherwise wait for them in
     vain on every run."""
-    dialect = get_dialect(request.spec.dialect)
-    named = {dialect.column_key(c.name) for c in existing}
-    options = request.options.with_table(lambda column: dialect.column_key(column) in named)
+    dialect, options = get_dialect(request.spec.dialect), _told(request, existing)
     missing = new_columns(dialect, schema, options, existing)
     if not missing:
         return existing, journal, []
@@ -201,14 +178,51 @@ def _evolved(
 
 
 def _fitted(
-    conn: JdbcConnection, request: JobRequest, schema: StructType, existing: list[TableColumn]
+    conn: JdbcConnection,
+    request: JobRequest,
+    schema: StructType,
+    existing: list[TableColumn],
+    added: Sequence[str] = (),
 ) -> tuple[ModeOptions, list[TableColumn]]:
     """The mode's options told which columns the table has, and the columns written (refused
-    with SchemaMismatchError when the frame does not fit)."""
+    with SchemaMismatchError when the frame does not fit; such a refusal names the columns
+    schema evolution `added` just before, which stay)."""
+    dialect, options = get_dialect(request.spec.dialect), _told(request, existing)
+    try:
+        return options, check_fit(conn, dialect, request.target, schema, options, existing)
+    except XasinkError as exc:
+        if not added:
+            raise
+        raise type(exc)(
+            f"{exc} (schema_mode='merge' added column(s) {', '.join(map(repr, added))} to "
+            "the table first: they stay, NULL in every row.)"
+        ) from None
+
+
+def _refuse_unsupported(dialect: Dialect, request: JobRequest) -> None:
+    """What the dialect cannot do, refused before anything is read or written."""
+    options = request.options
+    if options.staged and not dialect.stages:
+        raise ConfigurationError(
+            f"The {dialect.name} dialect writes mode='append' only; mode={options.mode!r} "
+            "stages the rows and applies them with an upsert, a joined DELETE and an apply "
+            "lock, which have no ANSI SQL form. Nothing was written. Use the postgres or mysql "
+            "dialect for it, or append."
+        )
+    if request.schema_mode == MERGE_SCHEMA and not dialect.evolves:
+        raise ConfigurationError(
+            f"The {dialect.name} dialect does not evolve a table: schema_mode='merge' adds "
+            "columns with an ALTER TABLE whose form and locking xasink has not tested on "
+            "other servers. Nothing was written. Add the DataFrame's new columns to the "
+            "table yourself, or write without schema_mode."
+        )
+
+
+def _told(request: JobRequest, existing: list[TableColumn]) -> ModeOptions:
+    """The mode's options told which columns the table has (its `order` column's)."""
     dialect = get_dialect(request.spec.dialect)
     named = {dialect.column_key(c.name) for c in existing}
-    options = request.options.with_table(lambda column: dialect.column_key(column) in named)
-    return options, check_fit(conn, dialect, request.target, schema, options, existing)
+    return request.options.with_table(lambda column: dialect.column_key(column) in named)
 
 
 #: (connection, schema) pairs whose temporary-stage refusal this process has warned about.

@@ -182,7 +182,8 @@ def _refusal(
             holders = None
         held = f" ({holders})" if holders else ""
         return PreflightError(
-            f"{adding}: ALTER TABLE waited lock_wait_timeout ({lock_wait:g} s) for the table, "
+            f"{adding}: ALTER TABLE waited lock_wait_timeout ({max(1, int(lock_wait))} s, as "
+            "the session is bound: whole seconds, at least 1) for the table, "
             f"which another transaction held{held}: one that read or wrote it and is still "
             "open, e.g. a prepared branch of an unfinished job (`xasink jobs` lists them, "
             "`xasink recover` finishes them) or a long query. Nothing was written. Run the "
