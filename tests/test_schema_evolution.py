@@ -32,6 +32,7 @@ from support import (
     seeded_table,
     start_foreach_stream,
     stream_files,
+    until,
     xasink_prepared,
     xasink_stream,
     xasink_writer,
@@ -49,7 +50,7 @@ from xasink import (
     transaction,
     write_xa,
 )
-from xasink._testing.faults import Fault, injected
+from xasink._testing.faults import Fault, held, injected, release
 
 #: Every row through the executors' branches.
 TASKS = WriterProperties(driver_write_bytes=0, max_branches=2)
@@ -307,7 +308,7 @@ def test_a_transaction_adds_columns_in_each_database(spark, postgres, mariadb):
         assert rows == [(i, f"x{i}") for i in range(4)]
 
 
-@pytest.mark.ci_one_server  # a driver process of its own (~15 s)
+@pytest.mark.full_only  # a driver process of its own (~20 s); the in-process case runs in CI
 def test_a_killed_jobs_prepared_branches_are_resolved_before_the_add(spark, db):
     """A driver killed with its branches prepared leaves them holding the table: the next
     write's recovery resolves them before its ALTER (which they would hold up for good)."""
@@ -357,4 +358,32 @@ def test_a_table_written_twice_in_a_transaction_is_refused_before_its_alter(spar
         tx.write(with_extra(events_df(spark, 4, 1)), table, schema_mode="merge")
     assert "extra" not in columns_of(db, table), refused.value
     assert_exactly(db, table, [])
+    assert_clean(db)
+
+
+def test_a_silent_jobs_prepared_branches_are_resolved_before_the_add(spark, db):
+    """The same in one process (cheaper): a job held before its decision, silent past the
+    next write's grace, has its prepared branches rolled back before that write's ALTER."""
+    table = new_table(db)
+    silent = CommitProperties(heartbeat_interval=60.0)
+    with injected(Fault("before_decision", "hold", attempt_number=None)) as (fault,):
+        first, outcome = in_background(
+            lambda: write_xa(
+                events_df(spark, 6, 2),
+                database_of(db),
+                table,
+                writer_properties=TASKS,
+                commit_properties=silent,
+            )
+        )
+        until(lambda: held(fault) or not first.is_alive(), "the first job held", 120)
+        assert xasink_prepared(db), outcome
+        commit = CommitProperties(grace=0, lock_wait_timeout=2)
+        frame = with_extra(events_df(spark, 5, 1)).withColumn("id", F.col("id") + 100)
+        write_xa(frame, database_of(db), table, schema_mode="merge", commit_properties=commit)
+        release(fault)
+        first.join(240)
+    assert outcome and isinstance(outcome[0], Exception), outcome  # it was aborted
+    assert "extra" in columns_of(db, table)
+    assert_exactly(db, table, range(100, 105))
     assert_clean(db)
