@@ -191,3 +191,27 @@ def test_a_writer_without_the_journals_grants_is_refused_naming_them(spark, db, 
     assert all(grant in message for grant in every), message
     assert_exactly(db, table, [])
     assert_clean(db)
+
+
+@pytest.mark.ci_postgres
+def test_a_superusers_table_is_never_given_by_granting_its_owner(spark, db, writer):
+    """On PostgreSQL the refusal suggests the owning role: when that role is a superuser
+    (or may create roles), a member could make itself one, so the refusal suggests moving
+    the table to an owning role of its own instead, which then lets the write run."""
+    if db.kind != "postgres":
+        pytest.skip("only PostgreSQL gives ALTER through the owning role")
+    table = f"ev_{uuid.uuid4().hex[:10]}"
+    run_sql(db, f"CREATE TABLE {table} (id BIGINT NOT NULL, name TEXT)")  # the superuser's
+    _grant_table(db, writer, table, "SELECT, INSERT")
+    frame = events_df(spark, 5, 1).select("id", "name", F.lit("x").alias("extra"))
+    with pytest.raises(PreflightError) as refused:
+        write_xa(frame, writer.database, table, schema_mode="merge")
+    message = str(refused.value)
+    assert f'GRANT "{db.admin_user}"' not in message and f"GRANT {db.admin_user} " not in message
+    given = re.search(r"CREATE ROLE .+?; GRANT [^\s;]+ TO [^\s;]+", message)
+    assert given is not None and "OWNER TO" in given.group(0), message
+    run_sql(db, *given.group(0).split("; "))
+    write_xa(frame, writer.database, table, schema_mode="merge")
+    rows = run_sql(db, f"SELECT id, extra FROM {table} ORDER BY id")  # the admin reads it
+    assert rows == [(i, "x") for i in range(5)]
+    assert_clean(db)

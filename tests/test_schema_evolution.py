@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 from servers import DbServer
 from support import (
+    ROWS,
     assert_clean,
     assert_exactly,
     contents,
@@ -24,12 +25,15 @@ from support import (
     file_stream,
     in_background,
     json_files,
+    kill_driver_at,
     mode_case,
     new_table,
     run_sql,
     seeded_table,
     start_foreach_stream,
     stream_files,
+    until,
+    xasink_prepared,
     xasink_stream,
     xasink_writer,
 )
@@ -37,6 +41,7 @@ from support import (
 import xasink.driver.preflight
 from xasink import (
     CommitProperties,
+    ConfigurationError,
     PreflightError,
     SchemaMismatchError,
     WriteError,
@@ -45,7 +50,7 @@ from xasink import (
     transaction,
     write_xa,
 )
-from xasink._testing.faults import Fault, injected
+from xasink._testing.faults import Fault, held, injected, release
 
 #: Every row through the executors' branches.
 TASKS = WriterProperties(driver_write_bytes=0, max_branches=2)
@@ -186,10 +191,11 @@ def test_two_writers_adding_one_column_at_once_both_succeed(spark, db, monkeypat
     barrier, added = threading.Barrier(2, timeout=120), []
     adding = xasink.driver.preflight.add_columns
 
-    def together(*args: Any, **kwargs: Any) -> list[str]:
+    def together(*args: Any, **kwargs: Any) -> Any:
         barrier.wait()
-        added.append(adding(*args, **kwargs))
-        return added[-1]
+        done = adding(*args, **kwargs)
+        added.append(done[0])
+        return done
 
     monkeypatch.setattr(xasink.driver.preflight, "add_columns", together)
     frames = [with_extra(events_df(spark, 20, 1).where(f"id % 2 = {i}")) for i in (0, 1)]
@@ -200,7 +206,8 @@ def test_two_writers_adding_one_column_at_once_both_succeed(spark, db, monkeypat
     for thread, _ in runs:
         thread.join(240)
     assert [type(outcome[0]).__name__ for _, outcome in runs] == ["WriteResult"] * 2, runs
-    # Each column added once, by one writer or the other: the rest met it there.
+    # Each column added once, by one writer or the other (in one statement each): the rest
+    # met it there.
     assert len(added) == 2 and sorted(added[0] + added[1]) == ["extra", "score"], added
     assert_exactly(db, table, range(20))
     rows = run_sql(db, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
@@ -271,10 +278,10 @@ def test_an_add_held_up_by_a_prepared_transaction_gives_up_in_the_lock_wait(spar
             database_of(db),
             table,
             schema_mode="merge",
-            commit_properties=CommitProperties(lock_wait_timeout=1),
+            commit_properties=CommitProperties(lock_wait_timeout=1.5),  # bound as 1 s
         )
     message = str(refused.value)
-    assert "waited lock_wait_timeout (1 s)" in message and "Nothing was written" in message
+    assert "waited lock_wait_timeout (1 s," in message and "Nothing was written" in message
     named = "held by: prepared transaction " if db.kind == "postgres" else "any of which may "
     assert named in message and f"{gid}" in message, message
     assert "extra" not in columns_of(db, table)
@@ -299,3 +306,85 @@ def test_a_transaction_adds_columns_in_each_database(spark, postgres, mariadb):
         assert_exactly(server, table, range(4))
         rows = run_sql(server, f"SELECT id, extra FROM {table} ORDER BY id", admin=False)
         assert rows == [(i, f"x{i}") for i in range(4)]
+
+
+@pytest.mark.full_only  # a driver process of its own (~20 s); the in-process case runs in CI
+def test_a_killed_jobs_prepared_branches_are_resolved_before_the_add(spark, db):
+    """A driver killed with its branches prepared leaves them holding the table: the next
+    write's recovery resolves them before its ALTER (which they would hold up for good)."""
+    table = new_table(db)
+    kill_driver_at(db, table, "before_decision")
+    assert xasink_prepared(db)
+    commit = CommitProperties(grace=0, lock_wait_timeout=2)
+    frame = with_extra(events_df(spark, 5, 1)).withColumn("id", F.col("id") + ROWS)
+    write_xa(frame, database_of(db), table, schema_mode="merge", commit_properties=commit)
+    assert "extra" in columns_of(db, table)
+    assert_exactly(db, table, range(ROWS, ROWS + 5))  # the killed job's rows rolled back
+    assert_clean(db)
+
+
+@pytest.mark.ci_one_server
+def test_new_columns_are_added_in_one_statement_or_none_is(spark, db, caplog):
+    """All the new columns in one ALTER TABLE: when one of them cannot be added (here a type
+    the server has not), none is, and the table stays as it was."""
+    table = new_table(db)
+    with pytest.raises(PreflightError) as refused:
+        write_xa(
+            with_extra(events_df(spark, 5, 1)),
+            database_of(db),
+            table,
+            schema_mode="merge",
+            create_table_column_types="score NO_SUCH_TYPE",
+        )
+    assert "Nothing was written" in str(refused.value), refused.value
+    assert not {"extra", "score"} & set(columns_of(db, table))
+    caplog.set_level(logging.WARNING, logger="xasink")
+    write_xa(with_extra(events_df(spark, 5, 1)), database_of(db), table, schema_mode="merge")
+    assert "added column(s) 'extra', 'score'" in caplog.text
+    assert_exactly(db, table, range(5))
+
+
+@pytest.mark.ci_one_server
+def test_a_table_written_twice_in_a_transaction_is_refused_before_its_alter(spark, db):
+    """The second write into a table of one transaction is refused before schema evolution
+    alters it (behind the transaction's own prepared branches, that ALTER would wait the
+    whole lock wait): the table keeps its columns."""
+    table = new_table(db)
+    commit = CommitProperties(lock_wait_timeout=3)
+    with (
+        pytest.raises(ConfigurationError, match="written twice") as refused,
+        transaction(database_of(db), commit_properties=commit, per_branch_appends=True) as tx,
+    ):
+        tx.write(events_df(spark, 4, 1), table)
+        tx.write(with_extra(events_df(spark, 4, 1)), table, schema_mode="merge")
+    assert "extra" not in columns_of(db, table), refused.value
+    assert_exactly(db, table, [])
+    assert_clean(db)
+
+
+def test_a_silent_jobs_prepared_branches_are_resolved_before_the_add(spark, db):
+    """The same in one process (cheaper): a job held before its decision, silent past the
+    next write's grace, has its prepared branches rolled back before that write's ALTER."""
+    table = new_table(db)
+    silent = CommitProperties(heartbeat_interval=60.0)
+    with injected(Fault("before_decision", "hold", attempt_number=None)) as (fault,):
+        first, outcome = in_background(
+            lambda: write_xa(
+                events_df(spark, 6, 2),
+                database_of(db),
+                table,
+                writer_properties=TASKS,
+                commit_properties=silent,
+            )
+        )
+        until(lambda: held(fault) or not first.is_alive(), "the first job held", 120)
+        assert xasink_prepared(db), outcome
+        commit = CommitProperties(grace=0, lock_wait_timeout=2)
+        frame = with_extra(events_df(spark, 5, 1)).withColumn("id", F.col("id") + 100)
+        write_xa(frame, database_of(db), table, schema_mode="merge", commit_properties=commit)
+        release(fault)
+        first.join(240)
+    assert outcome and isinstance(outcome[0], Exception), outcome  # it was aborted
+    assert "extra" in columns_of(db, table)
+    assert_exactly(db, table, range(100, 105))
+    assert_clean(db)

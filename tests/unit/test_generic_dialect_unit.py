@@ -9,7 +9,11 @@ from fake_sql_errors import FakeSqlError
 
 from xasink.dialects import get_dialect
 from xasink.dialects.beans import configure, url_parts
+from xasink.driver.preflight import preflight
+from xasink.driver.request import JobRequest
 from xasink.errors import ConfigurationError, JournalError
+from xasink.spec import ConnectionSpec, TableRef
+from xasink.tables.modes import ModeOptions
 
 GENERIC = get_dialect("generic")
 
@@ -238,3 +242,12 @@ def test_a_staged_append_in_a_transaction_is_refused_with_per_branch_appends_nam
     message = str(refused.value)
     assert "per_branch_appends=True" in message and "transaction" in message
     assert "writes mode='append' only" not in message  # it is an append
+
+
+def test_schema_evolution_is_refused_before_anything_is_read() -> None:
+    """schema_mode='merge' is not offered on the generic dialect (its ALTER TABLE ADD has
+    no tested form there): refused like a staged mode, before the connection is used."""
+    spec = ConnectionSpec("jdbc:derby://db/app", "app", "pw", dialect="generic")
+    request = JobRequest(spec, TableRef("events"), ModeOptions(), schema_mode="merge")
+    with pytest.raises(ConfigurationError, match=r"generic dialect does not evolve"):
+        preflight(None, None, request, None, 1)  # type: ignore[arg-type]

@@ -7,13 +7,17 @@ import re
 from pathlib import Path
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from xasink import foreach_batch
+from xasink.dialects import get_dialect
 from xasink.driver.request import JobRequest
-from xasink.errors import ConfigurationError
+from xasink.errors import ConfigurationError, PreflightError
+from xasink.masking import Redactor
 from xasink.protocol.connecting import make_spec
 from xasink.spark.options import parse
 from xasink.spec import Database, TableRef, write_options
+from xasink.tables import evolution
 from xasink.tables.evolution import check_schema_mode
 from xasink.tables.modes import ModeOptions
 from xasink.tables.new_table import NewTable
@@ -77,3 +81,35 @@ def test_column_types_also_type_the_added_columns_so_they_need_no_created_table(
         NewTable.build(None, types, ["id", "extra"], "never")
     with pytest.raises(ConfigurationError, match="create='never' creates none"):
         NewTable.build("WITH (fillfactor=70)", None, ["id"], "never", evolving=True)
+
+
+def test_a_denied_add_whose_grant_lookup_fails_is_still_the_refusal(monkeypatch):
+    """The GRANT named in the refusal is looked up on the server: where that fails too, the
+    refusal stands with a generic grant, not the lookup's error."""
+
+    def denied(conn: object, sql: str) -> int:
+        raise RuntimeError("permission denied for table events")
+
+    def lookup(*args: object) -> str:
+        raise RuntimeError("connection lost while reading pg_class")
+
+    monkeypatch.setattr(evolution, "execute", denied)
+    monkeypatch.setattr(evolution, "is_denied", lambda exc: True)
+    monkeypatch.setattr(evolution, "alter_grant", lookup)
+    schema = StructType([StructField("extra", StringType())])
+    with pytest.raises(PreflightError, match="may not alter the table") as refused:
+        evolution.add_columns(
+            None,  # type: ignore[arg-type]
+            get_dialect("postgres"),
+            TableRef("events"),
+            schema,
+            ModeOptions(),
+            ["extra"],
+            new_table=NewTable(),
+            lock_wait=1.0,
+            redact=Redactor(),
+            user="app",
+        )
+    message = str(refused.value)
+    assert "connection lost" not in message and "ALTER TABLE" in message, message
+    assert '"app"' in message and "Nothing was written" in message, message

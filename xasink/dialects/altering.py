@@ -35,13 +35,29 @@ def alter_grant(dialect: Dialect, conn: JdbcConnection, table: TableRef, grantee
     # No privilege lets a role ALTER a table: its owner, or a member of the owning role.
     rows = query(
         conn,
-        "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = to_regclass(?)",
+        "SELECT r.rolname, r.rolsuper OR r.rolcreaterole FROM pg_class c JOIN pg_roles r "
+        "ON r.oid = c.relowner WHERE c.oid = to_regclass(?)",
         (dialect.qualified(table),),
     )
-    owner = dialect.quote(str(rows[0][0])) if rows else "<the table's owner>"
+    if not rows:
+        return (
+            f"GRANT <the table's owner> TO {grantee} (on PostgreSQL only the table's owner, "
+            "or a member of the owning role, may add columns to it)"
+        )
+    owner, powerful = dialect.quote(str(rows[0][0])), bool(rows[0][1])
+    if not powerful:
+        return (
+            f"GRANT {owner} TO {grantee} (on PostgreSQL only the table's owner, or a member "
+            "of the owning role, may add columns to it)"
+        )
+    # A member of a superuser or CREATEROLE role can make itself a superuser: never that.
+    role = dialect.quote(f"{table.name}_owner"[:63])
     return (
-        f"GRANT {owner} TO {grantee} (on PostgreSQL only the table's owner, or a member of "
-        "the owning role, may add columns to it)"
+        f"CREATE ROLE {role} NOLOGIN; ALTER TABLE {dialect.qualified(table)} OWNER TO {role}; "
+        f"GRANT {role} TO {grantee} (on PostgreSQL only the table's owner, or a member of the "
+        f"owning role, may add columns to it; its owner {owner} is a superuser or may create "
+        "roles, and a member of such a role can make itself a superuser, so give the table "
+        "to a role of its own rather than granting that one)"
     )
 
 
@@ -53,7 +69,8 @@ def lock_holders(dialect: Dialect, conn: JdbcConnection, table: TableRef) -> str
     if dialect.name == "postgres":
         rows = query(conn, _PG_HOLDERS, (dialect.qualified(table),))
         held = sorted(str(r[0]) for r in rows if r[0] is not None)
-        return f"held by: {', '.join(held[:5])}" if held else None
+        more = " ..." if len(held) > 5 else ""
+        return f"held by: {', '.join(held[:5])}{more}" if held else None
     if dialect.name != "mysql":
         return None
     prepared = [_xa_name(row) for row in query(conn, "XA RECOVER")]

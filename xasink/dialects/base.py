@@ -73,6 +73,7 @@ class Dialect:
     #: Whether overwrite, upsert and merge (a staging table, an upsert statement, a joined
     #: DELETE, an apply lock) can run here; else only append (`driver.preflight` refuses).
     stages: ClassVar[bool] = True
+    evolves: ClassVar[bool] = True  #: schema_mode='merge' may ALTER a table (`preflight`)
     #: `Database(properties=...)` go to the data source's setters, not the URL (`beans`).
     bean_properties: ClassVar[bool] = False
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).

@@ -58,6 +58,7 @@ class GenericDialect(Dialect):
 
     name: ClassVar[str] = "generic"
     stages: ClassVar[bool] = False
+    evolves: ClassVar[bool] = False
 
     bean_properties: ClassVar[bool] = True
 

@@ -51,6 +51,9 @@ from .sinks import decided_already
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+    from ..protocol.actions import BranchAction
+    from ..spec import TableRef
+
 log = logging.getLogger("xasink")
 
 
@@ -91,6 +94,8 @@ class Job:
         self._reuse, self._checks = reuse, checks
         #: What the job opens as it goes (its branch operations), closed with its session.
         self.closing = contextlib.ExitStack()
+        #: What preflight's recovery did before it altered the table, not yet reported.
+        self._recovered: list[BranchAction] = []
 
     @property
     def ops(self) -> BranchOps:
@@ -110,12 +115,31 @@ class Job:
 
     def preflight(self, schema: StructType, branches: int) -> Preflight:
         """Server, table and journal checks (with DDL), some cached (`opened`); no row written."""
-        pre = preflight(self.conn, self.journal, self.request, schema, branches, self._checks)
+        recover = self._recover_early if self.request.commit.recover_first else None
+        checks = self._checks
+        pre = preflight(self.conn, self.journal, self.request, schema, branches, checks, recover)
         self.journal = pre.journal
         # From here on the job names its table as the server resolved it, and writes its
         # `order` column if the table has one.
         self.request = dataclasses.replace(self.request, target=pre.table, options=pre.options)
         return pre
+
+    def _recover_early(self, journal: Journal, table: TableRef) -> None:
+        """Preflight's recovery before it alters the table (`preflight._evolved`); what it
+        did is reported with the job's own recovery (`recover`). A decided staged job that
+        cannot finish yet is refused there, not here."""
+        self.journal = journal
+        grace = self.request.commit.grace
+        self._recovered += recover_table(self.ops, self.conn, journal, str(table), grace, False)
+
+    def recover(self, staged: bool) -> list[BranchAction]:
+        """Resolve what earlier jobs left on the job's table (`recover_table`), unless
+        recover_first is off; with what preflight resolved before altering the table."""
+        request, (early, self._recovered) = self.request, (self._recovered, [])
+        if not request.commit.recover_first:
+            return early
+        grace, table = request.commit.grace, str(request.target)
+        return early + recover_table(self.ops, self.conn, self.journal, table, grace, staged)
 
     def can_stage_temporarily(self) -> bool:
         """Whether a one-phase staged job into its table may stage here (`preflight`)."""
@@ -139,18 +163,7 @@ class Job:
         transaction's `job_id`."""
         request, target = self.request, self.request.target
         with step("recovery scan"):
-            recovered = (
-                recover_table(
-                    self.ops,
-                    self.conn,
-                    self.journal,
-                    str(target),
-                    request.commit.grace,
-                    request.options.staged,
-                )
-                if request.commit.recover_first
-                else []
-            )
+            recovered = self.recover(request.options.staged)
         sink = request.sink
         # A one-phase job's transaction moves the mark only from a row that exists.
         ops, conn, journal = self.ops, self.conn, self.journal

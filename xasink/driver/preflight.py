@@ -4,10 +4,11 @@ what earlier jobs left on the table. Every failure says how to fix it; nothing i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..dialects import Dialect, get_dialect
-from ..errors import ConfigurationError, PreflightError
+from ..errors import ConfigurationError, PreflightError, XasinkError
 from ..protocol.actions import BranchAction, RecoveryAction
 from ..protocol.branches import BranchOps
 from ..protocol.journal import Journal
@@ -16,8 +17,8 @@ from ..protocol.states import JobState
 from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..runtime.timing import step
 from ..spec import ConnectionSpec, TableRef
-from ..tables.catalog import check_fit, ensure_table, table_columns
-from ..tables.columns import TableColumn, describe_table
+from ..tables.catalog import check_fit, ensure_table
+from ..tables.columns import TableColumn
 from ..tables.evolution import MERGE_SCHEMA, add_columns, check_before_adding, new_columns
 from ..tables.modes import APPEND
 from ..tables.self_reference import refuse_fixed_deletes
@@ -43,14 +44,16 @@ def preflight(
     schema: StructType,
     branches: int,
     checks: CheckCache = UNCACHED,
+    recover: Recover | None = None,
 ) -> Preflight:
     """Server, table and journal checks (DDL included), before any job exists; what passed
     recently on this connection is not checked again (see check_cache). A write that may
     delete from a table whose deletes the server cannot be given an order for is refused
-    here (`tables.self_reference`), not at its apply after the decision."""
+    here (`tables.self_reference`), not at its apply after the decision. `recover`
+    resolves what earlier jobs left on the table before schema evolution alters it."""
     spec, target, options = request.spec, request.target, request.options
     dialect = get_dialect(spec.dialect)
-    _refuse_staging(dialect, options)
+    _refuse_unsupported(dialect, request)
     with step("server checks"):
         passed = checks.get(spec, "server")
         if not isinstance(passed, int) or passed < branches:
@@ -76,10 +79,13 @@ def preflight(
                 spec.user,
                 request.new_table,
             )
+            added: list[str] = []
             if request.schema_mode == MERGE_SCHEMA:
-                existing = _evolved(conn, journal, request, schema, existing)
+                existing, journal, added = _evolved(
+                    conn, journal, request, schema, existing, checks, recover
+                )
             checks.put(spec, ("table", target), tuple(existing))
-            options, targets = _fitted(conn, request, schema, existing)
+            options, targets = _fitted(conn, request, schema, existing, added)
     with step("table identity"):
         table = checks.get(spec, ("identity", target))
         if not isinstance(table, TableRef):
@@ -95,9 +101,7 @@ def preflight(
             refuse_fixed_deletes(conn, dialect, table, options.mode)
             checks.put(spec, ("deletes hold", table, options.mode), True)
     with step("journal DDL checks"):
-        if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
-            journal = journal.ensure(conn, spec)
-            checks.put(spec, ("journal", journal.schema, journal.tag), True)
+        journal = _journal(conn, journal, spec, checks)
     with step("tombstones DDL checks"):  # the order of deleted keys (tables.tombstones)
         _tombstones(conn, request, journal, table, options, schema, targets, checks)
     return Preflight(journal, targets, created, table, options)
@@ -152,8 +156,23 @@ def _refuse_staging(dialect: Dialect, options: ModeOptions) -> None:
     )
 
 
+#: Resolves what earlier jobs left on a table (`recover_table`, with the job's branch
+#: operations on this journal), before schema evolution alters it.
+Recover = Callable[[Journal, TableRef], None]
+
+
 class _Undescribed(Exception):
     """No remembered description of the table: read it."""
+
+
+def _journal(
+    conn: JdbcConnection, journal: Journal, spec: ConnectionSpec, checks: CheckCache
+) -> Journal:
+    """The journal, created or checked (once per `checks` period), with its tag."""
+    if not (journal.tag and checks.get(spec, ("journal", journal.schema, journal.tag))):
+        journal = journal.ensure(conn, spec)
+        checks.put(spec, ("journal", journal.schema, journal.tag), True)
+    return journal
 
 
 def _evolved(
@@ -162,20 +181,29 @@ def _evolved(
     request: JobRequest,
     schema: StructType,
     existing: list[TableColumn],
-) -> list[TableColumn]:
+    checks: CheckCache,
+    recover: Recover | None,
+) -> tuple[list[TableColumn], Journal, list[str]]:
     """The table's columns once the frame's new ones are added (`tables.evolution`), read
-    again (another writer may have added some first, of its own type). The columns the
-    table has must fit first: a refused write leaves the table as it was."""
-    dialect = get_dialect(request.spec.dialect)
-    named = {dialect.column_key(c.name) for c in existing}
-    options = request.options.with_table(lambda column: dialect.column_key(column) in named)
+    again (another writer may have added some first, of its own type), the journal, and
+    the columns this write added.
+    The columns the table has must fit first: a refused write leaves the table as it was.
+    An earlier job's prepared branches hold the table (a row lock on PostgreSQL, a metadata
+    lock on MySQL and MariaDB) until recovery ends them, so with `recover` what earlier
+    jobs left on it is resolved before the ALTER, which would otherwise wait for them in
+    vain on every run."""
+    dialect, options = get_dialect(request.spec.dialect), _told(request, existing)
     missing = new_columns(dialect, schema, options, existing)
     if not missing:
-        return existing
+        return existing, journal, []
     check_before_adding(conn, dialect, request.target, schema, options, existing, missing)
+    spec, target = request.spec, request.target
+    if recover is not None:
+        with step("recovery scan"):
+            journal = _journal(conn, journal, spec, checks)
+            recover(journal, dialect.table_identity(conn, target) or target)
     with step("schema evolution"):
-        spec, target = request.spec, request.target
-        add_columns(
+        added, columns = add_columns(
             conn,
             dialect,
             target,
@@ -187,20 +215,48 @@ def _evolved(
             redact=spec.redact,
             user=spec.user,
         )
-        return describe_table(
-            conn, dialect, target, table_columns(conn, dialect, target, spec.redact)
-        )
+    return columns, journal, added
 
 
 def _fitted(
-    conn: JdbcConnection, request: JobRequest, schema: StructType, existing: list[TableColumn]
+    conn: JdbcConnection,
+    request: JobRequest,
+    schema: StructType,
+    existing: list[TableColumn],
+    added: Sequence[str] = (),
 ) -> tuple[ModeOptions, list[TableColumn]]:
     """The mode's options told which columns the table has, and the columns written (refused
-    with SchemaMismatchError when the frame does not fit)."""
+    with SchemaMismatchError when the frame does not fit; such a refusal names the columns
+    schema evolution `added` just before, which stay)."""
+    dialect, options = get_dialect(request.spec.dialect), _told(request, existing)
+    try:
+        return options, check_fit(conn, dialect, request.target, schema, options, existing)
+    except XasinkError as exc:
+        if not added:
+            raise
+        raise type(exc)(
+            f"{exc} (schema_mode='merge' added column(s) {', '.join(map(repr, added))} to "
+            "the table first: they stay, NULL in every row.)"
+        ) from None
+
+
+def _refuse_unsupported(dialect: Dialect, request: JobRequest) -> None:
+    """What the dialect cannot do, refused before anything is read or written."""
+    _refuse_staging(dialect, request.options)
+    if request.schema_mode == MERGE_SCHEMA and not dialect.evolves:
+        raise ConfigurationError(
+            f"The {dialect.name} dialect does not evolve a table: schema_mode='merge' adds "
+            "columns with an ALTER TABLE whose form and locking xasink has not tested on "
+            "other servers. Nothing was written. Add the DataFrame's new columns to the "
+            "table yourself, or write without schema_mode."
+        )
+
+
+def _told(request: JobRequest, existing: list[TableColumn]) -> ModeOptions:
+    """The mode's options told which columns the table has (its `order` column's)."""
     dialect = get_dialect(request.spec.dialect)
     named = {dialect.column_key(c.name) for c in existing}
-    options = request.options.with_table(lambda column: dialect.column_key(column) in named)
-    return options, check_fit(conn, dialect, request.target, schema, options, existing)
+    return request.options.with_table(lambda column: dialect.column_key(column) in named)
 
 
 #: (connection, schema) pairs whose temporary-stage refusal this process has warned about.

@@ -18,7 +18,6 @@ from ..tables.new_table import NewTable
 from ..tables.staging import ApplyPlan, ApplyPlans, temporary_stage
 from .job import Job
 from .plan import apply_plan_for
-from .preflight import recover_table
 from .report import JobEnd, JobOutcome, PhaseSeconds
 from .request import JobRequest, PhaseOne, Preflight
 from .sinks import sink_batch
@@ -128,11 +127,7 @@ def add_write(
     `registered`: held small writes). Returns what recovery did."""
     assert job.job_id is not None
     request, target = job.request, job.request.target
-    recovered = (
-        recover_table(job.ops, job.conn, job.journal, str(target), request.commit.grace, True)
-        if request.commit.recover_first
-        else []
-    )
+    recovered = job.recover(True)
     index = len(job.apply.stages) if job.apply is not None else 0
     apply = apply_plan_for(
         request.options, target, columns, pre.targets, job.job_id, job.journal, index

@@ -246,6 +246,7 @@ class Transaction:
                 self._run(job)
         else:
             job.request = request
+            self._check_table(job, self._identity(job, request.target), record=False)
             pre = job.preflight(df.schema, needed)
             self._check_table(job, pre.table)
             assert self._trace is not None
@@ -279,6 +280,8 @@ class Transaction:
         if member is None:
             same_database(coordinator, job, [m.job for m in self._members.values()])
         job.request = request
+        if member is not None:
+            self._check_table(job, self._identity(job, request.target), record=False)
         pre = job.preflight(df.schema, branches)
         self._check_table(job, pre.table)
         if member is None:
@@ -319,13 +322,22 @@ class Transaction:
         self._parts += parts
         self._partitions += len(parts)
 
-    def _check_table(self, job: Job, table: TableRef) -> None:
+    def _check_table(self, job: Job, table: TableRef, record: bool = True) -> None:
+        """Refuse a table the transaction wrote already; checked before preflight too, so
+        that schema evolution never waits to alter a table the transaction's own prepared
+        branches hold."""
         if (job.journal.tag, table) in self._tables:
             raise ConfigurationError(
                 f"{table} is written twice in one transaction: union the DataFrames (or "
                 "deduplicate them) and write it once."
             )
-        self._tables.add((job.journal.tag, table))
+        if record:
+            self._tables.add((job.journal.tag, table))
+
+    @staticmethod
+    def _identity(job: Job, target: TableRef) -> TableRef:
+        """The table as the server resolves it (as preflight names it), or as given."""
+        return job.dialect.table_identity(job.conn, target) or target
 
 
 def _mode_options(

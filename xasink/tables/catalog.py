@@ -82,7 +82,7 @@ def ensure_table(
     the new table empty. A table this login may not read looks missing until CREATE says
     it exists: then the refusal names the GRANT the write needs."""
     try:
-        return _described(conn, dialect, table, redact), False
+        return described_columns(conn, dialect, table, redact), False
     except PreflightError:
         if create == "never":
             raise
@@ -109,12 +109,13 @@ def ensure_table(
             ) from None
         return describe_table(conn, dialect, table, types), False
     log.info("xasink: created table %s", table)
-    return _described(conn, dialect, table, redact), True
+    return described_columns(conn, dialect, table, redact), True
 
 
-def _described(
+def described_columns(
     conn: JdbcConnection, dialect: Dialect, table: TableRef, redact: Redactor
 ) -> list[TableColumn]:
+    """The table's columns as read now, described (or a PreflightError)."""
     return describe_table(conn, dialect, table, table_columns(conn, dialect, table, redact))
 
 

@@ -33,7 +33,7 @@ from ..errors import ConfigurationError, PreflightError, SchemaMismatchError
 from ..masking import Redactor
 from ..runtime.jdbc import JdbcConnection, execute, is_denied, java_message
 from ..spec import TableRef
-from .catalog import check_fit, spelled_columns
+from .catalog import check_fit, described_columns, spelled_columns
 from .columns import TableColumn
 from .modes import ModeOptions
 from .new_table import NewTable
@@ -78,34 +78,59 @@ def add_columns(
     lock_wait: float,
     redact: Redactor,
     user: str | None,
-) -> list[str]:
-    """Add each of `missing` (DataFrame columns) to `table`, nullable, typed as a created
-    table would type it (`new_table`'s column types first). Returns the columns this call
-    added (the others were added by another writer first)."""
-    refuse_new_keys(table, options, missing)
-    added = []
-    for name in missing:
-        sql_type = new_table.type_of(name) or column_ddl_type(
-            dialect.name, name, schema[name].dataType, key=False
-        )
-        sql = (
-            f"ALTER TABLE {dialect.qualified(table)} ADD COLUMN {dialect.quote(name)} "
-            f"{sql_type} NULL"
-        )
+) -> tuple[list[str], list[TableColumn]]:
+    """Add `missing` (DataFrame columns) to `table` in one ALTER TABLE, nullable, typed as a
+    created table would type them (`new_table`'s column types first): all or none. Where
+    another writer added some first (a duplicate-column error), the table is read again
+    and the rest are added, in one statement again. Returns the columns this call added
+    and the table's columns, read after the last ALTER."""
+    added: list[str] = []
+    for _ in range(len(missing) + 1):  # each retry follows another writer's columns
         try:
-            execute(conn, sql)
+            execute(conn, _alter_sql(dialect, table, schema, new_table, missing))
         except Exception as exc:
-            if is_duplicate_column(exc):
-                continue  # another writer's, a moment ago: its type is checked with the rest
-            raise _refusal(conn, dialect, table, name, exc, lock_wait, redact, user) from None
-        added.append(name)
-    if added:
-        log.warning(
-            "xasink: schema_mode='merge' added column(s) %s to table %s (nullable)",
-            ", ".join(repr(c) for c in added),
-            table,
-        )
-    return added
+            if not is_duplicate_column(exc):
+                raise _refusal(
+                    conn, dialect, table, missing, exc, lock_wait, redact, user
+                ) from None
+        else:
+            added += missing
+            log.warning(
+                "xasink: schema_mode='merge' added column(s) %s to table %s (nullable)",
+                ", ".join(repr(c) for c in missing),
+                table,
+            )
+        columns = described_columns(conn, dialect, table, redact)
+        missing = new_columns(dialect, schema, options, columns)
+        if not missing:
+            return added, columns
+    raise PreflightError(
+        f"schema_mode='merge' could not add column(s) {_names(missing)} to table {table}: "
+        "other writers kept adding columns of the same names. Nothing was written. Run the "
+        "write again."
+    )
+
+
+def _alter_sql(
+    dialect: Dialect,
+    table: TableRef,
+    schema: StructType,
+    new_table: NewTable,
+    missing: Sequence[str],
+) -> str:
+    """One ALTER TABLE adding every column of `missing`: atomic on PostgreSQL (DDL is
+    transactional), one statement on MySQL and MariaDB."""
+
+    def typed(name: str) -> str:
+        data_type = schema[name].dataType
+        return new_table.type_of(name) or column_ddl_type(dialect.name, name, data_type, key=False)
+
+    adds = ", ".join(f"ADD COLUMN {dialect.quote(name)} {typed(name)} NULL" for name in missing)
+    return f"ALTER TABLE {dialect.qualified(table)} {adds}"
+
+
+def _names(columns: Sequence[str]) -> str:
+    return ", ".join(repr(c) for c in columns)
 
 
 def check_before_adding(
@@ -142,14 +167,14 @@ def _refusal(
     conn: JdbcConnection,
     dialect: Dialect,
     table: TableRef,
-    column: str,
+    columns: Sequence[str],
     exc: BaseException,
     lock_wait: float,
     redact: Redactor,
     user: str | None,
 ) -> PreflightError:
     said = redact(java_message(exc))
-    adding = f"schema_mode='merge' could not add column {column!r} to table {table}"
+    adding = f"schema_mode='merge' could not add column(s) {_names(columns)} to table {table}"
     if dialect.is_lock_timeout(exc):
         try:
             holders = lock_holders(dialect, conn, table)
@@ -157,14 +182,25 @@ def _refusal(
             holders = None
         held = f" ({holders})" if holders else ""
         return PreflightError(
-            f"{adding}: ALTER TABLE waited lock_wait_timeout ({lock_wait:g} s) for the table, "
+            f"{adding}: ALTER TABLE waited lock_wait_timeout ({max(1, int(lock_wait))} s, as "
+            "the session is bound: whole seconds, at least 1) for the table, "
             f"which another transaction held{held}: one that read or wrote it and is still "
             "open, e.g. a prepared branch of an unfinished job (`xasink jobs` lists them, "
             "`xasink recover` finishes them) or a long query. Nothing was written. Run the "
             f"write again once it has ended, or raise lock_wait_timeout. ({said})"
         )
     if is_denied(exc):
-        grant = alter_grant(dialect, conn, table, dialect.grantee(conn, user))
+        grantee = dialect.quote(user) if user else "<the writing user>"
+        try:
+            grantee = dialect.grantee(conn, user)
+            grant = alter_grant(dialect, conn, table, grantee)
+        except Exception:  # only words for the message: the refusal stands without them
+            grant = (
+                f"the right to ALTER TABLE {dialect.qualified(table)}, granted to {grantee} "
+                "(on PostgreSQL ownership of the table or membership in its owning role, "
+                "unless that role is a superuser or may create roles; on MySQL and MariaDB "
+                "GRANT ALTER, CREATE, INSERT on it)"
+            )
         return PreflightError(
             f"{adding}: this login may not alter the table ({said}). Nothing was written. "
             f"Have its owner allow it: {grant}; or add the column yourself, or write "
