@@ -65,15 +65,14 @@ class Dialect:
     #: How a temporary table is dropped without ending the transaction (MySQL commits on a
     #: plain DROP TABLE; DROP TEMPORARY TABLE does not).
     drop_temporary: ClassVar[str] = "DROP TABLE"
-    #: A single-branch staged job can stage in a temporary table inside its transaction
-    #: (else it takes the two-phase path).
+    #: A one-branch staged job may stage in a temporary table (else: the two-phase path).
     temporary_tables: ClassVar[bool] = False
     #: A query of the schema a table named without one lives in (None: unknown).
     current_schema_sql: ClassVar[str | None] = None
-    #: Whether overwrite, upsert and merge (a staging table, an upsert statement, a joined
-    #: DELETE, an apply lock) can run here; else only append (`driver.preflight` refuses).
+    #: Whether overwrite, upsert and merge (staging, an upsert, a joined DELETE, an apply
+    #: lock) can run here, and schema_mode='merge' (`driver.preflight` refuses them else).
     stages: ClassVar[bool] = True
-    evolves: ClassVar[bool] = True  #: schema_mode='merge' may ALTER a table (`preflight`)
+    evolves: ClassVar[bool] = True
     #: `Database(properties=...)` go to the data source's setters, not the URL (`beans`).
     bean_properties: ClassVar[bool] = False
     #: The JDBC driver's connection property naming the CA file TLS trusts (None: unknown).
