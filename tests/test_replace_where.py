@@ -112,6 +112,34 @@ def test_a_row_outside_replace_where_is_refused_and_nothing_changes(spark, db, w
 
 
 @pytest.mark.ci_one_server
+def test_the_slice_is_checked_again_in_the_apply_after_pre_sql(spark, db):
+    """Every branch's rows lie in the slice when it prepares; the write's own pre_sql then
+    narrows what the condition selects (the DELETE would leave the old rows of the slice
+    and the staged rows outside it would land beside them): the apply checks the whole
+    staging table again after its pre_sql, and aborts the job, the table unchanged."""
+    table, bounds = seeded_table(db), f"lo_{uuid.uuid4().hex[:10]}"
+    run_sql(
+        db, f"CREATE TABLE {bounds} (lo BIGINT)", f"INSERT INTO {bounds} VALUES (100)", admin=False
+    )
+    rows = [(i, "new", 1.0) for i in range(100, 150)]
+    with pytest.raises(InputDataError, match=r"outside replace_where.*id=1[0-2][0-9],") as refused:
+        write_xa(
+            frame(spark, rows),
+            table=table,
+            mode="overwrite",
+            replace_where=f"id >= (SELECT lo FROM {bounds})",
+            pre_sql=f"UPDATE {bounds} SET lo = 125",
+            writer_properties=TASKS,
+            **connection_args(db),
+        )
+    assert "Nothing was changed" in str(refused.value)
+    assert contents(db, table) == old_contents()
+    assert run_sql(db, f"SELECT lo FROM {bounds}", admin=False) == [(100,)]
+    assert latest_job_state(db) == "aborted"
+    assert_clean(db)
+
+
+@pytest.mark.ci_one_server
 def test_a_reader_sees_the_old_slice_or_the_new_never_half(spark, db):
     """The apply is held open after its DELETE and INSERT, before its COMMIT: a reader on
     another connection sees the old slice whole; once it commits, the new one whole."""

@@ -56,7 +56,8 @@ class StagedApply(Protocol[Plan]):
         ...
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> None:
-        """Raise unless the whole staging tables can be applied (in the apply transaction)."""
+        """Raise unless the whole staging tables can be applied (in the apply transaction,
+        before `apply`, which it may prepare: xasink's runs the writes' pre_sql first)."""
         ...
 
     def apply(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> tuple[int, int]:

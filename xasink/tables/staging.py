@@ -321,7 +321,7 @@ def outside_slice(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> st
     rows = query(
         conn,
         f"SELECT {columns} FROM {dialect.qualified(plan.stage)} "
-        f"WHERE NOT COALESCE(({plan.replace_where}), FALSE) LIMIT {SHOWN + 1}",
+        f"WHERE NOT COALESCE(({plan.replace_where}), FALSE) {dialect.limit_sql(SHOWN + 1)}",
     )
     if not rows:
         return None
@@ -359,10 +359,13 @@ def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str 
 
 def check_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
     """In the apply transaction, under its apply lock: the target still has the column
-    types the staging table was built for (and keeps them until commit), and the whole
+    types the staging table was built for (and keeps them until commit), every staged row
+    lies in a replace_where's slice as the apply's DELETE will evaluate it (each branch
+    checked its own rows before PREPARE, but a pre_sql, another write of the transaction,
+    the clock or a later `xasink recover` may have changed what it selects), and the whole
     staging table's keys are unambiguous."""
     check_types(conn, dialect, plan.target, plan.columns, plan.types)
-    problem = plan.key and _duplicates(conn, dialect, plan)
+    problem = outside_slice(conn, dialect, plan) or (plan.key and _duplicates(conn, dialect, plan))
     if problem:
         raise StagedRowsError(problem)
 
