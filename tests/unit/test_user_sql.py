@@ -226,3 +226,21 @@ def test_an_unknown_requirement_is_refused_loudly():
     raw["requires"].append("time_travel")
     with pytest.raises(JournalError, match=r"'time_travel'.*does not know"):
         ApplyPlans.from_json(json.dumps(raw))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"replace_where": "1=1) OR (1=1"},
+        {"replace_where": "day > 1 -- the rest"},
+        {"pre_sql": ("COMMIT",)},
+        {"post_sql": ("UPDATE t SET a = 1", "DELETE FROM t; DROP TABLE u")},
+    ],
+)
+def test_a_stored_plan_is_checked_again_as_the_options_were(fields):
+    """Anyone who can write the journal can write a plan, which `xasink recover` runs: a
+    plan's SQL that the write's options would have refused is refused when it is read."""
+    for text in (_plan(**fields).to_json(), ApplyPlans((_plan(), _plan(**fields))).to_json()):
+        with pytest.raises(JournalError, match=r"SQL that xasink refuses.*is refused.*--abandon"):
+            ApplyPlans.from_json(text)
+    assert ApplyPlans.from_json(_plan(pre_sql=("SELECT 1",)).to_json()).writes[0].pre_sql

@@ -26,8 +26,8 @@ from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_s
 from ..spec import TableRef
 from .modes import OP_COLUMN, ORDER_COLUMN
 from .retyping import ChangedTypesError, check_types
+from .user_sql import stored_sql_problem
 
-_ROW_NUMBER = "xasink_rn"
 #: How many offending keys or values an error names.
 SHOWN = 5
 
@@ -99,6 +99,18 @@ class ApplyPlan:
 
     @classmethod
     def _from_raw(cls, raw: dict[str, Any]) -> ApplyPlan:
+        """Its SQL checked again: whoever writes the journal writes plans, which recover runs."""
+        plan = cls._unchecked(raw)
+        if problem := stored_sql_problem(plan.replace_where, plan.pre_sql, plan.post_sql):
+            raise JournalError(
+                f"A job row's apply plan for {plan.target} holds SQL that xasink refuses, and "
+                f"never stores ({problem}). Check who can write the journal; `xasink resolve "
+                "JOB --abandon` ends the job with its target unchanged."
+            )
+        return plan
+
+    @classmethod
+    def _unchecked(cls, raw: dict[str, Any]) -> ApplyPlan:
         return cls(
             mode=raw["mode"],
             target=TableRef(**raw["target"]),
@@ -359,11 +371,9 @@ def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str 
 
 def check_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
     """In the apply transaction, under its apply lock: the target still has the column
-    types the staging table was built for (and keeps them until commit), every staged row
-    lies in a replace_where's slice as the apply's DELETE will evaluate it (each branch
-    checked its own rows before PREPARE, but a pre_sql, another write of the transaction,
-    the clock or a later `xasink recover` may have changed what it selects), and the whole
-    staging table's keys are unambiguous."""
+    types the staging table was built for (and keeps them until commit), every row lies in
+    the slice as the DELETE sees it (a pre_sql, another write, the clock or a late recover
+    may have changed it since the branches checked), and the keys are unambiguous."""
     check_types(conn, dialect, plan.target, plan.columns, plan.types)
     problem = outside_slice(conn, dialect, plan) or (plan.key and _duplicates(conn, dialect, plan))
     if problem:

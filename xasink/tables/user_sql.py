@@ -195,6 +195,20 @@ def _ends(text: str, dialect: str | None) -> str | None:
     return None
 
 
+def stored_sql_problem(
+    replace_where: str | None, pre_sql: Sequence[str], post_sql: Sequence[str]
+) -> str | None:
+    """Why a stored plan's SQL would have been refused as the write's options, or None."""
+    try:
+        if replace_where is not None:
+            check_predicate(replace_where)
+        check_actions("pre_sql", list(pre_sql))
+        check_actions("post_sql", list(post_sql))
+    except ConfigurationError as exc:
+        return str(exc)
+    return None
+
+
 def check_on_server(
     conn: JdbcConnection,
     dialect: Dialect,
@@ -231,4 +245,4 @@ def check_on_server(
         ) from None
 
 
-__all__ = ["check_actions", "check_on_server", "check_predicate"]
+__all__ = ["check_actions", "check_on_server", "check_predicate", "stored_sql_problem"]
