@@ -209,8 +209,9 @@ def test_a_reader_never_sees_a_two_phase_slice_half_applied(spark, postgres):
 
 @pytest.mark.ci_one_server
 def test_recover_finishes_a_killed_drivers_slice_and_actions(db):
-    """The driver dies after its decision, before the apply: readers see the old table,
-    and `xasink recover` applies the slice and runs the write's pre_sql and post_sql from
+    """The driver dies after its decision, before the apply: readers see the old table.
+    `xasink recover` leaves the job decided, as its stored plan runs SQL statements; with
+    --run-statements it applies the slice and runs the write's pre_sql and post_sql from
     the stored plan, in the apply's one transaction, as the driver would have."""
     table, log = seeded_table(db), f"log_{uuid.uuid4().hex[:10]}"
     run_sql(db, f"CREATE TABLE {log} (what VARCHAR(16), n BIGINT)", admin=False)
@@ -223,7 +224,12 @@ def test_recover_finishes_a_killed_drivers_slice_and_actions(db):
     kill_driver_at(db, table, "after_decision", "overwrite", options=options)
     assert contents(db, table) == old_contents()
     assert run_sql(db, f"SELECT what FROM {log}", admin=False) == []
-    done = cli(db, "--grace", "0", "--json")
+    left = cli(db, "--grace", "0", "--json")  # the plan's SQL runs only when asked for
+    held = [a for a in json.loads(left.stdout)["actions"] if a["action"] == "left"]
+    assert left.returncode == 1 and "--run-statements" in held[0]["detail"], left.stdout
+    assert contents(db, table) == old_contents()
+    assert latest_job_state(db) == "committing"
+    done = cli(db, "--grace", "0", "--json", "--run-statements")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "applied" in {a["action"] for a in json.loads(done.stdout)["actions"]}
     expected = {i: v for i, v in old_contents().items() if i < 50}
