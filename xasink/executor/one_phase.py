@@ -25,7 +25,7 @@ from ..tables.actions import refused_by
 from ..tables.catalog import table_columns
 from ..tables.modes import APPEND
 from ..tables.retyping import ChangedTypesError
-from ..tables.staging import ApplyPlans, branch_problem, is_data_error
+from ..tables.staging import ApplyPlan, ApplyPlans, branch_problem, is_data_error
 from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
@@ -133,7 +133,10 @@ def write_one_phase(
         conn.setAutoCommit(True)
         if staged is not None:
             applying.release_apply_lock(plan.journal, conn, staged)
-        sessions.park(plan.spec, BRANCH_ROLE, session)
+        if staged is not None and _ran_statements(staged):
+            session.close()  # a write's own statements may have changed the session
+        else:
+            sessions.park(plan.spec, BRANCH_ROLE, session)
     except Exception:
         session.close()
     except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: committed all the same
@@ -194,3 +197,11 @@ ONE_PHASE_TAKEN = "the sink's batch was taken"
 def _local_session(spec: ConnectionSpec) -> XaSession:
     """The kept writer session if it still answers, else a new one."""
     return sessions.take(spec, BRANCH_ROLE) or open_session(spec)
+
+
+def _ran_statements(staged: StagedPlan) -> bool:
+    """The apply ran a write's own statements (pre_sql, post_sql): its session is never
+    kept for the next job, whatever they changed in it."""
+    return isinstance(staged, ApplyPlan | ApplyPlans) and any(
+        w.pre_sql or w.post_sql for w in ApplyPlans.of(staged).writes
+    )

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..dialects import Dialect
-from ..errors import InputDataError
-from ..runtime.jdbc import JdbcConnection, execute, java_message, sql_state
+from ..errors import InputDataError, JournalError
+from ..runtime.jdbc import JdbcConnection, execute, java_message, query, sql_state
 from .staging import ApplyPlan, refused
+from .user_sql import stored_sql_problem
 
 
 class ActionError(InputDataError):
@@ -30,6 +31,9 @@ def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: 
     """Run the plan's `which` ("pre_sql", "post_sql") statements, in order, in the
     caller's transaction (the apply's); a statement's own failure is an ActionError."""
     statements: tuple[str, ...] = getattr(plan, which)
+    pre, post = (statements, ()) if which == "pre_sql" else ((), statements)
+    if problem := stored_sql_problem(None, pre, post, dialect.name):
+        raise JournalError(f"{which} of the apply plan for {plan.target} is refused: {problem}")
     for number, statement in enumerate(statements, 1):
         try:
             execute(conn, statement)
@@ -42,6 +46,17 @@ def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: 
                 f"{which} statement {number} of {len(statements)} for {plan.target}, "
                 f"{shown!r}, failed: {java_message(exc)}"
             ) from None
+    if statements and dialect.name != "postgres" and _autocommits(conn):
+        raise JournalError(  # not a data error: the job stays decided, for a person
+            f"{which} of the apply plan for {plan.target} turned autocommit on (MySQL and "
+            "MariaDB then commit each statement at once): the apply stops here. Check the "
+            "target, and what of the apply committed, before `xasink recover`."
+        )
+
+
+def _autocommits(conn: JdbcConnection) -> bool:
+    """The session commits each statement at once (a statement turned autocommit on)."""
+    return str(query(conn, "SELECT @@autocommit")[0][0]) not in ("0", "False", "false")
 
 
 def refused_by(
