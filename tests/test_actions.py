@@ -190,3 +190,19 @@ def test_format_options_replace_a_slice_with_actions(spark, postgres):
     assert contents(db, table) == expected
     assert logged(db, log) == [("pre", 100), ("post", 95)]
     assert_clean(db)
+
+
+def test_a_question_mark_in_an_action_is_the_servers_operator(spark, postgres):
+    """PostgreSQL's jsonb `?` operator in a pre_sql: the statement runs as text, never
+    prepared with `?` taken for a parameter marker (which failed it at the apply)."""
+    table, log = seeded_table(postgres), log_table(postgres)
+    write_xa(
+        frame(spark, [(300, "more", 3.0)], 0),
+        table=table,
+        pre_sql=f"INSERT INTO {log} (what, n) SELECT 'has a', 1 WHERE '{{\"a\": 1}}'::jsonb ? 'a'",
+        writer_properties=DRIVER,
+        **connection_args(postgres),
+    )
+    assert logged(postgres, log) == [("has a", 1)]
+    assert contents(postgres, table) == {**old_contents(), 300: ("more", 3.0)}
+    assert_clean(postgres)

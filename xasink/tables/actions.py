@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ..dialects import Dialect
 from ..errors import InputDataError, JournalError
-from ..runtime.jdbc import JdbcConnection, execute, java_message, query, sql_state
+from ..runtime.jdbc import JdbcConnection, execute_text, java_message, query, sql_state
 from .staging import ApplyPlan, refused
 from .user_sql import stored_sql_problem
 
@@ -36,7 +36,7 @@ def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: 
         raise JournalError(f"{which} of the apply plan for {plan.target} is refused: {problem}")
     for number, statement in enumerate(statements, 1):
         try:
-            execute(conn, statement)
+            execute_text(conn, statement)  # as text: a `?` is the server's, not a parameter
         except Exception as exc:
             state = sql_state(exc)
             if state is None or state[:2] in _TRANSIENT_CLASSES or dialect.is_lock_timeout(exc):
