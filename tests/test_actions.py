@@ -9,15 +9,16 @@ import uuid
 
 import pytest
 from support import (
+    assert_clean,
     connection_args,
     contents,
     database_of,
+    frame,
     job_states,
     latest_job_state,
     old_contents,
     run_sql,
     seeded_table,
-    stage_tables,
     xasink_writer,
 )
 
@@ -26,16 +27,10 @@ from xasink.errors import ConfigurationError, InputDataError
 
 TASKS = WriterProperties(driver_write_bytes=0)  # tasks write it: two phases, a real stage
 DRIVER = WriterProperties(driver_write_bytes=1 << 30)  # the driver: one local transaction
-SCHEMA = "id long, name string, v double"
 LOG_DDL = {
     "postgres": "CREATE TABLE {t} (seq SERIAL PRIMARY KEY, what VARCHAR(32), n BIGINT)",
     "mysql": "CREATE TABLE {t} (seq INT AUTO_INCREMENT PRIMARY KEY, what VARCHAR(32), n BIGINT)",
 }
-
-
-def assert_clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
 
 
 def log_table(db) -> str:
@@ -47,15 +42,6 @@ def log_table(db) -> str:
 def logged(db, log) -> list[tuple[str, int | None]]:
     rows = run_sql(db, f"SELECT what, n FROM {log} ORDER BY seq", admin=False)
     return [(str(w), None if n is None else int(n)) for w, n in rows]
-
-
-def frame(spark, rows, partitions=3):
-    """Spread over `partitions`; 0: one cached frame, which Spark can size for the driver."""
-    df = spark.createDataFrame(rows, SCHEMA)
-    if partitions:
-        return df.repartition(partitions)
-    df.cache().count()
-    return df
 
 
 def note(log: str, what: str, table: str | None = None) -> str:

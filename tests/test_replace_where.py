@@ -10,9 +10,11 @@ import uuid
 
 import pytest
 from support import (
+    assert_clean,
     cli,
     connection_args,
     contents,
+    frame,
     in_background,
     job_states,
     kill_driver_at,
@@ -21,7 +23,6 @@ from support import (
     old_contents,
     run_sql,
     seeded_table,
-    stage_tables,
     until,
 )
 from test_exactly_once import failed_tasks
@@ -32,21 +33,6 @@ from xasink.errors import ConfigurationError, InputDataError, PreflightError
 
 TASKS = WriterProperties(driver_write_bytes=0)  # tasks write it: two-phase, a real stage
 DRIVER = WriterProperties(driver_write_bytes=1 << 30)  # the driver: one local transaction
-SCHEMA = "id long, name string, v double"
-
-
-def assert_clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
-
-
-def frame(spark, rows, partitions=3):
-    """Spread over `partitions`; 0: one cached frame, which Spark can size for the driver."""
-    df = spark.createDataFrame(rows, SCHEMA)
-    if partitions:
-        return df.repartition(partitions)
-    df.cache().count()
-    return df
 
 
 @pytest.mark.mysql_ci

@@ -249,12 +249,13 @@ class Resolver:
             return
         if refusal is not None:
             detail = self._redact(refusal)
+            # A write's own statement (pre_sql, post_sql) names itself; else the rows.
+            own = getattr(refusal, "names_statement", False)
             log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
             self.job_action(
                 record.job_id,
                 RecoveryAction.ABORTED,
-                # A write's own statement (pre_sql, post_sql) names itself; else the rows.
-                f"{'' if '_sql statement ' in detail else 'target refused the rows: '}{detail}",
+                f"{'' if own else 'target refused the rows: '}{detail}",
             )
         elif not finished:
             self.job_action(

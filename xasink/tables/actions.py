@@ -21,6 +21,9 @@ class ActionError(InputDataError):
     aborted, its target unchanged (a lost connection or a lock wait is not this: the
     apply is retried, by `xasink recover`)."""
 
+    #: Its message names the statement itself, not the rows (`xasink recover`'s report).
+    names_statement = True
+
 
 #: SQLSTATE classes of failures that are no fault of the statement itself: a connection
 #: (08), a deadlock or serialization failure (40), resources (53), an operator (57).
