@@ -24,6 +24,7 @@ from support import (
 
 from xasink import WriterProperties, transaction, write_xa
 from xasink.errors import ConfigurationError, InputDataError
+from xasink.tables.retyping import ChangedTypesError
 
 TASKS = WriterProperties(driver_write_bytes=0)  # tasks write it: two phases, a real stage
 DRIVER = WriterProperties(driver_write_bytes=1 << 30)  # the driver: one local transaction
@@ -191,4 +192,26 @@ def test_a_question_mark_in_an_action_is_the_servers_operator(spark, postgres):
     )
     assert logged(postgres, log) == [("has a", 1)]
     assert contents(postgres, table) == {**old_contents(), 300: ("more", 3.0)}
+    assert_clean(postgres)
+
+
+@pytest.mark.full_only
+def test_a_pre_sql_that_retypes_the_table_is_seen_by_the_type_check(spark, postgres):
+    """The apply checks the target's column types after the pre_sql, not before: a pre_sql
+    that makes `v` an integer would otherwise have the staged 1.5 rounded into it."""
+    table = seeded_table(postgres)
+    with pytest.raises(ChangedTypesError, match=r"'v' double precision -> integer.*unchanged"):
+        write_xa(
+            frame(spark, [(300, "more", 1.5)]),
+            table=table,
+            pre_sql=f"ALTER TABLE {table} ALTER COLUMN v TYPE INTEGER",
+            writer_properties=TASKS,
+            **connection_args(postgres),
+        )
+    assert contents(postgres, table) == old_contents()
+    assert run_sql(
+        postgres,
+        f"SELECT data_type FROM information_schema.columns WHERE "
+        f"table_name = '{table}' AND column_name = 'v'",
+    ) == [("double precision",)]
     assert_clean(postgres)
