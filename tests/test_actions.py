@@ -215,3 +215,22 @@ def test_a_pre_sql_that_retypes_the_table_is_seen_by_the_type_check(spark, postg
         f"table_name = '{table}' AND column_name = 'v'",
     ) == [("double precision",)]
     assert_clean(postgres)
+
+
+@pytest.mark.full_only
+def test_a_session_that_ran_actions_is_not_kept_for_the_next_job(spark, postgres):
+    """A pre_sql may change its session beyond the transaction (set_config(..., false) is
+    no SET statement): the next job's apply never gets that session back."""
+    table, log = seeded_table(postgres), log_table(postgres)
+    for what, sql in (("set", "SELECT set_config('xasink.probe', 'left', false)"), ("read", None)):
+        write_xa(
+            frame(spark, [(300, what, 1.0)]),
+            table=table,
+            mode="upsert",
+            key="id",
+            pre_sql=sql or f"INSERT INTO {log} (what) SELECT current_setting('xasink.probe', true)",
+            writer_properties=TASKS,
+            **connection_args(postgres),
+        )
+    assert [w for w, _ in logged(postgres, log)] in (["None"], [""])  # NULL or empty
+    assert_clean(postgres)

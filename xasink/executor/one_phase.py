@@ -21,7 +21,7 @@ from ..protocol.states import JobEnded
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
-from ..tables.actions import refused_by
+from ..tables.actions import refused_by, runs_actions
 from ..tables.catalog import table_columns
 from ..tables.modes import APPEND
 from ..tables.retyping import ChangedTypesError
@@ -133,7 +133,7 @@ def write_one_phase(
         conn.setAutoCommit(True)
         if staged is not None:
             applying.release_apply_lock(plan.journal, conn, staged)
-        if staged is not None and _ran_statements(staged):
+        if isinstance(staged, ApplyPlan | ApplyPlans) and runs_actions(staged):
             session.close()  # a write's own statements may have changed the session
         else:
             sessions.park(plan.spec, BRANCH_ROLE, session)
@@ -197,11 +197,3 @@ ONE_PHASE_TAKEN = "the sink's batch was taken"
 def _local_session(spec: ConnectionSpec) -> XaSession:
     """The kept writer session if it still answers, else a new one."""
     return sessions.take(spec, BRANCH_ROLE) or open_session(spec)
-
-
-def _ran_statements(staged: StagedPlan) -> bool:
-    """The apply ran a write's own statements (pre_sql, post_sql): its session is never
-    kept for the next job, whatever they changed in it."""
-    return isinstance(staged, ApplyPlan | ApplyPlans) and any(
-        w.pre_sql or w.post_sql for w in ApplyPlans.of(staged).writes
-    )

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..dialects import Dialect
 from ..errors import InputDataError, JournalError
 from ..runtime.jdbc import JdbcConnection, execute_text, java_message, query, sql_state
-from .staging import ApplyPlan, refused
+from .staging import ApplyPlan, ApplyPlans, refused
 from .user_sql import stored_sql_problem
 
 
@@ -62,6 +62,12 @@ def _autocommits(conn: JdbcConnection) -> bool:
     return str(query(conn, "SELECT @@autocommit")[0][0]) not in ("0", "False", "false")
 
 
+def runs_actions(plan: ApplyPlan | ApplyPlans | None) -> bool:
+    """The apply runs a write's own statements: its session is never kept for the next
+    job, whatever they changed in it (a setting, a variable, a role)."""
+    return plan is not None and any(w.pre_sql or w.post_sql for w in ApplyPlans.of(plan).writes)
+
+
 def refused_by(
     target: str, job_id: str, exc: BaseException, redact: Callable[[object], str]
 ) -> InputDataError:
@@ -78,4 +84,4 @@ def refused_by(
     )
 
 
-__all__ = ["ActionError", "refused_by", "run_actions"]
+__all__ = ["ActionError", "refused_by", "run_actions", "runs_actions"]
