@@ -362,6 +362,21 @@ def assert_exactly(server: DbServer, table: str, expected: range | list[int]) ->
     assert server.prepared_transactions() == [], "prepared transactions were left behind"
 
 
+#: The columns of `seeded_table`, as a Spark schema.
+KV_SCHEMA = "id long, name string, v double"
+
+
+def frame(
+    spark: Any, rows: list[tuple[Any, ...]], partitions: int = 3, schema: str = KV_SCHEMA
+) -> Any:
+    """Spread over `partitions`; 0: one cached frame, which Spark can size for the driver."""
+    df = spark.createDataFrame(rows, schema)
+    if partitions:
+        return df.repartition(partitions)
+    df.cache().count()
+    return df
+
+
 def assert_clean(server: DbServer) -> None:
     """Nothing left prepared and no staging table left on the server."""
     assert server.prepared_transactions() == [], "prepared transactions were left behind"

@@ -9,33 +9,29 @@ import uuid
 
 import pytest
 from support import (
+    assert_clean,
     connection_args,
     contents,
     database_of,
+    frame,
     job_states,
     latest_job_state,
     old_contents,
     run_sql,
     seeded_table,
-    stage_tables,
     xasink_writer,
 )
 
 from xasink import WriterProperties, transaction, write_xa
 from xasink.errors import ConfigurationError, InputDataError
+from xasink.tables.retyping import ChangedTypesError
 
 TASKS = WriterProperties(driver_write_bytes=0)  # tasks write it: two phases, a real stage
 DRIVER = WriterProperties(driver_write_bytes=1 << 30)  # the driver: one local transaction
-SCHEMA = "id long, name string, v double"
 LOG_DDL = {
     "postgres": "CREATE TABLE {t} (seq SERIAL PRIMARY KEY, what VARCHAR(32), n BIGINT)",
     "mysql": "CREATE TABLE {t} (seq INT AUTO_INCREMENT PRIMARY KEY, what VARCHAR(32), n BIGINT)",
 }
-
-
-def assert_clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
 
 
 def log_table(db) -> str:
@@ -47,15 +43,6 @@ def log_table(db) -> str:
 def logged(db, log) -> list[tuple[str, int | None]]:
     rows = run_sql(db, f"SELECT what, n FROM {log} ORDER BY seq", admin=False)
     return [(str(w), None if n is None else int(n)) for w, n in rows]
-
-
-def frame(spark, rows, partitions=3):
-    """Spread over `partitions`; 0: one cached frame, which Spark can size for the driver."""
-    df = spark.createDataFrame(rows, SCHEMA)
-    if partitions:
-        return df.repartition(partitions)
-    df.cache().count()
-    return df
 
 
 def note(log: str, what: str, table: str | None = None) -> str:
@@ -190,3 +177,60 @@ def test_format_options_replace_a_slice_with_actions(spark, postgres):
     assert contents(db, table) == expected
     assert logged(db, log) == [("pre", 100), ("post", 95)]
     assert_clean(db)
+
+
+def test_a_question_mark_in_an_action_is_the_servers_operator(spark, postgres):
+    """PostgreSQL's jsonb `?` operator in a pre_sql: the statement runs as text, never
+    prepared with `?` taken for a parameter marker (which failed it at the apply)."""
+    table, log = seeded_table(postgres), log_table(postgres)
+    write_xa(
+        frame(spark, [(300, "more", 3.0)], 0),
+        table=table,
+        pre_sql=f"INSERT INTO {log} (what, n) SELECT 'has a', 1 WHERE '{{\"a\": 1}}'::jsonb ? 'a'",
+        writer_properties=DRIVER,
+        **connection_args(postgres),
+    )
+    assert logged(postgres, log) == [("has a", 1)]
+    assert contents(postgres, table) == {**old_contents(), 300: ("more", 3.0)}
+    assert_clean(postgres)
+
+
+@pytest.mark.full_only
+def test_a_pre_sql_that_retypes_the_table_is_seen_by_the_type_check(spark, postgres):
+    """The apply checks the target's column types after the pre_sql, not before: a pre_sql
+    that makes `v` an integer would otherwise have the staged 1.5 rounded into it."""
+    table = seeded_table(postgres)
+    with pytest.raises(ChangedTypesError, match=r"'v' double precision -> integer.*unchanged"):
+        write_xa(
+            frame(spark, [(300, "more", 1.5)]),
+            table=table,
+            pre_sql=f"ALTER TABLE {table} ALTER COLUMN v TYPE INTEGER",
+            writer_properties=TASKS,
+            **connection_args(postgres),
+        )
+    assert contents(postgres, table) == old_contents()
+    assert run_sql(
+        postgres,
+        f"SELECT data_type FROM information_schema.columns WHERE "
+        f"table_name = '{table}' AND column_name = 'v'",
+    ) == [("double precision",)]
+    assert_clean(postgres)
+
+
+@pytest.mark.full_only
+def test_a_session_that_ran_actions_is_not_kept_for_the_next_job(spark, postgres):
+    """A pre_sql may change its session beyond the transaction (set_config(..., false) is
+    no SET statement): the next job's apply never gets that session back."""
+    table, log = seeded_table(postgres), log_table(postgres)
+    for what, sql in (("set", "SELECT set_config('xasink.probe', 'left', false)"), ("read", None)):
+        write_xa(
+            frame(spark, [(300, what, 1.0)]),
+            table=table,
+            mode="upsert",
+            key="id",
+            pre_sql=sql or f"INSERT INTO {log} (what) SELECT current_setting('xasink.probe', true)",
+            writer_properties=TASKS,
+            **connection_args(postgres),
+        )
+    assert [w for w, _ in logged(postgres, log)] in (["None"], [""])  # NULL or empty
+    assert_clean(postgres)

@@ -10,9 +10,11 @@ import uuid
 
 import pytest
 from support import (
+    assert_clean,
     cli,
     connection_args,
     contents,
+    frame,
     in_background,
     job_states,
     kill_driver_at,
@@ -21,7 +23,6 @@ from support import (
     old_contents,
     run_sql,
     seeded_table,
-    stage_tables,
     until,
 )
 from test_exactly_once import failed_tasks
@@ -32,21 +33,6 @@ from xasink.errors import ConfigurationError, InputDataError, PreflightError
 
 TASKS = WriterProperties(driver_write_bytes=0)  # tasks write it: two-phase, a real stage
 DRIVER = WriterProperties(driver_write_bytes=1 << 30)  # the driver: one local transaction
-SCHEMA = "id long, name string, v double"
-
-
-def assert_clean(db) -> None:
-    assert db.prepared_transactions() == [], "prepared transactions were left behind"
-    assert stage_tables(db) == [], "a staging table was left behind"
-
-
-def frame(spark, rows, partitions=3):
-    """Spread over `partitions`; 0: one cached frame, which Spark can size for the driver."""
-    df = spark.createDataFrame(rows, SCHEMA)
-    if partitions:
-        return df.repartition(partitions)
-    df.cache().count()
-    return df
 
 
 @pytest.mark.mysql_ci
@@ -108,6 +94,34 @@ def test_a_row_outside_replace_where_is_refused_and_nothing_changes(spark, db, w
     assert (contents(db, table), failed_tasks(spark, group)) == (old_contents(), 0)
     if writer == "tasks":  # a one-phase job leaves no row at all
         assert latest_job_state(db) == "aborted"
+    assert_clean(db)
+
+
+@pytest.mark.ci_one_server
+def test_the_slice_is_checked_again_in_the_apply_after_pre_sql(spark, db):
+    """Every branch's rows lie in the slice when it prepares; the write's own pre_sql then
+    narrows what the condition selects (the DELETE would leave the old rows of the slice
+    and the staged rows outside it would land beside them): the apply checks the whole
+    staging table again after its pre_sql, and aborts the job, the table unchanged."""
+    table, bounds = seeded_table(db), f"lo_{uuid.uuid4().hex[:10]}"
+    run_sql(
+        db, f"CREATE TABLE {bounds} (lo BIGINT)", f"INSERT INTO {bounds} VALUES (100)", admin=False
+    )
+    rows = [(i, "new", 1.0) for i in range(100, 150)]
+    with pytest.raises(InputDataError, match=r"outside replace_where.*id=1[0-2][0-9],") as refused:
+        write_xa(
+            frame(spark, rows),
+            table=table,
+            mode="overwrite",
+            replace_where=f"id >= (SELECT lo FROM {bounds})",
+            pre_sql=f"UPDATE {bounds} SET lo = 125",
+            writer_properties=TASKS,
+            **connection_args(db),
+        )
+    assert "Nothing was changed" in str(refused.value)
+    assert contents(db, table) == old_contents()
+    assert run_sql(db, f"SELECT lo FROM {bounds}", admin=False) == [(100,)]
+    assert latest_job_state(db) == "aborted"
     assert_clean(db)
 
 
@@ -181,8 +195,9 @@ def test_a_reader_never_sees_a_two_phase_slice_half_applied(spark, postgres):
 
 @pytest.mark.ci_one_server
 def test_recover_finishes_a_killed_drivers_slice_and_actions(db):
-    """The driver dies after its decision, before the apply: readers see the old table,
-    and `xasink recover` applies the slice and runs the write's pre_sql and post_sql from
+    """The driver dies after its decision, before the apply: readers see the old table.
+    `xasink recover` leaves the job decided, as its stored plan runs SQL statements; with
+    --run-statements it applies the slice and runs the write's pre_sql and post_sql from
     the stored plan, in the apply's one transaction, as the driver would have."""
     table, log = seeded_table(db), f"log_{uuid.uuid4().hex[:10]}"
     run_sql(db, f"CREATE TABLE {log} (what VARCHAR(16), n BIGINT)", admin=False)
@@ -195,7 +210,12 @@ def test_recover_finishes_a_killed_drivers_slice_and_actions(db):
     kill_driver_at(db, table, "after_decision", "overwrite", options=options)
     assert contents(db, table) == old_contents()
     assert run_sql(db, f"SELECT what FROM {log}", admin=False) == []
-    done = cli(db, "--grace", "0", "--json")
+    left = cli(db, "--grace", "0", "--json")  # the plan's SQL runs only when asked for
+    held = [a for a in json.loads(left.stdout)["actions"] if a["action"] == "left"]
+    assert left.returncode == 1 and "--run-statements" in held[0]["detail"], left.stdout
+    assert contents(db, table) == old_contents()
+    assert latest_job_state(db) == "committing"
+    done = cli(db, "--grace", "0", "--json", "--run-statements")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "applied" in {a["action"] for a in json.loads(done.stdout)["actions"]}
     expected = {i: v for i, v in old_contents().items() if i < 50}

@@ -345,3 +345,23 @@ def test_replace_where_replaces_one_chart_and_leaves_the_other(spark, db, path):
     _write(spark, db, table, new, path, mode="overwrite", replace_where="id >= 100")
     assert _contents(db, table) == sorted(first + new)
     _clean(db)
+
+
+def test_replace_where_on_the_self_reference_is_refused_where_rows_are_checked_one_by_one(
+    spark, mariadb
+):
+    """The apply unlinks the slice's rows (boss = NULL) before its DELETE: a condition on
+    the self-reference itself would no longer select them, and the old slice would stay.
+    Refused before any job on MariaDB, whatever the column's spelling."""
+    table = _table(mariadb, _chart(0, 40) + _chart(100, 20))
+    with pytest.raises(PreflightError, match=r"replace_where .*boss.*Nothing was written"):
+        _write(
+            spark,
+            mariadb,
+            table,
+            _chart(100, 30, fanout=2),
+            mode="overwrite",
+            replace_where="`Boss` >= 100 OR id = 100",
+        )
+    assert _contents(mariadb, table) == sorted(_chart(0, 40) + _chart(100, 20))
+    _clean(mariadb)

@@ -30,6 +30,7 @@ def recover(
     lock_wait_timeout: float = defaults.LOCK_WAIT,
     presume_abort_tag: str | None = None,
     participants: Sequence[Database | str] = (),
+    run_statements: bool = False,
 ) -> RecoveryReport:
     """Resolve xasink's in-doubt branches in this database: commit what is decided, roll
     back what is not and whose owner is silent, finish decided staged jobs; then carry
@@ -50,6 +51,9 @@ def recover(
             never its password. A participant of a pending transaction that is not given,
             or cannot be reached, is reported as unresolved (`report.ok` is False) and
             left as it is.
+        run_statements: finish a decided job whose stored plan runs the write's own
+            statements (`pre_sql`, `post_sql`), as this login. Without it such a job is
+            left decided and reported: whoever can write the journal can write them.
     """
     db = Database.of(database)
     return admin.recover(
@@ -63,6 +67,7 @@ def recover(
         lock_wait_timeout=lock_wait_timeout,
         presume_abort_tag=presume_abort_tag,
         participants=[make_spec(participant(db, p)) for p in participants],
+        run_statements=run_statements,
     )
 
 

@@ -246,6 +246,7 @@ def test_recover_passes_the_connection_and_prints_the_report(monkeypatch, recove
                 "lock_wait_timeout": 60.0,
                 "presume_abort_tag": None,
                 "participants": [],
+                "run_statements": False,
             },
         )
     ]

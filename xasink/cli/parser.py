@@ -179,6 +179,13 @@ def parser() -> argparse.ArgumentParser:
         "jobs that are still writing",
     )
     recover.add_argument("--dry-run", action="store_true", help="report only; change nothing")
+    recover.add_argument(
+        "--run-statements",
+        action="store_true",
+        help="also finish decided jobs whose stored plans run the write's pre_sql/post_sql, "
+        "as this login (whoever can write the journal can write them); without it they "
+        "are left and reported",
+    )
     _add_participants(recover)
     recover.add_argument(
         "--presume-abort",

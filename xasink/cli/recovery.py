@@ -21,6 +21,7 @@ def run(args: argparse.Namespace, ask: Callable[[str], str]) -> int:
         lock_wait_timeout=args.lock_wait,
         presume_abort_tag=args.presume_abort,
         participants=participants(args, own),
+        run_statements=args.run_statements,
     )
     if args.json:
         print(report.to_json(), file=args.out)

@@ -14,6 +14,7 @@ from ..executor.contract import WritePlan
 from ..protocol import retention, sessions
 from ..protocol.connecting import JOURNAL_ROLE, journal_connection, open_journal
 from ..protocol.states import FINAL_STATES, JobState
+from ..tables.actions import runs_actions
 from ..tables.applier import STAGED_APPLY
 from .check_cache import UNCACHED, CheckCache
 from .job import Job
@@ -61,13 +62,28 @@ def resume_job(
 
 
 @contextlib.contextmanager
+def _kept(job: Job) -> Iterator[None]:
+    """The job's session, handed back for reuse if the block succeeds, unless its apply
+    ran a write's own statements (they may have changed the session); else closed."""
+    try:
+        yield
+    except BaseException:
+        job.session.close()
+        raise
+    if runs_actions(job.apply):
+        job.session.close()
+    else:
+        sessions.give(job.spec, JOURNAL_ROLE, job.session)
+
+
+@contextlib.contextmanager
 def _held(job: Job, reuse: bool, *more: AbstractContextManager[Any]) -> Iterator[None]:
     """The job's session (kept for reuse on success, else closed), `more`, and what the job
     opens, for the block; then, after a job that ended, a due round of its journal's
     retention."""
     with contextlib.ExitStack() as stack:
         if reuse:
-            stack.enter_context(sessions.kept_on_success(job.spec, JOURNAL_ROLE, job.session))
+            stack.enter_context(_kept(job))
         else:
             stack.enter_context(job.session)
         for context in more:

@@ -21,7 +21,7 @@ from ..tables.catalog import check_fit, ensure_table
 from ..tables.columns import TableColumn
 from ..tables.evolution import MERGE_SCHEMA, add_columns, check_before_adding, new_columns
 from ..tables.modes import APPEND
-from ..tables.self_reference import refuse_fixed_deletes
+from ..tables.self_reference import refuse_fixed_deletes, refuse_linked_slice
 from ..tables.tombstone_tables import ensure_tombstones
 from ..tables.tombstones import keeps_deletes
 from ..tables.user_sql import check_on_server
@@ -96,6 +96,8 @@ def preflight(
         if options.replace_where is not None or options.actions:
             written = [c.name for c in targets]
             check_on_server(conn, dialect, table, written, options.replace_where, sql, spec.redact)
+        if options.replace_where is not None:  # the apply unlinks self-references first
+            refuse_linked_slice(conn, dialect, table, options.replace_where)
     with step("self-reference check"):  # a write that may delete rows (overwrite, merge)
         if options.deletes and not checks.get(spec, ("deletes hold", table, options.mode)):
             refuse_fixed_deletes(conn, dialect, table, options.mode)

@@ -220,11 +220,14 @@ def recover(
     lock_wait_timeout: float = LOCK_WAIT,
     presume_abort_tag: str | None = None,
     participants: Sequence[ConnectionSpec] = (),
+    run_statements: bool = False,
 ) -> RecoveryReport:
     """Resolve xasink's in-doubt branches in the database `spec` reaches (see `recovery`);
-    `staged` applies and drops staged jobs' staging tables. The public entry point is
-    `xasink.recover`. Then carry the decisions of its transactions over several databases
-    to their `participants` (`participants.finish`): one not given is reported as left.
+    `staged` applies and drops staged jobs' staging tables; a staged job whose stored
+    plan runs the write's own statements is finished only with `run_statements`. The
+    public entry point is `xasink.recover`. Then carry the decisions of its transactions
+    over several databases to their `participants` (`participants.finish`): one not given
+    is reported as left.
 
     Without a journal nothing is touched, unless `presume_abort_tag` names the tag whose
     prepared branches are to be rolled back (once older than `grace`, where the server
@@ -232,7 +235,9 @@ def recover(
     session, journal = open_journal(spec, journal_schema, lock_wait_timeout, staged=staged)
     with session:
         conn = session.connection
-        report = _recover(spec, conn, journal, table, job, grace, dry_run, presume_abort_tag)
+        report = _recover(
+            spec, conn, journal, table, job, grace, dry_run, presume_abort_tag, run_statements
+        )
         if presume_abort_tag is None and journal.exists(conn):
             redact = Redactor(secrets_of(spec, participants))
             with given(participants, staged, lock_wait_timeout) as opener:
@@ -258,6 +263,7 @@ def _recover(
     grace: float,
     dry_run: bool,
     presume_abort_tag: str | None,
+    run_statements: bool,
 ) -> RecoveryReport:
     exists = journal.exists(conn)  # raises unless the journal is truly missing
     if presume_abort_tag is not None:
@@ -281,7 +287,14 @@ def _recover(
         table = table_named(conn, journal, table)
     with BranchOps(spec, journal) as ops:
         return resolve_in_doubt(
-            ops, conn, journal, table=table, job=job, grace=grace, dry_run=dry_run
+            ops,
+            conn,
+            journal,
+            table=table,
+            job=job,
+            grace=grace,
+            dry_run=dry_run,
+            run_statements=run_statements,
         )
 
 

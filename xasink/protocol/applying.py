@@ -12,6 +12,7 @@ own staging table and target, and staged jobs on one table apply in decision ord
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -56,7 +57,8 @@ class StagedApply(Protocol[Plan]):
         ...
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> None:
-        """Raise unless the whole staging tables can be applied (in the apply transaction)."""
+        """Raise unless the whole staging tables can be applied (in the apply transaction,
+        before `apply`, which it may prepare: xasink's runs the writes' pre_sql first)."""
         ...
 
     def apply(self, conn: JdbcConnection, dialect: Dialect, plan: Plan) -> tuple[int, int]:
@@ -123,6 +125,22 @@ def stored_plan(
     if not rows or not rows[0][0]:
         return None
     return trusted_plan(journal, job_id, str(rows[0][0]), str(rows[0][1]), staged)
+
+
+def runs_statements(journal: JournalLayout, conn: JdbcConnection, job_id: str) -> bool:
+    """The job's stored plan runs the write's own statements (`pre_sql`, `post_sql`): a
+    plan that does says so in its "requires" (`ApplyPlans.to_json`), so that no release
+    that does not know them applies it. Read before parsing: nothing of it is run."""
+    rows = query(conn, f"SELECT apply_plan FROM {journal.jobs} WHERE job_id = ?", (job_id,))
+    try:
+        raw = json.loads(str(rows[0][0])) if rows and rows[0][0] else {}
+    except ValueError:
+        return False  # not a plan at all: parsing it refuses it, and runs nothing
+    return isinstance(raw, dict) and STATEMENTS in raw.get("requires", ())
+
+
+#: What a stored plan "requires" when it runs the write's own statements.
+STATEMENTS = "actions"
 
 
 def trusted_plan(

@@ -36,7 +36,7 @@ from ..runtime.jdbc import JdbcConnection, query
 from ..xid import BranchId, valid_job_id
 from . import links
 from .actions import BranchAction, RecoveryAction, RecoveryReport, log_action
-from .applying import JobOrderError, StagedPlan, stored_plan
+from .applying import JobOrderError, StagedPlan, runs_statements, stored_plan
 from .branches import BranchOps, Outcome
 from .journal import Journal
 from .records import JobRecord
@@ -58,6 +58,9 @@ class Resolver:
     grace: float
     dry_run: bool
     report: RecoveryReport
+    #: Run a stored plan's own statements (pre_sql, post_sql); else such a job is left
+    #: decided (`xasink recover --run-statements`).
+    run_statements: bool = True
     _ages: dict[str, float] | None = None
 
     # -- reporting -------------------------------------------------------------------
@@ -179,6 +182,8 @@ class Resolver:
         if any(a.unresolved and not a.action.dry_run for a in mine):
             return  # a dry run's own plan (would commit) does not hide what follows it
         if not self.dry_run:
+            if self._holds_statements(record):
+                return
             self._finish(record)
         elif record.staged:
             self.job_action(
@@ -207,6 +212,24 @@ class Resolver:
                 "dealt with the missing rows",
             )
 
+    def _holds_statements(self, record: JobRecord) -> bool:
+        """Leave (and report) a staged job whose plan runs SQL statements, unless told to
+        run them: anyone who can write the journal can write such a plan."""
+        if self.run_statements or not record.staged:
+            return False
+        if not runs_statements(self.journal, self.conn, record.job_id):
+            return False
+        self.job_action(
+            record.job_id,
+            RecoveryAction.LEFT,
+            "decided, not applied: its stored plan runs the write's pre_sql/post_sql "
+            "statements, which recovery runs only with --run-statements (whoever can write "
+            "the journal can write them, and they would run as this login). Check them "
+            f"(`xasink jobs`), then run `xasink recover --job {record.job_id} "
+            "--run-statements`, or let the next write to the table finish it",
+        )
+        return True
+
     def _finish(self, record: JobRecord) -> None:
         """Mark committed (and apply a staged job); a refused apply aborts it instead."""
         try:
@@ -226,12 +249,13 @@ class Resolver:
             return
         if refusal is not None:
             detail = self._redact(refusal)
+            # A write's own statement (pre_sql, post_sql) names itself; else the rows.
+            own = getattr(refusal, "names_statement", False)
             log.error("xasink recover: job %s refused by its target: %s", record.job_id, detail)
             self.job_action(
                 record.job_id,
                 RecoveryAction.ABORTED,
-                # A write's own statement (pre_sql, post_sql) names itself; else the rows.
-                f"{'' if '_sql statement ' in detail else 'target refused the rows: '}{detail}",
+                f"{'' if own else 'target refused the rows: '}{detail}",
             )
         elif not finished:
             self.job_action(
@@ -297,10 +321,12 @@ def resolve_in_doubt(
     job: str | None = None,
     grace: float = DEFAULT_GRACE,
     dry_run: bool = False,
+    run_statements: bool = True,
 ) -> RecoveryReport:
-    """Resolve this journal's in-doubt branches (of `table`'s or `job`'s only, when given)."""
+    """Resolve this journal's in-doubt branches (of `table`'s or `job`'s only, when given);
+    `run_statements`: finish staged jobs whose plans run the write's own statements."""
     report = RecoveryReport(dry_run=dry_run, journal=describe(journal))
-    resolver = Resolver(ops, conn, journal, grace, dry_run, report)
+    resolver = Resolver(ops, conn, journal, grace, dry_run, report, run_statements)
     committing = journal.jobs_in_state(conn, JobState.COMMITTING)  # oldest decision first
     candidates = {branch.job_id for branch, _ in ops.prepared()}
     candidates.update(r.job_id for r in committing)

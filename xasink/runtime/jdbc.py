@@ -157,6 +157,17 @@ def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int
     raise failure  # outside the handler: the Java exception alone, as a direct call raises it
 
 
+def execute_text(conn: JdbcConnection, sql: str) -> None:
+    """Run a statement as text (a plain java.sql.Statement, no parameters): a `?` in it is
+    the server's (PostgreSQL's jsonb operators), never taken for a parameter marker."""
+    statements.seen(sql, ())
+    statement = conn.createStatement()
+    try:
+        statement.execute(sql)
+    finally:
+        statement.close()
+
+
 def execute_many(conn: JdbcConnection, sql: str, rows: Iterable[Sequence[Param]]) -> None:
     """Run `sql` once per row of parameters, as one JDBC batch (one round trip)."""
     rows = list(rows)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..dialects import Dialect
-from ..errors import InputDataError
-from ..runtime.jdbc import JdbcConnection, execute, java_message, sql_state
-from .staging import ApplyPlan, refused
+from ..errors import InputDataError, JournalError
+from ..runtime.jdbc import JdbcConnection, execute_text, java_message, query, sql_state
+from .staging import ApplyPlan, ApplyPlans, refused
+from .user_sql import stored_sql_problem
 
 
 class ActionError(InputDataError):
@@ -19,6 +20,9 @@ class ActionError(InputDataError):
     which rolls back with it: applying again would fail the same way, so the job is
     aborted, its target unchanged (a lost connection or a lock wait is not this: the
     apply is retried, by `xasink recover`)."""
+
+    #: Its message names the statement itself, not the rows (`xasink recover`'s report).
+    names_statement = True
 
 
 #: SQLSTATE classes of failures that are no fault of the statement itself: a connection
@@ -30,9 +34,12 @@ def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: 
     """Run the plan's `which` ("pre_sql", "post_sql") statements, in order, in the
     caller's transaction (the apply's); a statement's own failure is an ActionError."""
     statements: tuple[str, ...] = getattr(plan, which)
+    pre, post = (statements, ()) if which == "pre_sql" else ((), statements)
+    if problem := stored_sql_problem(None, pre, post, dialect.name):
+        raise JournalError(f"{which} of the apply plan for {plan.target} is refused: {problem}")
     for number, statement in enumerate(statements, 1):
         try:
-            execute(conn, statement)
+            execute_text(conn, statement)  # as text: a `?` is the server's, not a parameter
         except Exception as exc:
             state = sql_state(exc)
             if state is None or state[:2] in _TRANSIENT_CLASSES or dialect.is_lock_timeout(exc):
@@ -42,6 +49,23 @@ def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: 
                 f"{which} statement {number} of {len(statements)} for {plan.target}, "
                 f"{shown!r}, failed: {java_message(exc)}"
             ) from None
+    if statements and dialect.name != "postgres" and _autocommits(conn):
+        raise JournalError(  # not a data error: the job stays decided, for a person
+            f"{which} of the apply plan for {plan.target} turned autocommit on (MySQL and "
+            "MariaDB then commit each statement at once): the apply stops here. Check the "
+            "target, and what of the apply committed, before `xasink recover`."
+        )
+
+
+def _autocommits(conn: JdbcConnection) -> bool:
+    """The session commits each statement at once (a statement turned autocommit on)."""
+    return str(query(conn, "SELECT @@autocommit")[0][0]) not in ("0", "False", "false")
+
+
+def runs_actions(plan: ApplyPlan | ApplyPlans | None) -> bool:
+    """The apply runs a write's own statements: its session is never kept for the next
+    job, whatever they changed in it (a setting, a variable, a role)."""
+    return plan is not None and any(w.pre_sql or w.post_sql for w in ApplyPlans.of(plan).writes)
 
 
 def refused_by(
@@ -60,4 +84,4 @@ def refused_by(
     )
 
 
-__all__ = ["ActionError", "refused_by", "run_actions"]
+__all__ = ["ActionError", "refused_by", "run_actions", "runs_actions"]

@@ -167,9 +167,8 @@ def apply_all(conn: JdbcConnection, dialect: Dialect, plans: ApplyPlans) -> tupl
     children (`parents_first`): every write's deletes run children first, then every
     write's inserts parents first, so that a foreign key between two tables of one
     transaction holds at each statement, on every server. Each write's tombstones are
-    kept after every write's deletes, before the inserts (`tombstones.tomb_steps`)."""
-    for plan in plans.writes:  # every write's pre_sql first, in the order of the writes
-        run_actions(conn, dialect, plan, "pre_sql")
+    kept after every write's deletes, before the inserts (`tombstones.tomb_steps`).
+    The writes' pre_sql ran before, in `StagedApplier.check`."""
     writes = [
         p if tombstones.present(conn, dialect, p) else replace(p, tombs=None) for p in plans.writes
     ]
@@ -234,7 +233,13 @@ class StagedApplier:
         return stage_name(job_id, schema, index)
 
     def check(self, conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan | ApplyPlans) -> None:
-        for write in ApplyPlans.of(plan).writes:
+        """Every write's pre_sql first, in the order of the writes, then the checks of the
+        whole staging tables: a pre_sql may change the target's types or what a
+        replace_where selects, and the checks must see what the apply will."""
+        writes = ApplyPlans.of(plan).writes
+        for write in writes:
+            run_actions(conn, dialect, write, "pre_sql")
+        for write in writes:
             tombstones.check_tombs(write)
             check_stage(conn, dialect, write)
 

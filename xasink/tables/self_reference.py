@@ -15,6 +15,7 @@ deletes from such a table is refused before it begins (`refuse_fixed_deletes`)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,6 +110,31 @@ def refuse_fixed_deletes(
         "table in PostgreSQL, which checks the key at each statement's end"
         f"{instead if mode == MERGE else ''}."
     )
+
+
+def refuse_linked_slice(
+    conn: JdbcConnection, dialect: Dialect, table: TableRef, replace_where: str
+) -> None:
+    """Refuse (PreflightError), before any job exists, a replace_where that names a
+    self-reference column the server checks row by row. The apply unlinks the slice's rows
+    first (that column set to NULL), and then a condition on it (`boss = 7`, `boss IS NOT
+    NULL`) no longer selects them: its DELETE would leave the old slice. The column is
+    found as a word of the condition, quoted or not, in any case (a string literal naming
+    it refuses too: safe)."""
+    columns = {c for parts in _catalogued(conn, dialect, table) for c, _, _ in parts}
+    named = sorted(
+        c
+        for c in columns
+        if re.search(rf"(?<![\w$]){re.escape(c)}(?![\w$])", replace_where, re.IGNORECASE)
+    )
+    if named:
+        raise PreflightError(
+            f"replace_where {replace_where!r} names {', '.join(named)}, through which "
+            f"{table} references itself, a key that MySQL and MariaDB check row by row: the "
+            "apply sets it to NULL in the slice's rows before deleting them, after which the "
+            "condition would no longer select them. Nothing was written. Select the slice "
+            "by other columns (e.g. its key), or keep this table in PostgreSQL."
+        )
 
 
 def tree_order(

@@ -26,8 +26,8 @@ from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_s
 from ..spec import TableRef
 from .modes import OP_COLUMN, ORDER_COLUMN
 from .retyping import ChangedTypesError, check_types
+from .user_sql import stored_sql_problem
 
-_ROW_NUMBER = "xasink_rn"
 #: How many offending keys or values an error names.
 SHOWN = 5
 
@@ -99,6 +99,18 @@ class ApplyPlan:
 
     @classmethod
     def _from_raw(cls, raw: dict[str, Any]) -> ApplyPlan:
+        """Its SQL checked again: whoever writes the journal writes plans, which recover runs."""
+        plan = cls._unchecked(raw)
+        if problem := stored_sql_problem(plan.replace_where, plan.pre_sql, plan.post_sql):
+            raise JournalError(
+                f"A job row's apply plan for {plan.target} holds SQL that xasink refuses, and "
+                f"never stores ({problem}). Check who can write the journal; `xasink resolve "
+                "JOB --abandon` ends the job with its target unchanged."
+            )
+        return plan
+
+    @classmethod
+    def _unchecked(cls, raw: dict[str, Any]) -> ApplyPlan:
         return cls(
             mode=raw["mode"],
             target=TableRef(**raw["target"]),
@@ -321,7 +333,7 @@ def outside_slice(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> st
     rows = query(
         conn,
         f"SELECT {columns} FROM {dialect.qualified(plan.stage)} "
-        f"WHERE NOT COALESCE(({plan.replace_where}), FALSE) LIMIT {SHOWN + 1}",
+        f"WHERE NOT COALESCE(({plan.replace_where}), FALSE) {dialect.limit_sql(SHOWN + 1)}",
     )
     if not rows:
         return None
@@ -359,10 +371,11 @@ def _duplicates(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> str 
 
 def check_stage(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan) -> None:
     """In the apply transaction, under its apply lock: the target still has the column
-    types the staging table was built for (and keeps them until commit), and the whole
-    staging table's keys are unambiguous."""
+    types the staging table was built for (and keeps them until commit), every row lies in
+    the slice as the DELETE sees it (a pre_sql, another write, the clock or a late recover
+    may have changed it since the branches checked), and the keys are unambiguous."""
     check_types(conn, dialect, plan.target, plan.columns, plan.types)
-    problem = plan.key and _duplicates(conn, dialect, plan)
+    problem = outside_slice(conn, dialect, plan) or (plan.key and _duplicates(conn, dialect, plan))
     if problem:
         raise StagedRowsError(problem)
 

@@ -21,15 +21,16 @@ from ..spec import TableRef
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 
 
-def _unquoted(text: str, backslashes: bool) -> str:
+def _unquoted(text: str, backslashes: bool, dollars: bool = True) -> str:
     """`text` with every quoted part blanked out (so that a `;` in a string literal is not a
     second statement). `backslashes`: a backslash escapes the next character in a quoted
-    text, as MySQL reads it by default. Raises ValueError on a quote left open."""
+    text, as MySQL reads it by default; `dollars`: $tag$ quotes, as PostgreSQL reads them
+    (MySQL does not). Raises ValueError on a quote left open."""
     out: list[str] = []
     i = 0
     while i < len(text):
         c = text[i]
-        dollar = _DOLLAR.match(text, i) if c == "$" else None
+        dollar = _DOLLAR.match(text, i) if c == "$" and dollars else None
         if dollar:
             end = text.find(dollar.group(0), dollar.end())
             if end < 0:
@@ -59,17 +60,26 @@ def _unquoted(text: str, backslashes: bool) -> str:
     return "".join(out)
 
 
-def _problem(text: str, allow_semicolon: bool = False) -> str | None:
-    """Why `text` cannot be wrapped in xasink's statements, read both ways servers read
-    quoted texts (a backslash escaping, or not); None if it can."""
-    for backslashes in (False, True):
+def _readings(dialect: str | None) -> list[tuple[bool, bool]]:
+    """(backslashes, dollars): how `dialect`'s server may read quoted texts (None: any)."""
+    dollars = {"postgres": (True,), None: (True, False)}.get(dialect, (False,))
+    return [(b, d) for b in (False, True) for d in dollars]
+
+
+def _problem(text: str, dialect: str | None = None) -> str | None:
+    """Why `text` cannot be wrapped in xasink's statements, read every way `dialect`'s
+    server may read quoted texts (None: any server); None if it can. `#` starts a comment
+    on MySQL and MariaDB only (PostgreSQL's `#>>` is an operator), so it is looked for
+    once the server is known."""
+    markers = ("--", "/*", "*/") + (("#",) if dialect not in (None, "postgres") else ())
+    for backslashes, dollars in _readings(dialect):
         try:
-            bare = _unquoted(text, backslashes)
+            bare = _unquoted(text, backslashes, dollars)
         except ValueError as exc:
             return str(exc)
-        if ";" in bare and not allow_semicolon:
+        if ";" in bare:
             return "it holds a ';' (one statement only; give a list for several)"
-        for marker in ("--", "/*", "*/", "#"):
+        for marker in markers:
             if marker in bare:
                 return f"it holds the comment marker {marker!r}"
         depth = 0
@@ -82,15 +92,15 @@ def _problem(text: str, allow_semicolon: bool = False) -> str | None:
     return None
 
 
-def check_predicate(predicate: object) -> str:
+def check_predicate(predicate: object, dialect: str | None = None) -> str:
     """`replace_where`'s predicate, refused (ConfigurationError) unless it is one non-empty
-    SQL condition that can go inside `WHERE (...)`."""
+    SQL condition that can go inside `WHERE (...)` (as `dialect`'s server reads it)."""
     if not isinstance(predicate, str) or not predicate.strip():
         raise ConfigurationError(
             "replace_where takes a SQL condition on the table's columns, e.g. "
             f"\"day = '2024-02-29'\"; got {predicate!r}."
         )
-    problem = _problem(predicate)
+    problem = _problem(predicate, dialect)
     if problem:
         raise ConfigurationError(
             f"replace_where {predicate!r} is refused: {problem}. It takes one SQL condition "
@@ -169,7 +179,7 @@ def check_actions(name: str, given: object, dialect: str | None = None) -> tuple
     for statement in statements:
         text = statement.strip()
         text = text[:-1].rstrip() if text.endswith(";") else text
-        problem = "it is empty" if not text else _problem(text) or _ends(text, dialect)
+        problem = "it is empty" if not text else _problem(text, dialect) or _ends(text, dialect)
         if problem:
             raise ConfigurationError(
                 f"{name} statement {statement!r} is refused: {problem}. {name} runs inside "
@@ -186,6 +196,8 @@ def _ends(text: str, dialect: str | None) -> str | None:
     words = " ".join(re.sub(r"[^A-Za-z_@.]+", " ", text.lstrip("( ")).upper().split())
     if any(words == w or words.startswith(w + " ") for w in _ENDS_TRANSACTION):
         return "it ends the transaction, or must run outside one"
+    if words.split(" ")[0] in _SESSION_WORDS:
+        return _session_problem(text, dialect)
     if re.search(r"\bCONCURRENTLY\b", words):
         return "PostgreSQL runs CONCURRENTLY outside a transaction only"
     if dialect not in (None, "postgres") and any(
@@ -193,6 +205,65 @@ def _ends(text: str, dialect: str | None) -> str | None:
     ):
         return "MySQL and MariaDB commit the transaction before and after it (DDL)"
     return None
+
+
+def stored_sql_problem(
+    replace_where: str | None,
+    pre_sql: Sequence[str],
+    post_sql: Sequence[str],
+    dialect: str | None = None,
+) -> str | None:
+    """Why a stored plan's SQL would have been refused as the write's options (on
+    `dialect`'s server, when given), or None."""
+    try:
+        if replace_where is not None:
+            check_predicate(replace_where, dialect)
+        check_actions("pre_sql", list(pre_sql), dialect)
+        check_actions("post_sql", list(post_sql), dialect)
+    except ConfigurationError as exc:
+        return str(exc)
+    return None
+
+
+#: First words of statements that change the session (its transaction mode, its schema,
+#: role or settings), which outlive the apply or commit it: refused but for `_session_problem`.
+_SESSION_WORDS = ("SET", "RESET", "USE", "DISCARD")
+#: A MySQL user variable's assignment: `@name =` or `@name :=` (never `@@`, a setting).
+_USER_VARIABLE = re.compile(r"\s*@[A-Za-z0-9_.$]+\s*:?=", re.ASCII)
+
+
+def _session_problem(text: str, dialect: str | None) -> str | None:
+    """Why a SET/RESET/USE/DISCARD statement is refused, or None for the two that stay in
+    the apply: `SET LOCAL ...` on PostgreSQL (it ends with the transaction) and `SET
+    @var = ...` on MySQL/MariaDB (a user variable, each of a list of them). Which server
+    runs it is known at preflight; until then (None) either may pass."""
+    words = text.split(None, 2)
+    local = len(words) > 2 and words[0].upper() == "SET" and words[1].upper() == "LOCAL"
+    if local and dialect in (None, "postgres"):
+        return None
+    if words[0].upper() == "SET" and dialect != "postgres" and _user_variables(text[3:]):
+        return None
+    return (
+        "it changes the session (its transaction mode, schema, role or settings), which "
+        "would outlive the apply or commit it; only SET LOCAL on PostgreSQL and SET @variable "
+        "on MySQL and MariaDB are taken"
+    )
+
+
+def _user_variables(assignments: str) -> bool:
+    """`assignments` (after SET) assign MySQL user variables only, each of them."""
+    try:
+        bare = _unquoted(assignments, True, False)
+    except ValueError:
+        return False
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(bare):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            parts.append(bare[start:i])
+            start = i + 1
+    parts.append(bare[start:])
+    return all(_USER_VARIABLE.match(p) for p in parts)
 
 
 def check_on_server(
@@ -209,8 +280,13 @@ def check_on_server(
     stages (`columns`, the table's spelling), which is what it will be evaluated on, and
     the apply's DELETE planned by the server (EXPLAIN, not run): a typo or a column the
     write does not have is refused here, with the server's words. Reads no row."""
-    for name, statements in actions.items():
-        check_actions(name, list(statements), dialect.name)
+    try:  # as this server reads them now (quotes, comments, what ends its transactions)
+        for name, statements in actions.items():
+            check_actions(name, list(statements), dialect.name)
+        if replace_where is not None:
+            check_predicate(replace_where, dialect.name)
+    except ConfigurationError as exc:
+        raise ConfigurationError(redact(str(exc))) from None
     if replace_where is None:
         return
     listed, target = ", ".join(dialect.quote(c) for c in columns), dialect.qualified(table)
@@ -231,4 +307,4 @@ def check_on_server(
         ) from None
 
 
-__all__ = ["check_actions", "check_on_server", "check_predicate"]
+__all__ = ["check_actions", "check_on_server", "check_predicate", "stored_sql_problem"]
