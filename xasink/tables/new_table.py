@@ -150,10 +150,8 @@ def _column_type(name: str, column: str, sql_type: object) -> str:
     return text
 
 
-def _pairs(name: str, text: str) -> list[tuple[str, str]]:
-    """Spark's spelling, 'column TYPE, column TYPE': (column, type) pairs, split at the
-    commas outside parentheses; a column may be `quoted` with backticks."""
-    _fragment(name, text)
+def top_level_items(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses (quotes already taken out)."""
     items, depth, start = [], 0, 0
     for at, char in enumerate(text):
         depth += {"(": 1, ")": -1}.get(char, 0)
@@ -161,8 +159,15 @@ def _pairs(name: str, text: str) -> list[tuple[str, str]]:
             items.append(text[start:at])
             start = at + 1
     items.append(text[start:])
+    return items
+
+
+def _pairs(name: str, text: str) -> list[tuple[str, str]]:
+    """Spark's spelling, 'column TYPE, column TYPE': (column, type) pairs, split at the
+    commas outside parentheses; a column may be `quoted` with backticks."""
+    _fragment(name, text)
     pairs = []
-    for item in items:
+    for item in top_level_items(text):
         found = re.fullmatch(r"\s*(`(?:[^`]|``)+`|[^\s`]+)\s+(\S.*?)\s*", item, re.S)
         if found is None:
             raise ConfigurationError(

@@ -16,6 +16,7 @@ from ..dialects import Dialect
 from ..errors import ConfigurationError, PreflightError
 from ..runtime.jdbc import JdbcConnection, java_message, query
 from ..spec import TableRef
+from .new_table import top_level_items
 
 #: Where a quoted text ends: ' and " (doubled to escape one), ` (MySQL), $tag$ (PostgreSQL).
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
@@ -256,14 +257,7 @@ def _user_variables(assignments: str) -> bool:
         bare = _unquoted(assignments, True, False)
     except ValueError:
         return False
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(bare):
-        depth += {"(": 1, ")": -1}.get(c, 0)
-        if c == "," and depth == 0:
-            parts.append(bare[start:i])
-            start = i + 1
-    parts.append(bare[start:])
-    return all(_USER_VARIABLE.match(p) for p in parts)
+    return all(_USER_VARIABLE.match(p) for p in top_level_items(bare))
 
 
 def check_on_server(
