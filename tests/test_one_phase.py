@@ -37,7 +37,7 @@ from support import (
     xasink_cli,
 )
 
-from xasink import CommitProperties, WriterProperties, write_xa
+from xasink import CommitProperties, WriterProperties, transaction, write_xa
 from xasink.errors import InputDataError, JobAbortedError, SinkConflictError
 from xasink.protocol.states import JobState
 
@@ -381,6 +381,34 @@ def test_an_older_decided_staged_job_is_finished_first(spark, db):
     expected.update({i: ("newest", 7.0) for i in range(60, 80)})
     assert contents(db, table) == expected
     assert_one_transaction(db, result.job_id)
+
+
+@pytest.mark.ci_one_server
+def test_a_transaction_retried_after_an_older_staged_job_keeps_every_writes_rows(spark, db):
+    """The same, for a transaction of two small writes whose second meets the older job:
+    its one local transaction is rolled back, the older job applied, and the transaction
+    written again, every write with all its rows (the second's included)."""
+    table, other = seeded_table(db), new_table(db)
+    first = events_df(spark, 50, 1).cache()
+    first.count()  # Spark knows the size: held for the one local transaction
+    kill_driver_at(db, table, "after_decision", mode="upsert")
+    (older,) = [j for j, s in _states_on(db, table).items() if s == JobState.COMMITTING]
+    newest = small_frame(
+        spark,
+        [(i, "newest", 7.0, 9) for i in range(60, 80)],
+        "id long, name string, v double, seq int",
+    )
+    with transaction(
+        **connection_args(db), commit_properties=CommitProperties(recover_first=False)
+    ) as tx:
+        tx.write(first, other)
+        tx.write(newest, table, mode="upsert", key="id", order="seq")
+    assert _states_on(db, table)[older] == JobState.COMMITTED
+    _, _, expected = mode_case(spark, "upsert")
+    expected.update({i: ("newest", 7.0) for i in range(60, 80)})
+    assert contents(db, table) == expected
+    assert_exactly(db, other, range(50))
+    assert_one_transaction(db, tx.job_id)
 
 
 def _states_on(db, table: str) -> dict[str, str]:

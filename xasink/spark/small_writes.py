@@ -67,9 +67,9 @@ def commit_held(job: Job, held: Sequence[HeldWrite], tables: str) -> PhaseOne:
     """Every held write, and the job's bookkeeping, in one local transaction."""
     first, *rest = held
     job.plan = dataclasses.replace(first.plan, tables=tables)
-    more = [(h.plan, iter(h.batches)) for h in rest]
 
-    def write(plan: WritePlan) -> BranchReport:
+    def write(plan: WritePlan) -> BranchReport:  # again after finishing an older job:
+        more = [(h.plan, iter(h.batches)) for h in rest]  # every write's rows read anew
         with step("one local transaction"):
             return write_one_phase(plan, iter(first.batches), more)
 
