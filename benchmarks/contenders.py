@@ -178,6 +178,8 @@ CONTENDERS: dict[str, Contender[Target]] = by_name(
     Contender("raw", "raw COPY / LOAD DATA", raw),
     Contender("arrow_floor", "no-op mapInArrow (floor)", arrow_floor, writes=False),
     Contender("arrow_collect", "collect as Arrow (no write)", arrow_collect, writes=False),
+    # Small workloads only (run.py: COLLECTED_ROWS): it collects every row into the driver.
+    Contender("collect_load", "collect, then raw bulk load (no xasink)", collect_load),
     Contender("least_job", "Spark's cheapest job (no write)", least_job, writes=False),
     # The staged modes' price: rows loaded into a staging table, then applied in one
     # transaction (the table is emptied before each run, so this is load + copy).

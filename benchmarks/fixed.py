@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.contenders import CONTENDERS, Contender, Target, collect_load, write_xa
+from benchmarks.contenders import CONTENDERS, Contender, Target, write_xa
 from benchmarks.databases import Database, start_database
 from benchmarks.machine import measured_xasink, xasink_line
 from benchmarks.measure import Timing, run_rounds
@@ -76,13 +76,7 @@ def fixed(
     `calls` overrides the workloads' timed calls per contender (15)."""
     from benchmarks.run import driver_jars, spark_session
 
-    built_here = {
-        "write_xa": Contender("write_xa", "xasink write_xa", _recorded_write_xa),
-        # Only here: a default bulk run would collect millions of rows into the driver.
-        "collect_load": Contender(
-            "collect_load", "collect, then raw bulk load (no xasink)", collect_load
-        ),
-    }
+    built_here = {"write_xa": Contender("write_xa", "xasink write_xa", _recorded_write_xa)}
     contenders = [built_here.get(name) or CONTENDERS[name] for name in FIXED_CONTENDERS]
     jars = driver_jars(databases)
     spark = spark_session("local[2,4]", "2g", list(jars.values()))

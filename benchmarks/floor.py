@@ -90,6 +90,22 @@ TARGETS = (
         "<= 1.15",
     ),
     Target(
+        "1,000-row collect, then raw bulk load (no xasink) / collect of the frame",
+        "s",
+        "small-1k",
+        "collect_load",
+        "arrow_collect",
+        "",
+    ),
+    Target(
+        "1,000-row write_xa call time / collect, then raw bulk load",
+        "s",
+        "small-1k",
+        "write_xa",
+        "collect_load",
+        "",
+    ),
+    Target(
         "foreach_batch batches/s / collect, then raw bulk load",
         "b/s",
         "stream-1k",

@@ -22,7 +22,7 @@ from .contenders import CONTENDERS, DEFAULT_CONTENDERS, JDBC_BATCH_SIZE, Contend
 from .databases import KINDS, Database, Kind, start_database
 from .machine import describe, load_average, shown_command, source_digest
 from .measure import Timing, rounds_on_each, summarise
-from .workloads import Workload, build_dataframe, parse_workloads
+from .workloads import SMALL_ROWS, Workload, build_dataframe, parse_workloads
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +39,8 @@ DEFAULT_WORKLOADS = (
     "tx",
 )
 #: The transaction workloads at a smoke run's size, one round each (`_smoke`).
+#: The most rows a bulk workload collects into the driver (`collect_load`): the small ones.
+COLLECTED_ROWS = max(SMALL_ROWS)
 QUICK_WORKLOADS = ("narrow-100k", "tiny", "tx-small-1k", "tx-large-10k")
 #: Every contender runs on the workloads it applies to: the format sink and the stream
 #: floors only on streams, raw and one-branch-per-partition only on bulk writes, the
@@ -218,6 +220,8 @@ def run_workload(
         # Only where it differs from write_xa: when "auto" would coalesce the partitions.
         if name != "write_xa_per_partition"
         or workload.partitions > 2 * spark.sparkContext.defaultParallelism
+        # The floor that collects every row into the driver: small workloads only.
+        if name != "collect_load" or workload.rows <= COLLECTED_ROWS
     ]
     if not contenders:
         print(f"[{workload.name}] no bulk contender chosen: skipped", flush=True)
