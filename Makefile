@@ -135,8 +135,8 @@ bench: install
 	$(PYTHON) -m benchmarks.breakdown format-batch
 
 # The small write at its floor: every ratio of a small call and a stream beside its floor,
-# in 3 runs of their own, with each ratio's median and spread (benchmarks/floor.py; about
-# 40 minutes on 2 cores).
+# in 3 runs of their own, with each ratio's median and spread (benchmarks/floor.py; 27
+# minutes on 2 cores).
 bench-floor: install
 	$(PYTHON) -m benchmarks.floor --output-dir benchmarks/results/floor
 
