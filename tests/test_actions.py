@@ -15,6 +15,7 @@ from support import (
     database_of,
     frame,
     job_states,
+    kill_driver_at,
     latest_job_state,
     old_contents,
     run_sql,
@@ -22,7 +23,7 @@ from support import (
     xasink_writer,
 )
 
-from xasink import WriterProperties, transaction, write_xa
+from xasink import CommitProperties, WriterProperties, transaction, write_xa
 from xasink.errors import ConfigurationError, InputDataError
 from xasink.tables.retyping import ChangedTypesError
 
@@ -234,3 +235,45 @@ def test_a_session_that_ran_actions_is_not_kept_for_the_next_job(spark, postgres
         )
     assert [w for w, _ in logged(postgres, log)] in (["None"], [""])  # NULL or empty
     assert_clean(postgres)
+
+
+#: A statement that changes its session beyond its transaction, and one that logs it.
+PROBES = {
+    "postgres": (
+        "SELECT set_config('xasink.probe', 'left', false)",
+        "INSERT INTO {log} (what) SELECT current_setting('xasink.probe', true)",
+    ),
+    "mysql": ("SET @xasink_probe = 'left'", "INSERT INTO {log} (what) SELECT @xasink_probe"),
+}
+
+
+@pytest.mark.full_only
+@pytest.mark.parametrize("finished_by", ["recovery", "retry"])
+def test_a_session_that_applied_an_older_jobs_actions_is_not_kept(spark, db, finished_by):
+    """The same when the statements are an older job's: an upsert decided but not applied
+    (its driver died after the decision), whose pre_sql changes its session, is applied on
+    a later write's journal session, by that write's recovery or by its one local
+    transaction's retry after meeting it; that session is not the next job's either."""
+    table, log = seeded_table(db), log_table(db)
+    change, read = PROBES[db.dialect]
+    kill_driver_at(db, table, "after_decision", mode="upsert", options={"pre_sql": change})
+    (older,) = [j for j, s in job_states(db).items() if s == "committing"]
+    later = (
+        {"writer_properties": DRIVER, "commit_properties": CommitProperties(recover_first=False)}
+        if finished_by == "retry"
+        else {"writer_properties": TASKS}
+    )
+    rows = frame(spark, [(300, "later", 1.0)], 0 if finished_by == "retry" else 3)
+    write_xa(rows, table=table, mode="upsert", key="id", **later, **connection_args(db))
+    assert job_states(db)[older] == "committed"  # applied on that write's session
+    write_xa(
+        frame(spark, [(301, "read", 1.0)]),
+        table=table,
+        mode="upsert",
+        key="id",
+        pre_sql=read.format(log=log),
+        writer_properties=TASKS,
+        **connection_args(db),
+    )
+    assert [w for w, _ in logged(db, log)] in (["None"], [""])  # NULL or empty
+    assert_clean(db)

@@ -24,10 +24,13 @@ from support import (
     assert_clean,
     cli,
     connection_args,
+    contents,
     ids_in,
     job_states,
     journaled,
+    old_contents,
     run_sql,
+    seeded_table,
     sink_mark,
     xasink_cli,
 )
@@ -390,4 +393,25 @@ def test_jobs_lists_an_unfinished_transaction_under_each_of_its_tables(spark, db
     assert cli(db, "--grace", "0").returncode == 0
     (job,) = json.loads(xasink_cli(db, "jobs", "--table", parent, "--json").stdout)
     assert (job["job_id"], job["state"]) == (tx.job_id, "committed")
+    assert_clean(db)
+
+
+def test_a_held_merge_counts_the_rows_it_writes_not_the_change_rows_it_skips(spark, db):
+    """A small merge of Delta's change feed, held for one local transaction: its
+    update_preimage rows never reach the staging table, and its write's rows in the result
+    leave them out too, as the job's own count does (and a large write's)."""
+    table = seeded_table(db)
+    changes = [(i, "u", 7.0, "update_postimage", 3) for i in range(10, 20)]
+    changes += [(i, "old", 0.0, "update_preimage", 3) for i in range(10, 20)]
+    changes += [(i, "c", 1.0, "insert", 3) for i in range(300, 305)]
+    df = spark.createDataFrame(changes, "id long, name string, v double, op string, seq int")
+    df.cache().count()  # Spark knows the size: held for the one local transaction
+    with transaction(**connection_args(db)) as tx:
+        tx.write(df, table, mode="merge", key="id", op="op", order="seq")
+    expected = old_contents() | {i: ("u", 7.0) for i in range(10, 20)}
+    assert contents(db, table) == expected | {i: ("c", 1.0) for i in range(300, 305)}
+    assert tx.ended is not None and tx.ended.end.writer == "driver"
+    assert tx.ended.end.rows == 15
+    assert tx.result is not None
+    assert (tx.result.rows, [w.rows for w in tx.result.writes]) == (15, [15])
     assert_clean(db)

@@ -36,7 +36,7 @@ from ..dialects.driver_properties import known, nearest_property
 from ..errors import ConfigurationError, PreflightError
 from ..runtime import shutdown
 from ..runtime.jars import resolve_classpath, visible
-from ..runtime.jdbc import execute, java_message
+from ..runtime.jdbc import execute, java_message, ran_statements
 from ..runtime.jvm import attach_as_daemon, ensure_jvm, jclass, keep_fault_handlers
 from ..spec import ConnectionSpec
 from .xa import XaSession, classify
@@ -294,6 +294,9 @@ def give(spec: ConnectionSpec, role: str, session: XaSession) -> None:
 def park(spec: ConnectionSpec, role: str, session: XaSession) -> None:
     """Keep `session` as it is for the next `take` or `unpark` of (spec, role); one kept
     there before is closed."""
+    if ran_statements(session.connection):  # an apply's pre_sql/post_sql, maybe another job's
+        session.close()
+        return
     with _lock:
         previous = _idle.pop((spec, role), None)
         _idle[(spec, role)] = (session, time.monotonic())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -155,6 +156,22 @@ def execute(conn: JdbcConnection, sql: str, params: Sequence[Param] = ()) -> int
     finally:
         cursor.close()
     raise failure  # outside the handler: the Java exception alone, as a direct call raises it
+
+
+#: Connections whose session ran a write's own statements (pre_sql, post_sql), by id: they
+#: may have changed it beyond their transaction, whichever job's apply ran them (its own,
+#: or an older one's finished by recovery on its connection). Weak: gone with the session.
+_ran_statements: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def mark_ran_statements(conn: JdbcConnection) -> None:
+    """`conn`'s session ran a write's own statements: never kept for another job."""
+    _ran_statements[id(conn)] = conn
+
+
+def ran_statements(conn: JdbcConnection) -> bool:
+    """Whether `mark_ran_statements` marked `conn` (this very object, not a reused id)."""
+    return _ran_statements.get(id(conn)) is conn
 
 
 def execute_text(conn: JdbcConnection, sql: str) -> None:

@@ -18,7 +18,7 @@ from ..driver.job import Job
 from ..driver.one_phase import commit_one_phase
 from ..driver.plan import apply_plan_for
 from ..driver.request import JobRequest, PhaseOne, Preflight
-from ..executor.branch import write_rows
+from ..executor.branch import without_skipped_ops, write_rows
 from ..executor.contract import BranchReport, WritePlan
 from ..executor.one_phase import write_one_phase
 from ..protocol.jobtables import joined_modes
@@ -46,7 +46,12 @@ class HeldWrite:
 
     @property
     def rows(self) -> int:
-        return sum(b.num_rows for b in self.batches)
+        """The rows it writes: a change feed's skipped ops (update_preimage) left out, as
+        its load leaves them out."""
+        apply, batches = self.plan.apply, iter(self.batches)
+        if apply is not None and apply.op_skip:
+            batches = without_skipped_ops(apply, batches)
+        return sum(b.num_rows for b in batches)
 
 
 def hold(job: Job, pre: Preflight, df: DataFrame) -> HeldWrite:

@@ -10,7 +10,14 @@ from collections.abc import Callable
 
 from ..dialects import Dialect
 from ..errors import InputDataError, JournalError
-from ..runtime.jdbc import JdbcConnection, execute_text, java_message, query, sql_state
+from ..runtime.jdbc import (
+    JdbcConnection,
+    execute_text,
+    java_message,
+    mark_ran_statements,
+    query,
+    sql_state,
+)
 from .staging import ApplyPlan, ApplyPlans, refused
 from .user_sql import stored_sql_problem
 
@@ -37,6 +44,8 @@ def run_actions(conn: JdbcConnection, dialect: Dialect, plan: ApplyPlan, which: 
     pre, post = (statements, ()) if which == "pre_sql" else ((), statements)
     if problem := stored_sql_problem(None, pre, post, dialect.name):
         raise JournalError(f"{which} of the apply plan for {plan.target} is refused: {problem}")
+    if statements:
+        mark_ran_statements(conn)  # its session is never kept (`sessions.park`)
     for number, statement in enumerate(statements, 1):
         try:
             execute_text(conn, statement)  # as text: a `?` is the server's, not a parameter
