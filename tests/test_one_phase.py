@@ -362,13 +362,8 @@ def test_an_older_decided_staged_job_is_finished_first(spark, db):
     table = seeded_table(db)
     kill_driver_at(db, table, "after_decision", mode="upsert")
     (older,) = [j for j, s in _states_on(db, table).items() if s == JobState.COMMITTING]
-    df = small_frame(
-        spark,
-        [(i, "newest", 7.0, 9) for i in range(60, 80)],
-        "id long, name string, v double, seq int",
-    )
     result = write_xa(
-        df,
+        _newest(spark),
         table=table,
         mode="upsert",
         key="id",
@@ -376,10 +371,7 @@ def test_an_older_decided_staged_job_is_finished_first(spark, db):
         **connection_args(db),
         commit_properties=CommitProperties(recover_first=False),
     )
-    assert _states_on(db, table)[older] == JobState.COMMITTED
-    _, _, expected = mode_case(spark, "upsert")
-    expected.update({i: ("newest", 7.0) for i in range(60, 80)})
-    assert contents(db, table) == expected
+    _assert_newest_after(spark, db, table, older)
     assert_one_transaction(db, result.job_id)
 
 
@@ -393,22 +385,28 @@ def test_a_transaction_retried_after_an_older_staged_job_keeps_every_writes_rows
     first.count()  # Spark knows the size: held for the one local transaction
     kill_driver_at(db, table, "after_decision", mode="upsert")
     (older,) = [j for j, s in _states_on(db, table).items() if s == JobState.COMMITTING]
-    newest = small_frame(
-        spark,
-        [(i, "newest", 7.0, 9) for i in range(60, 80)],
-        "id long, name string, v double, seq int",
-    )
     with transaction(
         **connection_args(db), commit_properties=CommitProperties(recover_first=False)
     ) as tx:
         tx.write(first, other)
-        tx.write(newest, table, mode="upsert", key="id", order="seq")
+        tx.write(_newest(spark), table, mode="upsert", key="id", order="seq")
+    _assert_newest_after(spark, db, table, older)
+    assert_exactly(db, other, range(50))
+    assert_one_transaction(db, tx.job_id)
+
+
+def _newest(spark):
+    """Rows 60-79, newer (seq 9) than the older upsert's."""
+    rows = [(i, "newest", 7.0, 9) for i in range(60, 80)]
+    return small_frame(spark, rows, "id long, name string, v double, seq int")
+
+
+def _assert_newest_after(spark, db, table: str, older: str) -> None:
+    """The older upsert was applied first, then `_newest`'s rows over it."""
     assert _states_on(db, table)[older] == JobState.COMMITTED
     _, _, expected = mode_case(spark, "upsert")
     expected.update({i: ("newest", 7.0) for i in range(60, 80)})
     assert contents(db, table) == expected
-    assert_exactly(db, other, range(50))
-    assert_one_transaction(db, tx.job_id)
 
 
 def _states_on(db, table: str) -> dict[str, str]:
