@@ -38,9 +38,9 @@ DEFAULT_WORKLOADS = (
     "stream-1k",
     "tx",
 )
-#: The transaction workloads at a smoke run's size, one round each (`_smoke`).
 #: The most rows a bulk workload collects into the driver (`collect_load`): the small ones.
 COLLECTED_ROWS = max(SMALL_ROWS)
+#: The transaction workloads at a smoke run's size, one round each (`_smoke`).
 QUICK_WORKLOADS = ("narrow-100k", "tiny", "tx-small-1k", "tx-large-10k")
 #: Every contender runs on the workloads it applies to: the format sink and the stream
 #: floors only on streams, raw and one-branch-per-partition only on bulk writes, the
