@@ -219,20 +219,24 @@ def test_a_pre_sql_that_retypes_the_table_is_seen_by_the_type_check(spark, postg
 
 
 @pytest.mark.full_only
-def test_a_session_that_ran_actions_is_not_kept_for_the_next_job(spark, postgres):
+@pytest.mark.parametrize("writer", ["tasks", "driver"])
+def test_a_session_that_ran_actions_is_not_kept_for_the_next_job(spark, postgres, writer):
     """A pre_sql may change its session beyond the transaction (set_config(..., false) is
-    no SET statement): the next job's apply never gets that session back."""
+    no SET statement): the next job's apply never gets that session back, whether the
+    driver's journal session applied it (two phases) or its one local transaction did."""
     table, log = seeded_table(postgres), log_table(postgres)
+    tasks = writer == "tasks"
     for what, sql in (("set", "SELECT set_config('xasink.probe', 'left', false)"), ("read", None)):
-        write_xa(
-            frame(spark, [(300, what, 1.0)]),
+        result = write_xa(
+            frame(spark, [(300, what, 1.0)], 3 if tasks else 0),  # 0: cached, sized: small
             table=table,
             mode="upsert",
             key="id",
             pre_sql=sql or f"INSERT INTO {log} (what) SELECT current_setting('xasink.probe', true)",
-            writer_properties=TASKS,
+            writer_properties=TASKS if tasks else DRIVER,
             **connection_args(postgres),
         )
+        assert result.writer == writer
     assert [w for w, _ in logged(postgres, log)] in (["None"], [""])  # NULL or empty
     assert_clean(postgres)
 

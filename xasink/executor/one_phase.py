@@ -21,11 +21,11 @@ from ..protocol.states import JobEnded
 from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
-from ..tables.actions import refused_by, runs_actions
+from ..tables.actions import refused_by
 from ..tables.catalog import table_columns
 from ..tables.modes import APPEND
 from ..tables.retyping import ChangedTypesError
-from ..tables.staging import ApplyPlan, ApplyPlans, branch_problem, is_data_error
+from ..tables.staging import ApplyPlans, branch_problem, is_data_error
 from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
@@ -133,10 +133,8 @@ def write_one_phase(
         conn.setAutoCommit(True)
         if staged is not None:
             applying.release_apply_lock(plan.journal, conn, staged)
-        if isinstance(staged, ApplyPlan | ApplyPlans) and runs_actions(staged):
-            session.close()  # a write's own statements may have changed the session
-        else:
-            sessions.park(plan.spec, BRANCH_ROLE, session)
+        # Closed instead where the apply ran a write's own statements (`run_actions` marks it).
+        sessions.park(plan.spec, BRANCH_ROLE, session)
     except Exception:
         session.close()
     except BaseException as interrupt:  # KeyboardInterrupt, SystemExit: committed all the same
