@@ -26,9 +26,22 @@
  * inserted are not seen (PostgreSQL at READ COMMITTED). Two overwrites not serialised by
  * the apply lock therefore leave the union of their inputs.
  *
+ * -DDIRECT (without -DSINK, where P[1] runs): P[1] is instead a transaction whose held small
+ * writes are all appends, loaded DIRECTLY into T (no temporary stage, no apply), in the
+ * order of the other staged jobs (executor/one_phase.py write_one_phase ->
+ * single_branch.commit_in_branch):
+ *   lock_apply (before any row is loaded) -> Load.run: its rows INSERTed into T, uncommitted
+ *   (their row locks, as an apply's) -> job row INSERT -> jobtables.record + lock_apply_order
+ *   (JobOrderError: rolled back, the blocker finished, the whole transaction run again under
+ *   the same job id, as above) -> winner INSERT -> COMMIT (no check, no apply, no DROP):
+ *   T keeps its content and gains P[1]'s rows.
+ *
  * Asserted at the end: the table holds exactly one job's input (or its first content),
- * never a union; it is the input of the committed job decided last (staged jobs apply in
- * decision order; a one-phase job's decision is its transaction, from its order check on);
+ * never a union (with -DDIRECT, plus P[1]'s appended rows); it is what applying every
+ * committed job in decision order gives: the input of the committed job decided last
+ * (with -DDIRECT: an overwrite sets the content to its input, an append adds its input)
+ * (staged jobs apply in decision order; a one-phase job's decision is its transaction,
+ * from its order check on);
  * every answer is true ("written" only by a committed job, "nothing written" only by one
  * that did not commit); with -DSINK a batch is decided once (unless an operator reset the
  * sink in between) and the mark names a committed job. With -DPROGRESS: when nothing
@@ -53,7 +66,10 @@
  * -DMUTANT_NO_ORDER (no lock_apply_order), -DMUTANT_NO_HELP (the retry after JobOrderError
  * without finishing the blocker), -DSINK -DMUTANT_NO_REGISTER (a one-phase job's Job.begin
  * does not register the sink's first mark row), -DSNAPSHOT -DPROGRESS (the cost of a lock
- * wait that fails: the sessions' isolation before READ COMMITTED).
+ * wait that fails: the sessions' isolation before READ COMMITTED), -DDIRECT
+ * -DMUTANT_DIRECT_UNORDERED (the direct appends loaded without the apply lock and
+ * lock_apply_order), -DDIRECT -DMUTANT_DIRECT_LOCK_LATE (the apply lock taken after the
+ * rows are loaded: a circular wait with an apply into T).
  */
 
 #define NOBODY 255
@@ -84,6 +100,10 @@
 
 #define S_INIT 1                  /* the table's first content */
 #define S(j) (2 << (j))           /* job j's input */
+#ifdef DIRECT
+#define APPENDS(j) ((j) == 1)     /* job j appends (P[1], loaded directly) */
+#define APPENDED S(1)             /* the only input that may sit beside another's */
+#endif
 
 byte job[NJ];                     /* xasink_jobs.state (J_NONE: no row) */
 byte answer[NJ];
@@ -249,7 +269,8 @@ proctype H() {
 }
 
 /* A one-phase staged overwrite: Job.begin, then write_one_phase's transaction, retried
- * under the same job id after JobOrderError. */
+ * under the same job id after JobOrderError. With -DDIRECT, P[1] is a transaction of
+ * appends loaded directly into T, in that same transaction and with those same retries. */
 proctype P(byte me) {
   byte seen, tries, b0, snap, nt, fr, ret;
   bit ok, blocked;
@@ -283,17 +304,48 @@ back1:
   fi;
 #endif
 again:
+#ifndef DIRECT
   lockwait(alock[KEY(me)], me);                      /* applying.lock_apply */
   if :: !ok -> goto failed :: else fi;
   TCRASH(me);
+#else
+  if
+  :: me == 1 ->                                      /* a direct append (-DDIRECT):
+                                                        write_one_phase, commit_in_branch */
+#if !defined(MUTANT_DIRECT_UNORDERED) && !defined(MUTANT_DIRECT_LOCK_LATE)
+       lockwait(alock[KEY(me)], me);                 /* applying.lock_apply: before any row */
+       if :: !ok -> goto failed :: else fi;
+       TCRASH(me);
+#endif
+       lockwait(tw, me);                             /* Load.run: its rows INSERTed into T
+                                                        itself, uncommitted */
+       if :: !ok -> goto failed :: else fi;
+       TCRASH(me);
+#ifdef MUTANT_DIRECT_LOCK_LATE
+       lockwait(alock[KEY(me)], me);                 /* applying.lock_apply, only now */
+       if :: !ok -> goto failed :: else fi;
+       TCRASH(me)
+#endif
+  :: else ->
+       lockwait(alock[KEY(me)], me);                 /* applying.lock_apply */
+       if :: !ok -> goto failed :: else fi;
+       TCRASH(me)
+  fi;
+#endif
   /* the job row INSERT, born committed (its key lock: waited on only by a fence, which is
-     sink.pml's), then lock_apply_order: a FOR UPDATE read of the table's decided jobs */
+     sink.pml's), then jobtables.record and lock_apply_order: a FOR UPDATE read of the
+     table's decided jobs (the same for a direct append) */
   lockwait(qrow, me);
   if :: !ok -> goto failed :: else fi;
   atomic {
 #ifndef MUTANT_NO_ORDER
     if
+#ifdef MUTANT_DIRECT_UNORDERED
+    :: me == 1 -> blocked = 0; dseq++; dec[me] = dseq   /* no lock_apply_order */
+    :: me != 1 && job[QJ] == J_COMMITTING && KEY(QJ) == KEY(me) -> blocked = 1
+#else
     :: job[QJ] == J_COMMITTING && KEY(QJ) == KEY(me) -> blocked = 1
+#endif
     :: else -> blocked = 0; dseq++; dec[me] = dseq
     fi;
 #else
@@ -332,6 +384,20 @@ back2:
        :: else
        fi;
        TCRASH(me)
+  :: else
+  fi;
+#endif
+#ifdef DIRECT
+  if
+  :: me == 1 ->                                      /* the direct append: the winner
+                                                        INSERT (no check, no apply, no stage
+                                                        to DROP); COMMIT (write_one_phase):
+                                                        T keeps its content and gains the
+                                                        appended rows */
+       atomic { job[me] = J_COMMITTED; tbl = tbl | S(me); release(me) }
+       CRASH;
+       answer[me] = A_WRITTEN;
+       goto dead
   :: else
   fi;
 #endif
@@ -384,6 +450,9 @@ proctype O() {
 
 init {
   byte j, b0, snap, nt, fr, last, committed;
+#ifdef DIRECT
+  byte d, want;
+#endif
   bit ok;
   atomic {
     name[0] = 0; name[1] = 1;
@@ -411,7 +480,13 @@ init {
   :: else
   fi;
   /* never a union: the table holds one job's input, or its first content */
+#ifndef DIRECT
   assert(tbl == S_INIT || tbl == S(0) || tbl == S(1) || tbl == S(QJ));
+#else
+  /* (plus P[1]'s appended rows, if any: only an append adds to what is there) */
+  assert((tbl & ~APPENDED) == S_INIT || (tbl & ~APPENDED) == S(0)
+         || (tbl & ~APPENDED) == S(QJ));
+#endif
   /* in decision order: the input of the committed job decided last */
   last = NOBODY; j = 0;
   do
@@ -428,7 +503,32 @@ init {
        j++
   :: else -> break
   od;
+#ifndef DIRECT
   assert((last == NOBODY && tbl == S_INIT) || (last != NOBODY && tbl == S(last)));
+#else
+  /* every committed job applied in decision order: an overwrite sets T's content to its
+     input, an append adds its input to what is there */
+  want = S_INIT; d = 1;
+  d_step {
+    do
+    :: d <= dseq ->
+         j = 0;
+         do
+         :: j < NJ ->
+              if
+              :: job[j] == J_COMMITTED && dec[j] == d ->
+                   if :: APPENDS(j) -> want = want | S(j) :: else -> want = S(j) fi
+              :: else
+              fi;
+              j++
+         :: else -> break
+         od;
+         d++
+    :: else -> break
+    od
+  };
+  assert(tbl == want);
+#endif
   assert(answer[0] != A_SKIPPED || job[QJ] == J_COMMITTED);
 #ifdef SINK
   /* batch B decided once (unless an operator reset the sink between); the mark names it */

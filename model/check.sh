@@ -36,6 +36,8 @@ apply       | -DPROGRESS
 apply-sink  | -DSINK -DRESET -DPROGRESS
 apply-snapshot | -DSNAPSHOT
 apply-snapshot-sink | -DSNAPSHOT -DSINK -DRESET
+apply-direct | -DDIRECT -DPROGRESS
+apply-direct-snapshot | -DDIRECT -DSNAPSHOT
 tx          | -DPROGRESS
 tx-1p       | -DONE_PHASE -DNO_Q -DPROGRESS
 tx-2        | -DTWO_TX -DNO_Q -DPROGRESS
@@ -78,6 +80,8 @@ apply-order | -DMUTANT_NO_ORDER | a one-phase staged job applies without lock_ap
 apply-help | -DMUTANT_NO_HELP -DPROGRESS | after JobOrderError, the same job id retried without finishing the blocker
 apply-register | -DSINK -DPROGRESS -DMUTANT_NO_REGISTER | a one-phase job does not register the mark row of its sink (first batch)
 apply-snapshot | -DSNAPSHOT -DPROGRESS | sessions at REPEATABLE READ with snapshot isolation: a writer that waited for a lock fails
+apply-direct-order | -DDIRECT -DMUTANT_DIRECT_UNORDERED | the appends of a transaction loaded directly without the apply locks and lock_apply_order
+apply-direct-late | -DDIRECT -DMUTANT_DIRECT_LOCK_LATE | the direct appends of a transaction take the apply locks after loading their rows
 tx-two-applies | -DMUTANT_TWO_APPLIES | the tables of a transaction applied in two local transactions, a COMMIT between them
 tx-first-table | -DMUTANT_FIRST_TABLE_ORDER | the order checks find the row of a transaction by its target_table (its first table) only
 tx-lock-order | -DTWO_TX -DNO_Q -DMUTANT_PLAN_ORDER_LOCKS | the apply locks of a job taken in the order of its plan, not sorted

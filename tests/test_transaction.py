@@ -38,6 +38,7 @@ from support import (
 import xasink
 from xasink import InputDataError, Transaction, WriterProperties, transaction, write_xa
 from xasink._testing.faults import Fault, injected
+from xasink._testing.statements import recorded
 
 #: The protocol's own code, the same on both servers: make test runs each case on one of
 #: them by turns (the servers' own behaviour has tests of its own), make test-full on both.
@@ -127,6 +128,27 @@ def test_a_parent_and_child_table_commit_together(spark, db, path):
     assert ids_in(db, parent) == want_parents
     assert ids_in(db, child) == want_children
     assert job_states(db)[result.job_id] == "committed"
+    assert_clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_small_appends_load_their_tables_directly_parents_first(spark, db):
+    """A transaction of small appends only loads each table itself, in one local
+    transaction: no temporary staging table, no apply. The child is written first: the
+    catalog's foreign key puts the parent's rows in first."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    with recorded() as sent, transaction(**connection_args(db)) as tx:
+        tx.write(children, child)
+        tx.write(parents, parent)
+    assert tx.result is not None and tx.result.outcome == "committed"
+    assert [w.rows for w in tx.result.writes] == [CUSTOMERS * ORDERS, CUSTOMERS]
+    assert [s for s, _ in sent if "TEMPORARY TABLE" in s.upper()] == []
+    want_parents, want_children = _expected()
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
+    assert job_states(db)[tx.result.job_id] == "committed"
     assert_clean(db)
 
 

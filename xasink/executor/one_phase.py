@@ -4,6 +4,7 @@ job's whole bookkeeping and the staged apply, and one COMMIT makes all of it dur
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import JobAbortedError, WriteError
+from ..loaders.base import RowsRefusedError
 from ..protocol import applying, sessions
 from ..protocol.applying import Finished, JobOrderError, StagedPlan
 from ..protocol.jobtables import joined_modes
@@ -22,10 +24,11 @@ from ..protocol.xa import XaSession
 from ..runtime.jdbc import JdbcConnection, execute
 from ..spec import ConnectionSpec
 from ..tables.actions import refused_by
+from ..tables.applier import load_order
 from ..tables.catalog import table_columns
 from ..tables.modes import APPEND
-from ..tables.retyping import ChangedTypesError
-from ..tables.staging import ApplyPlans, branch_problem, is_data_error
+from ..tables.retyping import ChangedTypesError, check_types
+from ..tables.staging import ApplyPlan, ApplyPlans, branch_problem, is_data_error
 from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
@@ -83,17 +86,20 @@ def write_one_phase(
         # session stays bounded for the next job (a task's branch unbinds it first).
         sessions.bind_lock_wait(session, dialect, plan.journal.lock_wait)
         conn.setAutoCommit(False)
-        rows, path, problem = _load(parts, conn, loads)
+        direct = _direct(parts, conn, dialect, staged)
+        if staged is not None:  # before any row is loaded: see `_direct`
+            applying.lock_apply(plan.journal, conn, staged)
+        rows, path, problem = _load(direct or parts, conn, loads, direct is not None)
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             try:
-                finished = _bookkeeping(parts, conn, rows, staged, registered)
+                finished = _bookkeeping(parts, conn, rows, staged, registered, not direct)
                 problem = "" if finished else ONE_PHASE_TAKEN
             except JobEnded:  # a recovery run aborted the registered job first
                 finished, problem = None, JOB_ENDED
         if problem:
             conn.rollback()
             return report_of(0, 0, "", BranchOutcome(0, path, problem))
-        for part, _ in parts:
+        for part, _ in [] if direct else parts:
             if part.stage_ddl:
                 execute(conn, f"{dialect.drop_temporary} {dialect.qualified(part.table)}")
         trigger(plan.faults, "before_local_commit", 0, 0)
@@ -116,7 +122,7 @@ def write_one_phase(
                 f"{exc}: job {plan.job_id} was rolled back and nothing of it was written. Run "
                 "the write again: it reads the table's column types as they are now."
             ) from None
-        if staged is not None and is_data_error(exc):
+        if staged is not None and (is_data_error(exc) or isinstance(exc, RowsRefusedError)):
             raise refused_by(plan.target, plan.job_id, exc, plan.spec.redact) from None
         raise WriteError(
             f"Writing job {plan.job_id} into {plan.target} failed by the driver (a "
@@ -149,6 +155,7 @@ def _bookkeeping(
     rows: int,
     staged: StagedPlan | None,
     registered: bool,
+    applies: bool,
 ) -> Finished | None:
     """The job's bookkeeping in its one transaction (`commit_in_branch`), with the modes
     of its writes, in order."""
@@ -156,20 +163,45 @@ def _bookkeeping(
     table = str(plan.apply.target) if plan.apply is not None else str(plan.table)
     modes = joined_modes(p.apply.mode if p.apply else APPEND for p, _ in parts)
     return commit_in_branch(
-        plan.journal, conn, plan.job_id, table, rows, plan.sink, staged, registered, modes
+        plan.journal, conn, plan.job_id, table, rows, plan.sink, staged, registered, modes, applies
     )
 
 
+Parts = Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]]
+
+
+def _direct(
+    parts: Parts, conn: JdbcConnection, dialect: Dialect, staged: StagedPlan | None
+) -> Parts | None:
+    """A transaction's held appends (every part a staged append without statements), to
+    load straight into their tables, parents first; None: the parts load as they are.
+
+    No temporary staging table and no apply, yet the same guarantees: one transaction,
+    so readers see every table old or every one new; the catalog's foreign keys order
+    the loads (a table that references itself, or a cycle, stays staged, where the apply
+    orders its rows); and the order with staged jobs, as their applies keep it: the apply
+    locks are taken before the first row is loaded, and `lock_apply_order` refuses the
+    transaction while an older decided staged job on one of its tables is unapplied
+    (whose later apply would otherwise overwrite the appended rows). Model:
+    `model/apply.pml` -DDIRECT."""
+    plans = [p.apply for p, _ in parts]
+    if staged is None or not all(_appends_directly(p) for p in plans):
+        return None
+    order = load_order(conn, dialect, [p.target for p in plans if p is not None])
+    return None if order is None else [parts[i] for i in order]
+
+
 def _load(
-    parts: Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]],
-    conn: JdbcConnection,
-    loads: list[Load],
+    parts: Parts, conn: JdbcConnection, loads: list[Load], direct: bool = False
 ) -> tuple[int, str, str]:
     """Every part's rows into its table (a temporary staging table made here, or its
-    target); returns (rows, load paths, the first part's problem or "")."""
+    target; `direct`: a staged append's target, its column types held as planned);
+    returns (rows, load paths, the first part's problem or "")."""
     rows, paths, problem = 0, set[str](), ""
     for part, batches in parts:
         dialect = get_dialect(part.spec.dialect)
+        if direct and part.apply is not None:
+            part = _into_target(conn, dialect, part)
         loads.append(Load(part, conn, _staged_types(part, conn, dialect)))
         if part.apply is not None and part.apply.op_skip:
             batches = without_skipped_ops(part.apply, batches)
@@ -177,6 +209,21 @@ def _load(
         rows, paths = rows + part_rows, paths | {path}
         problem = problem or (part.apply and branch_problem(conn, dialect, part.apply)) or ""
     return rows, ",".join(sorted(filter(None, paths))), problem
+
+
+def _into_target(conn: JdbcConnection, dialect: Dialect, plan: WritePlan) -> WritePlan:
+    """A staged append's plan, loading its target instead, once the target's column types
+    are those its rows were shaped for (and held so until the commit, as a staged apply
+    checks them: `retyping.check_types`)."""
+    apply = plan.apply
+    assert apply is not None
+    check_types(conn, dialect, apply.target, apply.columns, apply.types)
+    return dataclasses.replace(plan, table=apply.target, stage_ddl="", apply=None)
+
+
+def _appends_directly(plan: ApplyPlan | None) -> bool:
+    """A staged append that runs no statements of its own (`_direct`)."""
+    return plan is not None and plan.mode == APPEND and not plan.pre_sql and not plan.post_sql
 
 
 def _staged_types(plan: WritePlan, conn: JdbcConnection, dialect: Dialect) -> Sequence[str]:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from ..errors import WriteError
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.jvm import java_override, jclass
-from .base import LoadTarget
+from .base import LoadTarget, RowsRefusedError
 from .csv_encoding import NULL_STRING_WRITABLE, CsvEncoder, encodable
 
 CHUNK_BYTES = 1 << 20
@@ -171,7 +171,7 @@ class MySQLLoadDataLoader:
     def _check(self, loaded: int, warnings: Any) -> None:
         if loaded != self._rows or warnings is not None:
             detail = str(warnings.getMessage()) if warnings is not None else "no warning"
-            raise WriteError(
+            raise RowsRefusedError(
                 f"LOAD DATA stored {loaded} of {self._rows} rows with warnings ({detail}); "
                 "the server would have changed data, so the branch is rolled back."
             )

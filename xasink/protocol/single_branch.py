@@ -29,6 +29,7 @@ def commit_in_branch(
     plan: StagedPlan | None = None,
     registered: bool = False,
     modes: str = "",
+    applies: bool = True,
 ) -> Finished | None:
     """A single-branch job's whole bookkeeping, inside its branch's own local
     transaction (the caller commits it, or rolls it back unless finished): the job row,
@@ -39,11 +40,14 @@ def commit_in_branch(
     born here keeps `modes`, its writes'. One commit makes all of it durable at once; a
     crash before it leaves nothing new.
 
+    The caller holds `plan`'s apply locks (`applying.lock_apply`, taken before any row was
+    loaded: applies into one table, one at a time, see `finish`). `applies` False: a
+    transaction's appends, loaded straight into their tables, ordered after every staged
+    job decided before them on those tables with nothing to apply.
+
     Returns what it finished, or None: the mark had reached the batch, belongs to
     another query or was reset. Raises JobOrderError while an older decided staged job
     on the table is unfinished, and the target's own refusal of staged rows."""
-    if plan is not None:  # applies into one table, one at a time (see `finish`)
-        applying.lock_apply(journal, conn, plan)
     try:
         if not registered:
             values = {"lease_seconds": 0, **sinkmarks.job_columns(sink)}
@@ -74,7 +78,7 @@ def commit_in_branch(
         "VALUES (?, 0, ?, ?)",  # a registered job's: no task's attempt (they have losers)
         (job_id, SHIPPED if registered else 0, rows),
     )
-    if plan is None:
+    if plan is None or not applies:
         return Finished()
     staged = applying.need(journal.staged)
     staged.check(conn, journal.dialect, plan)

@@ -193,32 +193,75 @@ def parents_first(
 ) -> list[ApplyPlan]:
     """`plans` with every table after the tables it references (the catalog's foreign keys),
     else in the order given; the members of a cycle keep the order given."""
-    found = dialect.foreign_keys_sql([p.target for p in plans])
-    rows = query(conn, *found) if found else []
-    index = {(p.target.schema, p.target.name): i for i, p in enumerate(plans)}
-    names = [p.target.name for p in plans]
+    links = _references(conn, dialect, [p.target for p in plans])
+    order, _ = _sorted(links.parents if links else {i: set() for i in range(len(plans))})
+    return [plans[i] for i in order]
+
+
+def load_order(
+    conn: JdbcConnection, dialect: Dialect, tables: Sequence[TableRef]
+) -> list[int] | None:
+    """The order (indexes of `tables`) in which rows can load straight into these tables,
+    each after the tables it references, so that every foreign key holds at each statement.
+    None where only a staged apply can order the rows: the dialect cannot tell its foreign
+    keys, a table references itself (its rows come in the frame's order, which a key
+    checked row by row, as InnoDB's are, refuses), or the tables reference each other in
+    a cycle."""
+    links = _references(conn, dialect, tables)
+    if links is None or links.itself:
+        return None
+    order, cycle = _sorted(links.parents)
+    return None if cycle else order
+
+
+class _Links(NamedTuple):
+    #: For each table (by index), the others of the list it references.
+    parents: dict[int, set[int]]
+    #: Some table of the list references itself.
+    itself: bool
+
+
+def _references(
+    conn: JdbcConnection, dialect: Dialect, tables: Sequence[TableRef]
+) -> _Links | None:
+    """The foreign keys among `tables`, from the catalog; None: the dialect cannot tell."""
+    found = dialect.foreign_keys_sql(tables)
+    if found is None:
+        return None
+    index = {(t.schema, t.name): i for i, t in enumerate(tables)}
+    names = [t.name for t in tables]
     # A target written without a schema (the session's own): its name alone, when unique.
     # Never for a resolved one: the catalog's rows name every schema's same-named tables.
     index |= {
-        (None, p.target.name): i
-        for i, p in enumerate(plans)
-        if p.target.schema is None and names.count(p.target.name) == 1
+        (None, t.name): i
+        for i, t in enumerate(tables)
+        if t.schema is None and names.count(t.name) == 1
     }
 
     def find(schema: object, name: object) -> int | None:
         found = index.get((str(schema), str(name)))
         return found if found is not None else index.get((None, str(name)))
 
-    parents: dict[int, set[int]] = {i: set() for i in range(len(plans))}
-    for child_schema, child, parent_schema, parent in rows:
+    links = _Links({i: set() for i in range(len(tables))}, False)
+    for child_schema, child, parent_schema, parent in query(conn, *found):
         c, p = find(child_schema, child), find(parent_schema, parent)
-        if c is not None and p is not None and c != p:
-            parents[c].add(p)
+        if c is not None and c == p:
+            links = links._replace(itself=True)
+        elif c is not None and p is not None:
+            links.parents[c].add(p)
+    return links
+
+
+def _sorted(parents: dict[int, set[int]]) -> tuple[list[int], bool]:
+    """Every index after the ones it references, and whether a cycle had to be broken (its
+    members then keep their order)."""
     done: list[int] = []
-    while len(done) < len(plans):
+    cycle = False
+    while len(done) < len(parents):
         ready = [i for i in parents if i not in done and parents[i] <= set(done)]
+        cycle = cycle or not ready
         done.append(ready[0] if ready else min(i for i in parents if i not in done))
-    return [plans[i] for i in done]
+    return done, cycle
 
 
 class StagedApplier:
