@@ -123,7 +123,7 @@ def test_transaction_report_has_the_ratios_and_their_targets():
     visibility = "transaction / transaction per_branch_appends"
     assert f"| mariadb | tx-large-10k | {visibility} | 1.43 |  |" in text
     assert f"| mariadb | tx-small-1k | {visibility}" not in text  # not measured: no ratio
-    staged = "| mariadb | tx-large-10k | transaction (appends staged) | 4+4 | 1,500 | 1,500 | 1 |"
+    staged = "| mariadb | tx-large-10k | transaction (the default) | 4+4 | 1,500 | 1,500 | 1 |"
     assert staged in text
 
 
