@@ -81,6 +81,7 @@ def write_one_phase(
     session, keep = _local_session(plan.spec), False
     conn = session.connection
     loads: list[Load] = []
+    direct: Parts | None = None
     try:
         # Nothing in the transaction waits for a lock longer than the journal's. The kept
         # session stays bounded for the next job (a task's branch unbinds it first).
@@ -123,7 +124,8 @@ def write_one_phase(
                 "the write again: it reads the table's column types as they are now."
             ) from None
         if staged is not None and (is_data_error(exc) or isinstance(exc, RowsRefusedError)):
-            raise refused_by(plan.target, plan.job_id, exc, plan.spec.redact) from None
+            redact = plan.spec.redact
+            raise refused_by(plan.target, plan.job_id, exc, redact, direct is None) from None
         raise WriteError(
             f"Writing job {plan.job_id} into {plan.target} failed by the driver (a "
             f"small frame, one local transaction) ({type(exc).__name__}: "

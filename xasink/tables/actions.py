@@ -78,12 +78,17 @@ def runs_actions(plan: ApplyPlan | ApplyPlans | None) -> bool:
 
 
 def refused_by(
-    target: str, job_id: str, exc: BaseException, redact: Callable[[object], str]
+    target: str,
+    job_id: str,
+    exc: BaseException,
+    redact: Callable[[object], str],
+    staged: bool = True,
 ) -> InputDataError:
     """The error of a staged job aborted because its apply failed for good (`is_data_error`):
-    the target refused its rows, or one of the write's own statements failed."""
+    the target refused its rows, or one of the write's own statements failed. `staged`
+    False: the rows went straight into the target (`staging.refused`)."""
     if not isinstance(exc, ActionError):
-        return refused(target, job_id, redact(exc))
+        return refused(target, job_id, redact(exc), staged)
     return ActionError(
         f"Job {job_id} was not applied: its {redact(exc)}. The statement ran in the "
         f"transaction that applies the job's rows, which rolled back with it: nothing was "

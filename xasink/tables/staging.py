@@ -411,10 +411,10 @@ def is_data_error(exc: BaseException) -> bool:
     )
 
 
-def refused(target: str, job_id: str, reason: str) -> InputDataError:
-    """`target`: the table, or a transaction's tables, the job changes."""
+def refused(target: str, job_id: str, reason: str, staged: bool = True) -> InputDataError:
+    """`target`: the job's table, or tables (`staged` False: its rows went straight in)."""
     return InputDataError(
-        f"{target} refused the rows of job {job_id} ({reason}). Nothing was changed in "
-        f"{target}: the job is aborted and its staging table dropped. Fix the data or the "
-        "table's constraints, then run the write again."
+        f"{target} refused the rows of job {job_id} ({reason}). Nothing was changed in {target}: "
+        f"the job is aborted{' and its staging table dropped' if staged else ''}. Fix the data "
+        "or the table's constraints, then run the write again."
     )
