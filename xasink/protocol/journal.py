@@ -186,7 +186,7 @@ class Journal(JournalReader):
 
         A staged job's apply runs in the same local transaction, after the conditional
         state change: it happens once, together with `committed`, or not at all. It holds
-        the table's apply lock, as a one-phase job's apply does (`commit_in_branch`), so
+        the table's apply lock, as a one-phase job does (`write_one_phase`, from its load on), so
         applies into one table never interleave. Returns what this call finished (None:
         another process finished or ended it)."""
         held: list[StagedPlan] = []
