@@ -15,11 +15,9 @@ import uuid
 
 import pytest
 from support import (
-    KV_SCHEMA,
     ROWS,
     apply_lock_name,
     assert_exactly,
-    cli,
     connection_args,
     contents,
     events_df,
@@ -40,7 +38,6 @@ from support import (
 )
 
 from xasink import CommitProperties, WriterProperties, transaction, write_xa
-from xasink._testing.statements import recorded
 from xasink.errors import InputDataError, JobAbortedError, SinkConflictError
 from xasink.protocol.states import JobState
 
@@ -394,36 +391,6 @@ def test_a_transaction_retried_after_an_older_staged_job_keeps_every_writes_rows
         tx.write(first, other)
         tx.write(_newest(spark), table, mode="upsert", key="id", order="seq")
     _assert_newest_after(spark, db, table, older)
-    assert_exactly(db, other, range(50))
-    assert_one_transaction(db, tx.job_id)
-
-
-@pytest.mark.ci_one_server
-def test_a_transactions_direct_appends_come_after_an_older_decided_overwrite(spark, db):
-    """A transaction's small appends load straight into their tables, yet in decision
-    order with staged jobs: an overwrite decided earlier on the table but not applied (its
-    driver died after the decision) is applied first. Appended before it, the rows would
-    be deleted by its apply when a recovery run finishes it."""
-    table, other = seeded_table(db), new_table(db)
-    logs = events_df(spark, 50, 1).cache()
-    logs.count()  # Spark knows the size: held for the one local transaction
-    kill_driver_at(db, table, "after_decision", mode="overwrite")
-    (older,) = [j for j, s in _states_on(db, table).items() if s == JobState.COMMITTING]
-    appended = small_frame(spark, [(i, "appended", 1.0) for i in range(400, 420)], KV_SCHEMA)
-    with (
-        recorded() as sent,
-        transaction(
-            **connection_args(db), commit_properties=CommitProperties(recover_first=False)
-        ) as tx,
-    ):
-        tx.write(appended, table)
-        tx.write(logs, other)
-    assert [s for s, _ in sent if "TEMPORARY TABLE" in s.upper()] == []  # loaded directly
-    cli(db)  # what a recovery run finishes now changes nothing
-    assert _states_on(db, table)[older] == JobState.COMMITTED
-    _, _, expected = mode_case(spark, "overwrite")
-    expected.update({i: ("appended", 1.0) for i in range(400, 420)})
-    assert contents(db, table) == expected
     assert_exactly(db, other, range(50))
     assert_one_transaction(db, tx.job_id)
 

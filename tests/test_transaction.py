@@ -20,14 +20,20 @@ from collections.abc import Iterator
 
 import pytest
 from support import (
+    KV_SCHEMA,
     WatchedDriver,
     assert_clean,
+    assert_exactly,
     cli,
     connection_args,
     contents,
+    events_df,
     ids_in,
     job_states,
     journaled,
+    kill_driver_at,
+    mode_case,
+    new_table,
     old_contents,
     run_sql,
     seeded_table,
@@ -36,7 +42,14 @@ from support import (
 )
 
 import xasink
-from xasink import InputDataError, Transaction, WriterProperties, transaction, write_xa
+from xasink import (
+    CommitProperties,
+    InputDataError,
+    Transaction,
+    WriterProperties,
+    transaction,
+    write_xa,
+)
 from xasink._testing.faults import Fault, injected
 from xasink._testing.statements import recorded
 
@@ -128,27 +141,6 @@ def test_a_parent_and_child_table_commit_together(spark, db, path):
     assert ids_in(db, parent) == want_parents
     assert ids_in(db, child) == want_children
     assert job_states(db)[result.job_id] == "committed"
-    assert_clean(db)
-
-
-@pytest.mark.mysql_ci
-@pytest.mark.mariadb11_ci
-def test_small_appends_load_their_tables_directly_parents_first(spark, db):
-    """A transaction of small appends only loads each table itself, in one local
-    transaction: no temporary staging table, no apply. The child is written first: the
-    catalog's foreign key puts the parent's rows in first."""
-    parent, child = _tables(db)
-    parents, children = _frames(spark)
-    with recorded() as sent, transaction(**connection_args(db)) as tx:
-        tx.write(children, child)
-        tx.write(parents, parent)
-    assert tx.result is not None and tx.result.outcome == "committed"
-    assert [w.rows for w in tx.result.writes] == [CUSTOMERS * ORDERS, CUSTOMERS]
-    assert [s for s, _ in sent if "TEMPORARY TABLE" in s.upper()] == []
-    want_parents, want_children = _expected()
-    assert ids_in(db, parent) == want_parents
-    assert ids_in(db, child) == want_children
-    assert job_states(db)[tx.result.job_id] == "committed"
     assert_clean(db)
 
 
@@ -438,4 +430,60 @@ def test_a_held_merge_counts_the_rows_it_writes_not_the_change_rows_it_skips(spa
     assert tx.ended.end.rows == 15
     assert tx.result is not None
     assert (tx.result.rows, [w.rows for w in tx.result.writes]) == (15, [15])
+    assert_clean(db)
+
+
+@pytest.mark.mysql_ci
+@pytest.mark.mariadb11_ci
+def test_small_appends_load_their_tables_directly_parents_first(spark, db):
+    """A transaction of small appends only loads each table itself, in one local
+    transaction: no temporary staging table, no apply. The child is written first: the
+    catalog's foreign key puts the parent's rows in first."""
+    parent, child = _tables(db)
+    parents, children = _frames(spark)
+    with recorded() as sent, transaction(**connection_args(db)) as tx:
+        tx.write(children, child)
+        tx.write(parents, parent)
+    assert tx.result is not None and tx.result.outcome == "committed"
+    assert [w.rows for w in tx.result.writes] == [CUSTOMERS * ORDERS, CUSTOMERS]
+    assert [s for s, _ in sent if "TEMPORARY TABLE" in s.upper()] == []
+    want_parents, want_children = _expected()
+    assert ids_in(db, parent) == want_parents
+    assert ids_in(db, child) == want_children
+    assert job_states(db)[tx.result.job_id] == "committed"
+    assert_clean(db)
+
+
+def test_its_direct_appends_come_after_an_older_decided_overwrite(spark, db):
+    """Small appends load straight into their tables, yet in decision order with staged
+    jobs: an overwrite decided earlier on the table but not applied (its driver died after
+    the decision) is applied first. Appended before it, the rows would be deleted by its
+    apply when a recovery run finishes it."""
+    table, other = seeded_table(db), new_table(db)
+    logs = events_df(spark, 50, 1).cache()
+    logs.count()  # Spark knows the size: held for the one local transaction
+    kill_driver_at(db, table, "after_decision", mode="overwrite")
+    ((older,),) = run_sql(
+        db,
+        "SELECT job_id FROM xasink_jobs WHERE state = 'committing' AND target_table = "
+        f"'{journaled(db, table)}'",
+    )
+    appended = spark.createDataFrame([(i, "appended", 1.0) for i in range(400, 420)], KV_SCHEMA)
+    appended.cache().count()
+    with (
+        recorded() as sent,
+        transaction(
+            **connection_args(db), commit_properties=CommitProperties(recover_first=False)
+        ) as tx,
+    ):
+        tx.write(appended, table)
+        tx.write(logs, other)
+    assert [s for s, _ in sent if "TEMPORARY TABLE" in s.upper()] == []  # loaded directly
+    assert cli(db).returncode == 0  # what a recovery run finishes now changes nothing
+    states = job_states(db)
+    assert (states[older], states[tx.job_id]) == ("committed", "committed")
+    _, _, expected = mode_case(spark, "overwrite")
+    expected.update({i: ("appended", 1.0) for i in range(400, 420)})
+    assert contents(db, table) == expected
+    assert_exactly(db, other, range(50))
     assert_clean(db)
