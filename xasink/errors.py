@@ -30,6 +30,11 @@ class WriteError(XasinkError):
     """A partition writer failed; its branch was rolled back."""
 
 
+class RowsRefusedError(WriteError):
+    """The server stored fewer rows than were sent, or changed some (MySQL's LOAD DATA
+    LOCAL warns where an INSERT fails): it refused the rows themselves."""
+
+
 class CommitError(XasinkError):
     """Phase 2 could not complete. Run `xasink recover` to finish what is decided."""
 

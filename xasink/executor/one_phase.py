@@ -13,7 +13,6 @@ import pyarrow as pa
 from .._testing.faults import trigger
 from ..dialects import Dialect, get_dialect
 from ..errors import JobAbortedError, WriteError
-from ..loaders.base import RowsRefusedError
 from ..protocol import applying, sessions
 from ..protocol.applying import Finished, JobOrderError, StagedPlan
 from ..protocol.jobtables import joined_modes
@@ -33,6 +32,9 @@ from .branch import BRANCH_ROLE, Load, quietly, report_of, without_skipped_ops
 from .contract import JOB_ENDED, BranchOutcome, BranchReport, WritePlan
 
 log = logging.getLogger("xasink")
+
+#: A job's writes: each one's plan and its rows.
+Parts = Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]]
 
 
 class LocalCommitUnknown(Exception):
@@ -93,16 +95,16 @@ def write_one_phase(
         rows, path, problem = _load(direct or parts, conn, loads, direct is not None)
         if not problem:  # reads, then waits for locks: READ COMMITTED (see Journal)
             try:
-                finished = _bookkeeping(parts, conn, rows, staged, registered, not direct)
+                finished = _bookkeeping(parts, conn, rows, staged, registered, direct is None)
                 problem = "" if finished else ONE_PHASE_TAKEN
             except JobEnded:  # a recovery run aborted the registered job first
                 finished, problem = None, JOB_ENDED
         if problem:
             conn.rollback()
             return report_of(0, 0, "", BranchOutcome(0, path, problem))
-        for part, _ in [] if direct else parts:
-            if part.stage_ddl:
-                execute(conn, f"{dialect.drop_temporary} {dialect.qualified(part.table)}")
+        for load in loads:  # the temporary staging tables this transaction made
+            if load.plan.stage_ddl:
+                execute(conn, f"{dialect.drop_temporary} {dialect.qualified(load.plan.table)}")
         trigger(plan.faults, "before_local_commit", 0, 0)
         stale = finished.stale if finished else 0
         report = report_of(0, 0, "", BranchOutcome(rows, path, stale=stale))
@@ -123,7 +125,7 @@ def write_one_phase(
                 f"{exc}: job {plan.job_id} was rolled back and nothing of it was written. Run "
                 "the write again: it reads the table's column types as they are now."
             ) from None
-        if staged is not None and (is_data_error(exc) or isinstance(exc, RowsRefusedError)):
+        if staged is not None and is_data_error(exc):
             redact = plan.spec.redact
             raise refused_by(plan.target, plan.job_id, exc, redact, direct is None) from None
         raise WriteError(
@@ -152,7 +154,7 @@ def write_one_phase(
 
 
 def _bookkeeping(
-    parts: Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]],
+    parts: Parts,
     conn: JdbcConnection,
     rows: int,
     staged: StagedPlan | None,
@@ -167,9 +169,6 @@ def _bookkeeping(
     return commit_in_branch(
         plan.journal, conn, plan.job_id, table, rows, plan.sink, staged, registered, modes, applies
     )
-
-
-Parts = Sequence[tuple[WritePlan, Iterator[pa.RecordBatch]]]
 
 
 def _direct(

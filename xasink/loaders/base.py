@@ -5,13 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import WriteError
 from ..runtime.jdbc import JdbcConnection
-
-
-class RowsRefusedError(WriteError):
-    """The server stored fewer rows than were sent, or changed some (MySQL's LOAD DATA
-    LOCAL warns where an INSERT fails): it refused the rows themselves."""
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from typing import Any
 import jpype
 import pyarrow as pa
 
-from ..errors import WriteError
+from ..errors import RowsRefusedError, WriteError
 from ..runtime.jdbc import JdbcConnection
 from ..runtime.jvm import java_override, jclass
-from .base import LoadTarget, RowsRefusedError
+from .base import LoadTarget
 from .csv_encoding import NULL_STRING_WRITABLE, CsvEncoder, encodable
 
 CHUNK_BYTES = 1 << 20

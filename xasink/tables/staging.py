@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..dialects import Dialect
-from ..errors import InputDataError, JournalError
+from ..errors import InputDataError, JournalError, RowsRefusedError
 from ..runtime.jdbc import JdbcConnection, execute, query, sql_error_code, sql_state
 from ..spec import TableRef
 from .modes import OP_COLUMN, ORDER_COLUMN
@@ -401,7 +401,7 @@ _REFUSED_ROW_STATES = ("21000", "P0001", "45000")
 
 def is_data_error(exc: BaseException) -> bool:
     """The rows themselves were refused: retrying the same apply cannot help."""
-    if isinstance(exc, (InputDataError, ChangedTypesError)):
+    if isinstance(exc, (InputDataError, ChangedTypesError, RowsRefusedError)):
         return True
     state = sql_state(exc) or ""
     return (
